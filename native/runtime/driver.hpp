@@ -1,0 +1,91 @@
+// The CUDA driver API, resolved at run time. libcuda.so.1 is opened by path (never linked), only
+// cuGetProcAddress is taken with dlsym, and every other entry point is requested through it at the
+// ABI baseline of the CUDA major this module was built for (12000 or 13000), so the function
+// pointer types below (taken from the same headers) always match what the driver hands back.
+#pragma once
+
+#include <cuda.h>
+
+#include <string>
+#include <vector>
+
+namespace pygpukit {
+
+// Entry points this module uses. Adding one here is all it takes to make it callable as
+// driver().name(...); a missing entry point stays nullptr and is reported by require().
+#define PYGPUKIT_DRIVER_FUNCTIONS(X) \
+  X(cuInit)                          \
+  X(cuDriverGetVersion)              \
+  X(cuGetErrorName)                  \
+  X(cuGetErrorString)                \
+  X(cuDeviceGetCount)                \
+  X(cuDeviceGet)                     \
+  X(cuDeviceGetName)                 \
+  X(cuDeviceGetUuid)                 \
+  X(cuDeviceTotalMem)                \
+  X(cuDeviceGetAttribute)
+
+struct DriverApi {
+#define PYGPUKIT_DRIVER_FIELD(name) decltype(&::name) name = nullptr;
+  PYGPUKIT_DRIVER_FUNCTIONS(PYGPUKIT_DRIVER_FIELD)
+#undef PYGPUKIT_DRIVER_FIELD
+};
+
+struct DriverStatus {
+  bool loaded = false;
+  std::string path;
+  int version = 0;         // cuDriverGetVersion, e.g. 13000
+  int init_result = -1;    // cuInit's CUresult; 0 when a device is usable
+  std::string init_error;  // name and text of init_result when it is not 0
+};
+
+// The CUDA major whose headers (and ABI baseline) this module was built with.
+int built_cuda_major();
+// CUDA_VERSION of the headers this module was built with, e.g. 13000 + 10 * minor.
+int built_header_version();
+
+// Opens libcuda from the candidates (first one that loads), resolves the table and calls cuInit(0).
+// Idempotent: later calls return the status of the first successful load. Throws LibraryNotFound
+// when no candidate loads, and CudaFailure (naming the reason) when the driver is older than this module's CUDA major.
+const DriverStatus& load_driver(const std::vector<std::string>& candidates);
+
+// The status so far (loaded == false before load_driver succeeded).
+const DriverStatus& driver_status();
+
+// The resolved table; throws RuntimeFailure if the driver was not loaded or cuInit failed.
+const DriverApi& driver();
+
+// Throws CudaFailure naming `call` unless result is CUDA_SUCCESS.
+void check(CUresult result, const char* call);
+
+struct DeviceProperties {
+  int ordinal = 0;
+  std::string name;
+  std::string uuid;
+  std::size_t total_memory = 0;
+  int compute_capability_major = 0;
+  int compute_capability_minor = 0;
+  int multiprocessor_count = 0;
+  int max_threads_per_block = 0;
+  int max_threads_per_multiprocessor = 0;
+  int warp_size = 0;
+  int l2_cache_bytes = 0;
+  int max_shared_memory_per_block = 0;
+  int max_shared_memory_per_block_optin = 0;
+  int max_shared_memory_per_multiprocessor = 0;
+  int max_registers_per_block = 0;
+  int clock_rate_khz = 0;
+  int memory_clock_rate_khz = 0;
+  int memory_bus_width_bits = 0;
+  int pci_bus_id = 0;
+  int pci_device_id = 0;
+  int pci_domain_id = 0;
+  int async_engine_count = 0;
+  bool unified_addressing = false;
+  bool concurrent_managed_access = false;
+};
+
+int device_count();
+DeviceProperties device_properties(int ordinal);
+
+}  // namespace pygpukit

@@ -1,0 +1,16 @@
+"""pygpukit.audio: GPU audio DSP (from the pygpukit-audio distribution).
+
+STFT/ISTFT, mel, MFCC, CQT, HPSS, pitch, onset and effects land here."""
+
+from __future__ import annotations
+
+try:
+    from pygpukit._distributions import check_siblings, distribution_version
+except ImportError as exc:  # pygpukit-core (which owns pygpukit/__init__.py) is missing
+    raise ImportError("pygpukit-audio needs the pygpukit-core distribution, which is not installed: pip install pygpukit-core") from exc
+
+check_siblings("pygpukit-audio", required=("pygpukit-core",))
+
+__version__ = distribution_version("pygpukit-audio") or "0+unknown"
+
+__all__ = ["__version__"]

@@ -1,0 +1,54 @@
+"""pygpukit: a small, explicit and fast GPU runtime for Python.
+
+This package (from the ``pygpukit-core`` distribution) holds the runtime. The other distributions add
+subpackages to it: ``pygpukit.ops``, ``.llm``, ``.audio``, ``.scheduler``, ``.triton``. Importing one
+that is not installed raises :class:`MissingDistributionError` naming what to install.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import pkgutil
+from typing import Any
+
+# Editable installs put each distribution's src/pygpukit in its own directory; extend_path makes them
+# one package. In a wheel installation they share site-packages/pygpukit and this is a no-op.
+__path__ = pkgutil.extend_path(__path__, __name__)
+
+try:
+    __version__ = importlib.metadata.version("pygpukit-core")
+except importlib.metadata.PackageNotFoundError:  # a bare source tree
+    __version__ = "0+unknown"
+
+from ._distributions import check_siblings, install_missing_subpackage_hook  # noqa: E402
+
+check_siblings("pygpukit-core")
+install_missing_subpackage_hook()
+
+from .core import *  # noqa: E402,F403
+from .core import __all__ as _core_all  # noqa: E402
+from .core.device import DeviceInfo, device_count, get_device_info  # noqa: E402
+from .info import collect_info as info  # noqa: E402
+
+__all__ = [*_core_all, "DeviceInfo", "__version__", "device_count", "get_device_info", "info"]
+
+_SUBPACKAGES = ("ops", "llm", "audio", "asr", "tts", "scheduler", "triton")
+
+
+def __getattr__(name: str) -> Any:
+    # Subpackages load on first access, and the op library's names are reachable as pygpukit.<op>.
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"{__name__}.{name}")
+    if name.startswith("_"):
+        raise AttributeError(name)
+    try:
+        ops = importlib.import_module(f"{__name__}.ops")
+    except ModuleNotFoundError as exc:
+        raise AttributeError(
+            f"module 'pygpukit' has no attribute {name!r} (op names come from the pygpukit-ops distribution, "
+            f"which is not installed)"
+        ) from exc
+    if name in getattr(ops, "__all__", ()):
+        return getattr(ops, name)
+    raise AttributeError(f"module 'pygpukit' has no attribute {name!r}")

@@ -1,0 +1,141 @@
+"""Choosing the native module variant (``_native_cu12`` or ``_native_cu13``) that matches the driver.
+
+Each variant ships in its own distribution (``pygpukit-core-cu12`` / ``pygpukit-core-cu13``) and asks
+the driver for entry points at its CUDA major's ABI, so it needs a driver for that major or newer.
+The driver version is read with ctypes before any variant is imported; the newest installed variant
+the driver supports wins. ``PYGPUKIT_CUDA_VARIANT=cu12|cu13`` forces one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import importlib.util
+import os
+from dataclasses import dataclass, field
+from types import ModuleType
+
+from . import _libraries
+from .errors import PyGPUkitError, VersionMismatchError
+
+__all__ = ["VARIANTS", "VariantChoice", "installed_variants", "probe_driver_version", "choose_variant", "any_native"]
+
+VARIANTS: dict[str, int] = {"cu13": 13, "cu12": 12}  # newest first
+
+
+def _module_name(variant: str) -> str:
+    return f"pygpukit.core._native_{variant}"
+
+
+def installed_variants() -> list[str]:
+    """Variants whose native module can be found, newest first."""
+    found = []
+    for variant in VARIANTS:
+        try:
+            if importlib.util.find_spec(_module_name(variant)) is not None:
+                found.append(variant)
+        except (ImportError, ValueError):
+            continue
+    return found
+
+
+@dataclass
+class DriverProbe:
+    """What ctypes could learn about the driver without any native module."""
+
+    version: int | None = None  # e.g. 13000; None if libcuda did not load
+    path: str | None = None
+    attempts: list[str] = field(default_factory=list)
+
+
+def probe_driver_version() -> DriverProbe:
+    """Load libcuda with ctypes and call cuDriverGetVersion (which needs no cuInit)."""
+    probe = DriverProbe()
+    for candidate in _libraries.candidates(_libraries.CUDA_DRIVER):
+        try:
+            lib = ctypes.CDLL(candidate, mode=ctypes.RTLD_LOCAL)
+        except OSError as exc:
+            probe.attempts.append(f"{candidate}: {exc}")
+            continue
+        version = ctypes.c_int(0)
+        try:
+            result = lib.cuDriverGetVersion(ctypes.byref(version))
+        except AttributeError:
+            probe.attempts.append(f"{candidate}: has no cuDriverGetVersion")
+            continue
+        if result != 0:
+            probe.attempts.append(f"{candidate}: cuDriverGetVersion returned {result}")
+            continue
+        probe.version = version.value
+        probe.path = candidate
+        return probe
+    return probe
+
+
+def format_cuda_version(version: int) -> str:
+    return f"{version // 1000}.{(version % 1000) // 10}"
+
+
+@dataclass
+class VariantChoice:
+    """The outcome of choosing a variant: the module, or ``None`` with the reason."""
+
+    variant: str | None
+    module: ModuleType | None
+    reason: str
+    driver: DriverProbe
+
+
+def _import_variant(variant: str) -> ModuleType:
+    module = importlib.import_module(_module_name(variant))
+    from .. import __version__ as core_version
+
+    native_version = getattr(module, "__version__", "?")
+    if native_version != core_version:
+        raise VersionMismatchError(
+            f"pygpukit-core {core_version} found the native module of pygpukit-core-{variant} {native_version}; "
+            f"the two must have the same version: pip install 'pygpukit-core-{variant}=={core_version}'"
+        )
+    return module
+
+
+def choose_variant() -> VariantChoice:
+    """Pick the native module for this machine's driver, explaining the choice either way."""
+    installed = installed_variants()
+    driver = probe_driver_version()
+    forced = os.environ.get("PYGPUKIT_CUDA_VARIANT", "").strip().lower()
+    if forced:
+        if forced not in VARIANTS:
+            raise PyGPUkitError(f"PYGPUKIT_CUDA_VARIANT must be one of {sorted(VARIANTS)}, got {forced!r}")
+        if forced not in installed:
+            return VariantChoice(None, None, f"PYGPUKIT_CUDA_VARIANT={forced} but pygpukit-core-{forced} is not installed", driver)
+        return VariantChoice(forced, _import_variant(forced), f"forced by PYGPUKIT_CUDA_VARIANT={forced}", driver)
+    if not installed:
+        return VariantChoice(
+            None, None, "no native module is installed (install pygpukit-core-cu13 or pygpukit-core-cu12)", driver
+        )
+    if driver.version is None:
+        return VariantChoice(None, None, "CUDA driver not detected", driver)
+    usable = [v for v in installed if driver.version >= VARIANTS[v] * 1000]
+    if not usable:
+        have = ", ".join(f"{v} (needs CUDA >= {VARIANTS[v]}.0)" for v in installed)
+        return VariantChoice(
+            None,
+            None,
+            f"the driver supports CUDA {format_cuda_version(driver.version)} but the installed native variants "
+            f"need a newer one: {have}; pygpukit-core-cu12 works with CUDA 12 drivers",
+            driver,
+        )
+    variant = usable[0]
+    why = f"newest installed variant supported by the driver (CUDA {format_cuda_version(driver.version)})"
+    return VariantChoice(variant, _import_variant(variant), why, driver)
+
+
+def any_native() -> ModuleType | None:
+    """Any installed native module, driver or not: enough for NVRTC compile-only work."""
+    for variant in installed_variants():
+        try:
+            return _import_variant(variant)
+        except ImportError:
+            continue
+    return None

@@ -1,0 +1,126 @@
+"""Backend selection: the CUDA runtime when a usable driver and GPU exist, else the CPU simulation.
+
+``PYGPUKIT_BACKEND=cuda`` insists on the GPU (and fails with the reason when there is none);
+``PYGPUKIT_BACKEND=cpu`` forces the NumPy simulation. The fallback is announced once with a
+:class:`BackendFallbackWarning`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Literal
+
+from . import _libraries, _variant
+from .errors import BackendUnavailableError, DeviceError, LibraryNotFoundError, PyGPUkitError
+
+__all__ = [
+    "BackendFallbackWarning",
+    "BackendState",
+    "backend_state",
+    "current_backend",
+    "is_cuda_available",
+    "native_module",
+    "MIN_COMPUTE_CAPABILITY",
+]
+
+MIN_COMPUTE_CAPABILITY = (8, 0)
+
+
+class BackendFallbackWarning(RuntimeWarning):
+    """Emitted once when pygpukit falls back to the CPU simulation backend."""
+
+
+@dataclass
+class BackendState:
+    """Which backend is in use and why, plus what was learned about the driver on the way."""
+
+    name: Literal["cuda", "cpu"]
+    reason: str
+    variant: str | None = None
+    native: ModuleType | None = None
+    driver: dict[str, Any] | None = None
+    driver_probe: _variant.DriverProbe | None = None
+
+
+_lock = threading.Lock()
+_state: BackendState | None = None
+
+
+def _requested() -> str:
+    value = os.environ.get("PYGPUKIT_BACKEND", "auto").strip().lower() or "auto"
+    if value not in ("auto", "cuda", "cpu"):
+        raise PyGPUkitError(f"PYGPUKIT_BACKEND must be 'auto', 'cuda' or 'cpu', got {value!r}")
+    return value
+
+
+def _detect() -> BackendState:
+    requested = _requested()
+    if requested == "cpu":
+        return BackendState("cpu", "forced by PYGPUKIT_BACKEND=cpu")
+    choice = _variant.choose_variant()
+    if choice.module is None:
+        return BackendState("cpu", choice.reason, driver_probe=choice.driver)
+    native = choice.module
+    try:
+        driver = dict(native.load_driver(_libraries.candidates(_libraries.CUDA_DRIVER)))
+    except LibraryNotFoundError as exc:
+        return BackendState("cpu", f"CUDA driver not usable: {exc}", choice.variant, native, driver_probe=choice.driver)
+    if driver["init_result"] != 0:
+        return BackendState(
+            "cpu", f"CUDA driver present but cuInit failed: {driver['init_error']}", choice.variant, native, driver
+        )
+    count = native.device_count()
+    if count == 0:
+        return BackendState("cpu", "CUDA driver present but no GPU found", choice.variant, native, driver)
+    capable = [
+        i for i in range(count) if tuple(native.device_properties(i)["compute_capability"]) >= MIN_COMPUTE_CAPABILITY
+    ]
+    if not capable:
+        names = ", ".join(
+            f"{p['name']} (sm_{p['compute_capability'][0]}{p['compute_capability'][1]})"
+            for p in (native.device_properties(i) for i in range(count))
+        )
+        return BackendState("cpu", f"no GPU with compute capability >= 8.0 (found {names})", choice.variant, native, driver)
+    return BackendState(
+        "cuda", f"{choice.variant} native module: {choice.reason}", choice.variant, native, driver, choice.driver
+    )
+
+
+def backend_state() -> BackendState:
+    """Detect (once) and return the backend in use. Thread-safe."""
+    global _state
+    with _lock:
+        if _state is None:
+            state = _detect()
+            if state.name == "cpu" and _requested() == "cuda":
+                raise BackendUnavailableError(f"PYGPUKIT_BACKEND=cuda but the CUDA backend is unavailable: {state.reason}")
+            if state.name == "cpu" and _requested() == "auto":
+                warnings.warn(
+                    f"{state.reason}; falling back to CPU simulation backend",
+                    BackendFallbackWarning,
+                    stacklevel=3,
+                )
+            _state = state
+        return _state
+
+
+def current_backend() -> Literal["cuda", "cpu"]:
+    """``"cuda"`` or ``"cpu"``."""
+    return backend_state().name
+
+
+def is_cuda_available() -> bool:
+    """True when a driver, a native module for it and a GPU with compute capability >= 8.0 are present."""
+    return backend_state().name == "cuda"
+
+
+def native_module() -> ModuleType:
+    """The native module of the CUDA backend; raises when the CPU backend is in use."""
+    state = backend_state()
+    if state.native is None or state.name != "cuda":
+        raise DeviceError(f"the CUDA backend is not in use: {state.reason}")
+    return state.native

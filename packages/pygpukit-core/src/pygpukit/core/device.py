@@ -1,0 +1,62 @@
+"""Devices as the driver reports them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .backend import backend_state, native_module
+from .errors import DeviceError
+
+__all__ = ["DeviceInfo", "device_count", "get_device_info"]
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """Static properties of one CUDA device."""
+
+    ordinal: int
+    name: str
+    uuid: str
+    total_memory: int
+    compute_capability: tuple[int, int]
+    multiprocessor_count: int
+    max_threads_per_block: int
+    max_threads_per_multiprocessor: int
+    warp_size: int
+    l2_cache_bytes: int
+    max_shared_memory_per_block: int
+    max_shared_memory_per_block_optin: int
+    max_shared_memory_per_multiprocessor: int
+    max_registers_per_block: int
+    clock_rate_khz: int
+    memory_clock_rate_khz: int
+    memory_bus_width_bits: int
+    pci_bus_id: int
+    pci_device_id: int
+    pci_domain_id: int
+    async_engine_count: int
+    unified_addressing: bool
+    concurrent_managed_access: bool
+
+    @property
+    def arch(self) -> str:
+        """``"sm_90"`` style architecture name."""
+        return f"sm_{self.compute_capability[0]}{self.compute_capability[1]}"
+
+
+def device_count() -> int:
+    """Number of CUDA devices; 0 on the CPU backend."""
+    state = backend_state()
+    if state.name != "cuda":
+        return 0
+    return int(native_module().device_count())
+
+
+def get_device_info(ordinal: int = 0) -> DeviceInfo:
+    """Properties of device ``ordinal``. Raises :class:`DeviceError` when it does not exist."""
+    count = device_count()
+    if not 0 <= ordinal < count:
+        raise DeviceError(f"device {ordinal} does not exist ({count} CUDA device(s) available)")
+    props = dict(native_module().device_properties(ordinal))
+    props["compute_capability"] = tuple(props["compute_capability"])
+    return DeviceInfo(**props)

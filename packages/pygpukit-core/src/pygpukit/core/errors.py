@@ -1,0 +1,124 @@
+"""The pygpukit error hierarchy, rooted at :class:`PyGPUkitError`.
+
+Native code raises these classes directly (native/bindings translates its C++ errors), so a caller
+catches the same type whether the failure came from Python or from the runtime below it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "BackendUnavailableError",
+    "CublasLtError",
+    "CudaError",
+    "DTypeError",
+    "DeviceError",
+    "DriverNotFoundError",
+    "LibraryNotFoundError",
+    "MissingDistributionError",
+    "NvrtcError",
+    "OutOfMemoryError",
+    "PyGPUkitError",
+    "QuotaExceededError",
+    "ShapeError",
+    "VersionMismatchError",
+]
+
+
+class PyGPUkitError(Exception):
+    """Base class of every error pygpukit raises on purpose."""
+
+
+class LibraryNotFoundError(PyGPUkitError):
+    """A run-time library (NVRTC, cuBLASLt) could not be loaded.
+
+    ``attempts`` lists each candidate that was tried together with the reason it failed.
+    """
+
+    def __init__(self, message: str, *, library: str = "", attempts: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.library = library
+        self.attempts = list(attempts)
+
+
+class DriverNotFoundError(LibraryNotFoundError):
+    """The NVIDIA driver library (libcuda.so.1) is missing or unusable."""
+
+
+class BackendUnavailableError(PyGPUkitError):
+    """The requested backend cannot run here (e.g. ``PYGPUKIT_BACKEND=cuda`` without a usable GPU)."""
+
+
+class CudaError(PyGPUkitError):
+    """A CUDA driver call failed. ``name`` is the driver's error name, ``call`` the failing API."""
+
+    def __init__(self, message: str, *, code: int = 0, name: str = "", call: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.name = name
+        self.call = call
+
+
+class DeviceError(PyGPUkitError):
+    """The device cannot be used (for example its compute capability is below 8.0)."""
+
+
+class NvrtcError(PyGPUkitError):
+    """NVRTC rejected a program. Carries the compiler log, the options and the numbered source."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: int = 0,
+        log: str = "",
+        options: Sequence[str] = (),
+        source: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.log = log
+        self.options = list(options)
+        self.source = source
+
+    def __str__(self) -> str:
+        parts = [super().__str__()]
+        if self.options:
+            parts.append("options: " + " ".join(self.options))
+        if self.log.strip():
+            parts.append("log:\n" + self.log.rstrip())
+        if self.source is not None:
+            lines = self.source.splitlines()
+            width = len(str(len(lines)))
+            numbered = "\n".join(f"{i + 1:>{width}} | {line}" for i, line in enumerate(lines))
+            parts.append("source:\n" + numbered)
+        return "\n".join(parts)
+
+
+class CublasLtError(PyGPUkitError):
+    """A cuBLASLt call failed."""
+
+
+class OutOfMemoryError(PyGPUkitError, MemoryError):
+    """An allocation could not be satisfied even after releasing cached blocks."""
+
+
+class QuotaExceededError(OutOfMemoryError):
+    """An allocation would exceed a memory budget (a pool limit or a scheduler context's quota)."""
+
+
+class ShapeError(PyGPUkitError, ValueError):
+    """An argument has a shape the operation cannot accept."""
+
+
+class DTypeError(PyGPUkitError, TypeError):
+    """An argument has a dtype the operation cannot accept."""
+
+
+class VersionMismatchError(PyGPUkitError, ImportError):
+    """Installed pygpukit distributions do not have the exact versions they pin each other to."""
+
+
+class MissingDistributionError(PyGPUkitError, ModuleNotFoundError):
+    """A pygpukit subpackage was imported but the distribution that provides it is not installed."""

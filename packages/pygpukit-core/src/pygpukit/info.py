@@ -1,0 +1,110 @@
+"""``pygpukit info``: what pygpukit found on this machine, as a dict or as text."""
+
+from __future__ import annotations
+
+import platform
+import sys
+from typing import Any
+
+from ._distributions import installed_versions
+from .core import _variant
+from .core.backend import backend_state
+from .core.compiler import nvrtc_status
+from .core.cublaslt import cublaslt_status
+from .core.device import device_count, get_device_info
+from .core.errors import PyGPUkitError
+
+__all__ = ["collect_info", "format_info"]
+
+
+def _library(loader: Any) -> dict[str, Any]:
+    try:
+        status = dict(loader())
+    except PyGPUkitError as exc:
+        return {"found": False, "error": str(exc)}
+    status.pop("loaded", None)
+    return {"found": True, **status}
+
+
+def collect_info() -> dict[str, Any]:
+    """Backend, driver, devices, NVRTC, cuBLASLt and distribution versions, as plain data."""
+    state = backend_state()
+    probe = state.driver_probe or _variant.probe_driver_version()
+    driver: dict[str, Any] = {"found": probe.version is not None}
+    if probe.version is not None:
+        driver.update(path=probe.path, version=probe.version, cuda=_variant.format_cuda_version(probe.version))
+    else:
+        driver["attempts"] = probe.attempts
+    if state.driver is not None:
+        driver["path"] = state.driver["path"]
+        driver["init"] = "ok" if state.driver["init_result"] == 0 else state.driver["init_error"]
+    devices = []
+    for i in range(device_count()):
+        d = get_device_info(i)
+        devices.append(
+            {
+                "ordinal": d.ordinal,
+                "name": d.name,
+                "arch": d.arch,
+                "total_memory": d.total_memory,
+                "multiprocessor_count": d.multiprocessor_count,
+                "l2_cache_bytes": d.l2_cache_bytes,
+                "max_shared_memory_per_block_optin": d.max_shared_memory_per_block_optin,
+                "pci_bus_id": d.pci_bus_id,
+            }
+        )
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "backend": {"name": state.name, "reason": state.reason, "native_variant": state.variant},
+        "native_variants_installed": _variant.installed_variants(),
+        "driver": driver,
+        "devices": devices,
+        "nvrtc": _library(nvrtc_status),
+        "cublaslt": _library(cublaslt_status),
+        "distributions": installed_versions(),
+    }
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def format_info(info: dict[str, Any]) -> str:
+    """Human-readable rendering of :func:`collect_info`."""
+    lines = [f"pygpukit on Python {info['python']} ({info['platform']})", ""]
+    backend = info["backend"]
+    lines.append(f"backend:   {backend['name']}  ({backend['reason']})")
+    installed = ", ".join(info["native_variants_installed"]) or "none"
+    lines.append(f"native:    in use: {backend['native_variant'] or '-'}; installed: {installed}")
+    drv = info["driver"]
+    if drv["found"]:
+        init = f", cuInit: {drv['init']}" if "init" in drv else ""
+        lines.append(f"driver:    CUDA {drv['cuda']} ({drv['version']}) from {drv['path']}{init}")
+    else:
+        lines.append("driver:    not found")
+        lines.extend(f"           tried {a}" for a in drv["attempts"])
+    if info["devices"]:
+        for d in info["devices"]:
+            lines.append(
+                f"device {d['ordinal']}:  {d['name']} ({d['arch']}), {_gib(d['total_memory'])}, "
+                f"{d['multiprocessor_count']} SMs, L2 {d['l2_cache_bytes'] // 2**20} MiB, "
+                f"smem/block {d['max_shared_memory_per_block_optin'] // 1024} KiB"
+            )
+    else:
+        lines.append("devices:   none")
+    for key, label in (("nvrtc", "NVRTC"), ("cublaslt", "cuBLASLt")):
+        lib = info[key]
+        if lib["found"]:
+            version = lib["version"]
+            shown = ".".join(map(str, version)) if isinstance(version, (list, tuple)) else str(version)
+            lines.append(f"{label + ':':<10} {shown} from {lib['path']}")
+        else:
+            first, *rest = lib["error"].splitlines()
+            lines.append(f"{label + ':':<10} not found: {first}")
+            lines.extend(f"           {r.strip()}" for r in rest)
+    lines.append("")
+    lines.append("distributions:")
+    for name, version in info["distributions"].items():
+        lines.append(f"  {name:<20} {version or 'not installed'}")
+    return "\n".join(lines)
