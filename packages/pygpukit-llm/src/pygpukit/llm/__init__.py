@@ -9,7 +9,7 @@ try:
 except ImportError as exc:  # pygpukit-core (which owns pygpukit/__init__.py) is missing
     raise ImportError("pygpukit-llm needs the pygpukit-core distribution, which is not installed: pip install pygpukit-core") from exc
 
-check_siblings("pygpukit-llm", required=("pygpukit-core",))
+check_siblings("pygpukit-llm", required=("pygpukit-core", "pygpukit-ops"))
 
 __version__ = distribution_version("pygpukit-llm") or "0+unknown"
 
