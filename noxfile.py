@@ -19,12 +19,14 @@ import shutil
 from pathlib import Path
 
 import nox
+from uv import find_uv_bin
 
 nox.options.default_venv_backend = "none"
 nox.options.error_on_missing_interpreters = True
 nox.options.sessions = ["lint", "tests", "kernels", "build", "wheel_smoke"]
 
 ROOT = Path(__file__).resolve().parent
+UV = find_uv_bin()  # the uv installed next to nox, whether or not it is on PATH
 DIST = Path(os.environ.get("PYGPUKIT_DIST_DIR", ROOT / "dist"))
 CUDA_MAJORS = ["12", "13"]
 PURE_DISTRIBUTIONS = ["pygpukit", "pygpukit-core", "pygpukit-ops", "pygpukit-llm", "pygpukit-audio", "pygpukit-triton"]
@@ -39,21 +41,21 @@ NATIVE_SOURCES = [
 
 
 def _sync(session: nox.Session) -> None:
-    session.run("uv", "sync", "--locked", external=True)
+    session.run(UV, "sync", "--locked", external=True)
 
 
 @nox.session
 def dev(session: nox.Session) -> None:
     """Install the whole workspace editable (native parts built) and run `pygpukit info`."""
     _sync(session)
-    session.run("uv", "run", "--locked", "python", "-m", "pygpukit", "info", external=True)
+    session.run(UV, "run", "--locked", "python", "-m", "pygpukit", "info", external=True)
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
     """Static checks for Python, Rust and C++/CUDA; any finding fails."""
     _sync(session)
-    run = ("uv", "run", "--locked")
+    run = (UV, "run", "--locked")
     session.run(*run, "ruff", "check", ".", external=True)
     session.run(*run, "ruff", "format", "--check", ".", external=True)
     session.run(*run, "mypy", external=True)
@@ -66,7 +68,7 @@ def lint(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """All CPU tests: pytest over every distribution (GPU tests skip with their reason) and cargo test."""
     _sync(session)
-    session.run("uv", "run", "--locked", "pytest", *session.posargs, external=True)
+    session.run(UV, "run", "--locked", "pytest", *session.posargs, external=True)
     session.run("cargo", "test", "--workspace", "--locked", external=True)
 
 
@@ -83,12 +85,12 @@ def kernels(session: nox.Session, cuda: str) -> None:
     )
     if not (site / "nvidia").is_dir():
         session.run(
-            "uv", "pip", "install", "--quiet", "--python", ".venv/bin/python", "--target", str(site), *wheels,
+            UV, "pip", "install", "--quiet", "--python", ".venv/bin/python", "--target", str(site), *wheels,
             external=True,
         )  # fmt: skip
     report = ROOT / "build" / f"kernels-cu{cuda}.json"
     session.run(
-        "uv", "run", "--locked", "python", "ci/compile_kernels.py", "--site", str(site), "--report", str(report),
+        UV, "run", "--locked", "python", "ci/compile_kernels.py", "--site", str(site), "--report", str(report),
         external=True,
     )  # fmt: skip
 
@@ -103,7 +105,7 @@ def build(session: nox.Session, cuda: str) -> None:
     DIST.mkdir(parents=True, exist_ok=True)
     for distribution in [*PURE_DISTRIBUTIONS, *RUST_DISTRIBUTIONS, f"pygpukit-core-cu{cuda}"]:
         session.run(
-            "uv", "build", "--wheel", "--package", distribution, "--out-dir", str(DIST), *session.posargs,
+            UV, "build", "--wheel", "--package", distribution, "--out-dir", str(DIST), *session.posargs,
             external=True,
         )  # fmt: skip
 
@@ -121,9 +123,11 @@ def wheel_smoke(session: nox.Session) -> None:
     venv = ROOT / "build" / "smoke-venv"
     wheelhouse = ROOT / "build" / "wheelhouse"
     shutil.rmtree(venv, ignore_errors=True)
-    session.run("uv", "venv", "--quiet", "--seed", "--python", ".venv/bin/python", str(venv), external=True)
+    session.run(UV, "venv", "--quiet", "--seed", "--python", ".venv/bin/python", str(venv), external=True)
     python = str(venv / "bin" / "python")
-    session.run(python, "ci/smoke_wheels.py", "download", "--dist", str(DIST), "--wheelhouse", str(wheelhouse), external=True)
+    session.run(
+        python, "ci/smoke_wheels.py", "download", "--dist", str(DIST), "--wheelhouse", str(wheelhouse), external=True
+    )
     session.run(
         python, "-m", "pip", "install", "--quiet", "--no-index", "--find-links", str(DIST), "--find-links",
         str(wheelhouse), "pygpukit[all,cu13]", external=True,
@@ -144,6 +148,6 @@ def bench(session: nox.Session) -> None:
     out = ROOT / "build" / "bench"
     out.mkdir(parents=True, exist_ok=True)
     session.run(
-        "uv", "run", "--locked", "pytest", "benchmarks", "--benchmark-only", f"--benchmark-json={out / 'bench.json'}",
+        UV, "run", "--locked", "pytest", "benchmarks", "--benchmark-only", f"--benchmark-json={out / 'bench.json'}",
         *session.posargs, external=True,
     )  # fmt: skip

@@ -30,7 +30,7 @@ EXTRAS = ("all", "cu13")
 
 def third_party_requirements(dist: Path) -> list[str]:
     """Requirements of the wheels in `dist` that are not pygpukit distributions, for extras all+cu13."""
-    from pip._vendor.packaging.requirements import Requirement
+    from pip._vendor.packaging.requirements import Requirement  # type: ignore[import-not-found]
 
     wanted: set[str] = set()
     for wheel in sorted(dist.glob("*.whl")):
@@ -112,7 +112,9 @@ def check() -> None:
         "import pygpukit, pygpukit.ops, pygpukit.audio, pygpukit.scheduler, pygpukit.triton",
         "the others import without pygpukit-llm",
     )
-    expect_error("import pygpukit.llm", "pygpukit.llm names its distribution", "MissingDistributionError", "pygpukit-llm")
+    expect_error(
+        "import pygpukit.llm", "pygpukit.llm names its distribution", "MissingDistributionError", "pygpukit-llm"
+    )
 
     uninstall("pygpukit-ops")
     expect_ok("import pygpukit, pygpukit.scheduler, pygpukit.triton", "the others import without pygpukit-ops")
@@ -121,7 +123,9 @@ def check() -> None:
     expect_error("import pygpukit.audio", "pygpukit.audio without pygpukit-ops", "pygpukit-audio", "pygpukit-ops")
 
     uninstall("pygpukit-core")
-    expect_ok("import _pygpukit_rust; print(_pygpukit_rust.build_info())", "_pygpukit_rust imports without pygpukit-core")
+    expect_ok(
+        "import _pygpukit_rust; print(_pygpukit_rust.build_info())", "_pygpukit_rust imports without pygpukit-core"
+    )
     expect_error("import pygpukit.scheduler", "pygpukit.scheduler names pygpukit-core", "pygpukit-core")
     print("wheel smoke test passed", flush=True)
 

@@ -21,9 +21,7 @@ using namespace pygpukit;
 
 namespace {
 
-py::object error_class(const char* name) {
-  return py::module_::import("pygpukit.core.errors").attr(name);
-}
+py::object error_class(const char* name) { return py::module_::import("pygpukit.core.errors").attr(name); }
 
 void raise(const py::object& cls, const py::object& instance) { PyErr_SetObject(cls.ptr(), instance.ptr()); }
 
@@ -36,7 +34,8 @@ void translate(std::exception_ptr pending) {
     raise(cls, cls(e.what(), py::arg("library") = e.library(), py::arg("attempts") = e.attempts()));
   } catch (const CudaFailure& e) {
     py::object cls = error_class("CudaError");
-    raise(cls, cls(e.what(), py::arg("code") = e.code(), py::arg("name") = e.name(), py::arg("call") = e.call()));
+    raise(cls,
+          cls(e.what(), py::arg("code") = e.code(), py::arg("name") = e.name(), py::arg("call") = e.call()));
   } catch (const NvrtcFailure& e) {
     py::object cls = error_class("NvrtcError");
     raise(cls, cls(e.what(), py::arg("code") = e.code(), py::arg("log") = e.log(),
@@ -129,7 +128,8 @@ PYBIND11_MODULE(PYGPUKIT_NATIVE_MODULE, m) {
       py::arg("ordinal"));
 
   m.def(
-      "load_nvrtc", [](const std::vector<std::string>& candidates) { return nvrtc_status_dict(load_nvrtc(candidates)); },
+      "load_nvrtc",
+      [](const std::vector<std::string>& candidates) { return nvrtc_status_dict(load_nvrtc(candidates)); },
       py::arg("candidates"));
   m.def("nvrtc_status", [] { return nvrtc_status_dict(nvrtc_status()); });
   m.def(
@@ -159,7 +159,9 @@ PYBIND11_MODULE(PYGPUKIT_NATIVE_MODULE, m) {
 
   m.def(
       "load_cublaslt",
-      [](const std::vector<std::string>& candidates) { return cublaslt_status_dict(load_cublaslt(candidates)); },
+      [](const std::vector<std::string>& candidates) {
+        return cublaslt_status_dict(load_cublaslt(candidates));
+      },
       py::arg("candidates"));
   m.def("cublaslt_status", [] { return cublaslt_status_dict(cublaslt_status()); });
 }

@@ -28,8 +28,8 @@ std::string error_text(CUresult result) {
 }
 
 void resolve_table(void* handle, const std::string& path) {
-  auto get_proc = reinterpret_cast<decltype(&::cuGetProcAddress_v2)>(
-      find_symbol(handle, "cuGetProcAddress_v2"));
+  auto get_proc =
+      reinterpret_cast<decltype(&::cuGetProcAddress_v2)>(find_symbol(handle, "cuGetProcAddress_v2"));
   if (get_proc == nullptr) {
     throw LibraryNotFound("libcuda", {path + ": has no cuGetProcAddress_v2 (driver older than CUDA 12.0)"});
   }
@@ -42,19 +42,19 @@ void resolve_table(void* handle, const std::string& path) {
   int version = 0;
   reinterpret_cast<decltype(&::cuDriverGetVersion)>(pfn)(&version);
   if (version < kAbiBaseline) {
-    throw LibraryNotFound("libcuda", {path + ": the driver supports CUDA " + std::to_string(version / 1000) + "." +
-                                          std::to_string((version % 1000) / 10) + " but this native module (cu" +
-                                          std::to_string(kAbiBaseline / 1000) + ") needs CUDA " +
-                                          std::to_string(kAbiBaseline / 1000) + ".0 or newer"});
+    throw LibraryNotFound("libcuda", {path + ": the driver supports CUDA " + std::to_string(version / 1000) +
+                                      "." + std::to_string((version % 1000) / 10) +
+                                      " but this native module (cu" + std::to_string(kAbiBaseline / 1000) +
+                                      ") needs CUDA " + std::to_string(kAbiBaseline / 1000) + ".0 or newer"});
   }
   g_status.version = version;
-#define PYGPUKIT_RESOLVE(name)                                                              \
-  pfn = nullptr;                                                                            \
-  get_proc(#name, &pfn, kAbiBaseline, CU_GET_PROC_ADDRESS_DEFAULT, &status);               \
-  g_api.name = reinterpret_cast<decltype(g_api.name)>(pfn);                                \
-  if (library_debug_enabled() && pfn == nullptr) {                                          \
+#define PYGPUKIT_RESOLVE(name)                                                                  \
+  pfn = nullptr;                                                                                \
+  get_proc(#name, &pfn, kAbiBaseline, CU_GET_PROC_ADDRESS_DEFAULT, &status);                    \
+  g_api.name = reinterpret_cast<decltype(g_api.name)>(pfn);                                     \
+  if (library_debug_enabled() && pfn == nullptr) {                                              \
     std::fprintf(stderr, "[pygpukit] libcuda: entry point %s unavailable (status %d)\n", #name, \
-                 static_cast<int>(status));                                                 \
+                 static_cast<int>(status));                                                     \
   }
   PYGPUKIT_DRIVER_FUNCTIONS(PYGPUKIT_RESOLVE)
 #undef PYGPUKIT_RESOLVE
@@ -146,8 +146,7 @@ DeviceProperties device_properties(int ordinal) {
   p.l2_cache_bytes = attr(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
   p.max_shared_memory_per_block = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
   p.max_shared_memory_per_block_optin = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
-  p.max_shared_memory_per_multiprocessor =
-      attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR);
+  p.max_shared_memory_per_multiprocessor = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR);
   p.max_registers_per_block = attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK);
   p.clock_rate_khz = attr(CU_DEVICE_ATTRIBUTE_CLOCK_RATE);
   p.memory_clock_rate_khz = attr(CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE);

@@ -32,11 +32,7 @@ CudaFailure::CudaFailure(int code, std::string name, std::string call, std::stri
       name_(std::move(name)),
       call_(std::move(call)) {}
 
-NvrtcFailure::NvrtcFailure(int code, std::string message, std::string log,
-                           std::vector<std::string> options)
-    : RuntimeFailure(std::move(message)),
-      code_(code),
-      log_(std::move(log)),
-      options_(std::move(options)) {}
+NvrtcFailure::NvrtcFailure(int code, std::string message, std::string log, std::vector<std::string> options)
+    : RuntimeFailure(std::move(message)), code_(code), log_(std::move(log)), options_(std::move(options)) {}
 
 }  // namespace pygpukit

@@ -139,9 +139,9 @@ CompileResult nvrtc_compile(const std::string& source, const std::string& name,
   if (target == CompileTarget::Cubin) {
     rc = nv.nvrtcGetCUBINSize(*program, &size);
     if (rc != 0 || size == 0) {
-      throw NvrtcFailure(rc, "no CUBIN was produced for " + name +
-                                 " (CUBIN needs an exact --gpu-architecture=sm_XY option)",
-                         result.log, options);
+      throw NvrtcFailure(
+          rc, "no CUBIN was produced for " + name + " (CUBIN needs an exact --gpu-architecture=sm_XY option)",
+          result.log, options);
     }
     result.binary.resize(size);
     nv.nvrtcGetCUBIN(*program, result.binary.data());

@@ -13,7 +13,15 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 pub fn build_facts() -> Vec<(&'static str, String)> {
     vec![
         ("version", VERSION.to_string()),
-        ("profile", if cfg!(debug_assertions) { "debug" } else { "release" }.to_string()),
+        (
+            "profile",
+            if cfg!(debug_assertions) {
+                "debug"
+            } else {
+                "release"
+            }
+            .to_string(),
+        ),
         ("target_arch", std::env::consts::ARCH.to_string()),
         ("target_os", std::env::consts::OS.to_string()),
         ("abi3_min_python", "3.10".to_string()),
@@ -45,9 +53,17 @@ mod tests {
     #[test]
     fn build_facts_name_the_crate_version_and_target() {
         let facts = build_facts();
-        let get = |k: &str| facts.iter().find(|(key, _)| *key == k).map(|(_, v)| v.clone());
+        let get = |k: &str| {
+            facts
+                .iter()
+                .find(|(key, _)| *key == k)
+                .map(|(_, v)| v.clone())
+        };
         assert_eq!(get("version").as_deref(), Some(VERSION));
         assert_eq!(get("target_os").as_deref(), Some(std::env::consts::OS));
-        assert!(matches!(get("profile").as_deref(), Some("debug") | Some("release")));
+        assert!(matches!(
+            get("profile").as_deref(),
+            Some("debug") | Some("release")
+        ));
     }
 }

@@ -22,9 +22,9 @@ __device__ __forceinline__ void fill_grid_stride(T* __restrict__ out, unsigned l
 
 }  // namespace pygpukit
 
-#define PYGPUKIT_FILL_ENTRY(T, SUFFIX)                                                              \
+#define PYGPUKIT_FILL_ENTRY(T, SUFFIX)                                                                  \
   extern "C" __global__ void fill_##SUFFIX(T* __restrict__ out, unsigned long long bits, long long n) { \
-    pygpukit::fill_grid_stride<T>(out, bits, n);                                                   \
+    pygpukit::fill_grid_stride<T>(out, bits, n);                                                        \
   }
 PYGPUKIT_FOR_EACH_ELEMENT_TYPE(PYGPUKIT_FILL_ENTRY)
 #undef PYGPUKIT_FILL_ENTRY

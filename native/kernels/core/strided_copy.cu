@@ -35,7 +35,7 @@ __device__ __forceinline__ void strided_copy(T* __restrict__ dst, const T* __res
 
 }  // namespace pygpukit
 
-#define PYGPUKIT_STRIDED_COPY_ENTRY(T, SUFFIX)                                                      \
+#define PYGPUKIT_STRIDED_COPY_ENTRY(T, SUFFIX)                                                     \
   extern "C" __global__ void strided_copy_##SUFFIX(T* __restrict__ dst, const T* __restrict__ src, \
                                                    long long n, pygpukit::StridedLayout layout) {  \
     pygpukit::strided_copy<T>(dst, src, n, layout);                                                \

@@ -21,7 +21,7 @@ try:
 except importlib.metadata.PackageNotFoundError:  # a bare source tree
     __version__ = "0+unknown"
 
-from ._distributions import check_siblings, install_missing_subpackage_hook  # noqa: E402
+from ._distributions import check_siblings, install_missing_subpackage_hook
 
 check_siblings("pygpukit-core")
 install_missing_subpackage_hook()

@@ -18,18 +18,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     info_parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
 
-    if args.command == "info":
-        from .core.backend import BackendFallbackWarning
-        from .info import collect_info, format_info
+    # "info" is the only command so far; argparse rejects anything else.
+    from .core.backend import BackendFallbackWarning
+    from .info import collect_info, format_info
 
-        with warnings.catch_warnings():
-            # The report states the backend and the reason itself.
-            warnings.simplefilter("ignore", BackendFallbackWarning)
-            report = collect_info()
-        print(json.dumps(report, indent=2) if args.json else format_info(report))
-        return 0
-    parser.error(f"unknown command {args.command!r}")
-    return 2
+    with warnings.catch_warnings():
+        # The report states the backend and the reason itself.
+        warnings.simplefilter("ignore", BackendFallbackWarning)
+        report = collect_info()
+    print(json.dumps(report, indent=2) if args.json else format_info(report))
+    return 0
 
 
 if __name__ == "__main__":

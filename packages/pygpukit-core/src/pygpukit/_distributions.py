@@ -24,8 +24,8 @@ __all__ = [
     "SUBPACKAGES",
     "check_siblings",
     "distribution_version",
-    "installed_versions",
     "install_missing_subpackage_hook",
+    "installed_versions",
 ]
 
 # distribution -> what it provides

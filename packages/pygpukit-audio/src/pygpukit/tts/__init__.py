@@ -5,7 +5,9 @@ from __future__ import annotations
 try:
     from pygpukit._distributions import check_siblings, distribution_version
 except ImportError as exc:  # pygpukit-core (which owns pygpukit/__init__.py) is missing
-    raise ImportError("pygpukit-audio needs the pygpukit-core distribution, which is not installed: pip install pygpukit-core") from exc
+    raise ImportError(
+        "pygpukit-audio needs the pygpukit-core distribution, which is not installed: pip install pygpukit-core"
+    ) from exc
 
 check_siblings("pygpukit-audio", required=("pygpukit-core", "pygpukit-ops"))
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["LibrarySpec", "candidates", "CUDA_DRIVER", "NVRTC", "CUBLASLT"]
+__all__ = ["CUBLASLT", "CUDA_DRIVER", "NVRTC", "LibrarySpec", "candidates"]
 
 
 @dataclass(frozen=True)

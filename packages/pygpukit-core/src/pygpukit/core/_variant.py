@@ -18,7 +18,7 @@ from types import ModuleType
 from . import _libraries
 from .errors import PyGPUkitError, VersionMismatchError
 
-__all__ = ["VARIANTS", "VariantChoice", "installed_variants", "probe_driver_version", "choose_variant", "any_native"]
+__all__ = ["VARIANTS", "VariantChoice", "any_native", "choose_variant", "installed_variants", "probe_driver_version"]
 
 VARIANTS: dict[str, int] = {"cu13": 13, "cu12": 12}  # newest first
 
@@ -108,7 +108,9 @@ def choose_variant() -> VariantChoice:
         if forced not in VARIANTS:
             raise PyGPUkitError(f"PYGPUKIT_CUDA_VARIANT must be one of {sorted(VARIANTS)}, got {forced!r}")
         if forced not in installed:
-            return VariantChoice(None, None, f"PYGPUKIT_CUDA_VARIANT={forced} but pygpukit-core-{forced} is not installed", driver)
+            return VariantChoice(
+                None, None, f"PYGPUKIT_CUDA_VARIANT={forced} but pygpukit-core-{forced} is not installed", driver
+            )
         return VariantChoice(forced, _import_variant(forced), f"forced by PYGPUKIT_CUDA_VARIANT={forced}", driver)
     if not installed:
         return VariantChoice(

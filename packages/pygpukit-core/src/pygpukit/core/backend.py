@@ -18,13 +18,13 @@ from . import _libraries, _variant
 from .errors import BackendUnavailableError, DeviceError, LibraryNotFoundError, PyGPUkitError
 
 __all__ = [
+    "MIN_COMPUTE_CAPABILITY",
     "BackendFallbackWarning",
     "BackendState",
     "backend_state",
     "current_backend",
     "is_cuda_available",
     "native_module",
-    "MIN_COMPUTE_CAPABILITY",
 ]
 
 MIN_COMPUTE_CAPABILITY = (8, 0)
@@ -84,7 +84,9 @@ def _detect() -> BackendState:
             f"{p['name']} (sm_{p['compute_capability'][0]}{p['compute_capability'][1]})"
             for p in (native.device_properties(i) for i in range(count))
         )
-        return BackendState("cpu", f"no GPU with compute capability >= 8.0 (found {names})", choice.variant, native, driver)
+        return BackendState(
+            "cpu", f"no GPU with compute capability >= 8.0 (found {names})", choice.variant, native, driver
+        )
     return BackendState(
         "cuda", f"{choice.variant} native module: {choice.reason}", choice.variant, native, driver, choice.driver
     )
@@ -97,7 +99,9 @@ def backend_state() -> BackendState:
         if _state is None:
             state = _detect()
             if state.name == "cpu" and _requested() == "cuda":
-                raise BackendUnavailableError(f"PYGPUKIT_BACKEND=cuda but the CUDA backend is unavailable: {state.reason}")
+                raise BackendUnavailableError(
+                    f"PYGPUKIT_BACKEND=cuda but the CUDA backend is unavailable: {state.reason}"
+                )
             if state.name == "cpu" and _requested() == "auto":
                 warnings.warn(
                     f"{state.reason}; falling back to CPU simulation backend",

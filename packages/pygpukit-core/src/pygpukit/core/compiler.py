@@ -72,7 +72,10 @@ def get_nvrtc_path() -> str | None:
 
 def get_nvrtc_version() -> tuple[int, int] | None:
     """(major, minor) of the loaded NVRTC, or None."""
-    return tuple(nvrtc_status()["version"]) if is_nvrtc_available() else None  # type: ignore[return-value]
+    if not is_nvrtc_available():
+        return None
+    major, minor = nvrtc_status()["version"]
+    return int(major), int(minor)
 
 
 def cuda_include_dirs(major: int) -> list[str]:

@@ -1,0 +1,125 @@
+"""NVRTC compile-only: CUBIN and PTX without a GPU, errors with log, options and numbered source."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import pygpukit as gp
+from pygpukit.core.compiler import parse_arch
+from pygpukit.core.errors import LibraryNotFoundError, NvrtcError
+
+SAXPY = """
+extern "C" __global__ void saxpy(float a, const float* x, float* y, long long n) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("arch", "expected"), [("sm_90", "90"), ("90", "90"), (86, "86"), ((12, 0), "120"), ("sm_90a", "90a")]
+)
+def test_parse_arch(arch: object, expected: str) -> None:
+    assert parse_arch(arch) == expected  # type: ignore[arg-type]
+
+
+def test_parse_arch_rejects_nonsense() -> None:
+    with pytest.raises(ValueError, match="architecture must look like"):
+        parse_arch("hopper")
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"])
+def test_cubin_for_every_supported_arch(arch: str) -> None:
+    program = gp.compile_source(SAXPY, arch=arch)
+    assert program.binary[:4] == b"\x7fELF"
+    assert program.target == "cubin"
+    assert f"--gpu-architecture={arch}" in program.options
+
+
+@pytest.mark.nvrtc
+def test_ptx_fallback_names_the_virtual_arch() -> None:
+    program = gp.compile_source(SAXPY, arch=90, target="ptx")
+    text = program.binary.decode()
+    assert ".target sm_90" in text
+    assert ".entry saxpy" in text
+
+
+@pytest.mark.nvrtc
+def test_half_precision_headers_come_from_the_runtime_wheel() -> None:
+    source = (
+        "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda_fp8.h>\n"
+        'extern "C" __global__ void k(__half* a, __nv_bfloat16* b, __nv_fp8_e4m3* c) {\n'
+        "  a[0] = __float2half(1.f); b[0] = __float2bfloat16(2.f); c[0] = __nv_fp8_e4m3(3.f);\n}\n"
+    )
+    assert gp.compile_source(source, arch=89).binary[:4] == b"\x7fELF"
+
+
+@pytest.mark.nvrtc
+def test_name_expressions_give_mangled_names() -> None:
+    source = "template <typename T> __global__ void scale(T* x, T s) { x[threadIdx.x] *= s; }\n"
+    program = gp.compile_source(source, arch=80, name_expressions=["scale<float>", "scale<double>"])
+    assert set(program.lowered_names) == {"scale<float>", "scale<double>"}
+    assert all(name.startswith("_Z") for name in program.lowered_names.values())
+
+
+@pytest.mark.nvrtc
+def test_compile_error_carries_log_options_and_numbered_source() -> None:
+    broken = 'extern "C" __global__ void k(float* x) {\n  x[0] = undefined_symbol;\n}\n'
+    with pytest.raises(NvrtcError) as caught:
+        gp.compile_source(broken, arch=90, name="broken.cu", options=["-DANSWER=42"])
+    error = caught.value
+    assert "undefined_symbol" in error.log
+    assert "-DANSWER=42" in error.options
+    text = str(error)
+    assert "compilation of broken.cu failed" in text
+    assert "2 |   x[0] = undefined_symbol;" in text
+    assert "options:" in text
+    # the runtime stays usable after a failure
+    assert gp.compile_source(SAXPY, arch=90).binary[:4] == b"\x7fELF"
+
+
+@pytest.mark.nvrtc
+def test_bad_option_is_an_nvrtc_error() -> None:
+    with pytest.raises(NvrtcError, match=r"compilation of kernel\.cu failed"):
+        gp.compile_source(SAXPY, arch=90, options=["--no-such-option"])
+
+
+def test_target_is_validated() -> None:
+    with pytest.raises(ValueError, match="target must be 'cubin' or 'ptx'"):
+        gp.compile_source(SAXPY, arch=90, target="sass")  # type: ignore[arg-type]
+
+
+def test_missing_nvrtc_is_a_typed_error_naming_the_path(tmp_path: object) -> None:
+    missing = f"{tmp_path}/libnvrtc.so.13"
+    code = (
+        "import pygpukit as gp\n"
+        "from pygpukit.core.errors import LibraryNotFoundError\n"
+        "print(gp.is_nvrtc_available(), gp.get_nvrtc_path())\n"
+        "try:\n"
+        "    gp.compile_source('', arch=90)\n"
+        "except LibraryNotFoundError as exc:\n"
+        "    print('error', exc.library, exc.attempts)\n"
+    )
+    env = {**os.environ, "PYGPUKIT_NVRTC_PATH": missing}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "False None"
+    assert lines[1].startswith("error NVRTC")
+    assert missing in lines[1]
+    assert LibraryNotFoundError.__name__ == "LibraryNotFoundError"
+
+
+@pytest.mark.nvrtc
+def test_nvrtc_version_and_path() -> None:
+    major, minor = gp.get_nvrtc_version()  # type: ignore[misc]
+    assert major >= 12
+    assert minor >= 0
+    path = gp.get_nvrtc_path()
+    assert path is not None
+    assert "libnvrtc" in path

@@ -1,0 +1,63 @@
+"""Devices as the driver reports them (GPU only), and the CPU-backend behaviour of the same calls."""
+
+from __future__ import annotations
+
+import pytest
+
+import pygpukit as gp
+from pygpukit.core.errors import DeviceError
+
+
+@pytest.mark.gpu
+def test_device_properties_are_plausible() -> None:
+    assert gp.device_count() >= 1
+    for ordinal in range(gp.device_count()):
+        info = gp.get_device_info(ordinal)
+        assert info.ordinal == ordinal
+        assert info.name
+        assert info.uuid.startswith("GPU-")
+        assert info.compute_capability >= (8, 0)
+        assert info.total_memory > 2**30
+        assert info.multiprocessor_count > 0
+        assert info.warp_size == 32
+        assert info.max_threads_per_block >= 1024
+        assert info.max_shared_memory_per_block_optin >= info.max_shared_memory_per_block
+        assert info.l2_cache_bytes > 0
+        assert info.arch == f"sm_{info.compute_capability[0]}{info.compute_capability[1]}"
+
+
+@pytest.mark.gpu
+def test_missing_device_is_a_device_error() -> None:
+    with pytest.raises(DeviceError, match=r"device 999 does not exist"):
+        gp.get_device_info(999)
+
+
+@pytest.mark.gpu
+def test_driver_loads_once_and_reports_cuda_version() -> None:
+    from pygpukit.core import backend
+
+    native = backend.native_module()
+    status = native.driver_status()
+    assert status["loaded"]
+    assert status["init_result"] == 0
+    assert status["version"] >= native.CUDA_MAJOR * 1000
+    assert native.load_driver(["/nonexistent/libcuda.so.1"])["path"] == status["path"]  # idempotent
+
+
+@pytest.mark.gpu
+def test_cublaslt_is_found_on_the_gpu_machine() -> None:
+    from pygpukit.core.cublaslt import cublaslt_status
+
+    status = cublaslt_status()
+    assert status["version"] >= 120000
+    assert "libcublasLt" in status["path"]
+
+
+def test_cpu_backend_has_no_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pygpukit.core import backend
+
+    monkeypatch.setattr(backend, "_state", None)
+    monkeypatch.setenv("PYGPUKIT_BACKEND", "cpu")
+    assert gp.device_count() == 0
+    with pytest.raises(DeviceError, match=r"device 0 does not exist \(0 CUDA device\(s\) available\)"):
+        gp.get_device_info(0)

@@ -1,0 +1,82 @@
+"""Choosing the native variant for the driver, and the explanation when none fits."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from pygpukit.core import _variant
+from pygpukit.core.errors import PyGPUkitError, VersionMismatchError
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """Pretend which variants are installed and which driver version ctypes reads."""
+
+    def configure(installed: list[str], driver: int | None) -> None:
+        monkeypatch.delenv("PYGPUKIT_CUDA_VARIANT", raising=False)
+        monkeypatch.setattr(_variant, "installed_variants", lambda: list(installed))
+        monkeypatch.setattr(_variant, "probe_driver_version", lambda: _variant.DriverProbe(driver, "libcuda.so.1"))
+        monkeypatch.setattr(_variant, "_import_variant", lambda v: types.SimpleNamespace(CUDA_MAJOR=int(v[2:])))
+
+    return configure
+
+
+def test_newest_supported_variant_wins(fake) -> None:  # type: ignore[no-untyped-def]
+    fake(["cu13", "cu12"], 13000)
+    assert _variant.choose_variant().variant == "cu13"
+    fake(["cu13", "cu12"], 12080)
+    assert _variant.choose_variant().variant == "cu12"
+
+
+def test_cu12_variant_serves_a_cuda13_driver(fake) -> None:  # type: ignore[no-untyped-def]
+    fake(["cu12"], 13000)
+    assert _variant.choose_variant().variant == "cu12"
+
+
+def test_too_old_driver_is_explained(fake) -> None:  # type: ignore[no-untyped-def]
+    fake(["cu13"], 12040)
+    choice = _variant.choose_variant()
+    assert choice.module is None
+    assert "driver supports CUDA 12.4" in choice.reason
+    assert "cu13 (needs CUDA >= 13.0)" in choice.reason
+    assert "pygpukit-core-cu12" in choice.reason
+
+
+def test_missing_driver_and_missing_modules_are_explained(fake) -> None:  # type: ignore[no-untyped-def]
+    fake(["cu13"], None)
+    assert _variant.choose_variant().reason == "CUDA driver not detected"
+    fake([], 13000)
+    assert "no native module is installed" in _variant.choose_variant().reason
+
+
+def test_forced_variant(fake, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    fake(["cu13", "cu12"], 13000)
+    monkeypatch.setenv("PYGPUKIT_CUDA_VARIANT", "cu12")
+    choice = _variant.choose_variant()
+    assert choice.variant == "cu12"
+    assert "PYGPUKIT_CUDA_VARIANT" in choice.reason
+    monkeypatch.setenv("PYGPUKIT_CUDA_VARIANT", "cu11")
+    with pytest.raises(PyGPUkitError, match="PYGPUKIT_CUDA_VARIANT must be one of"):
+        _variant.choose_variant()
+
+
+def test_native_module_version_must_match_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    installed = _variant.installed_variants()
+    if not installed:
+        pytest.skip("no native module installed")
+    module = _variant._import_variant(installed[0])
+    monkeypatch.setattr(module, "__version__", "9.9.9")
+    with pytest.raises(VersionMismatchError, match=r"pygpukit-core .* found the native module .* 9\.9\.9"):
+        _variant._import_variant(installed[0])
+
+
+def test_installed_native_modules_describe_themselves() -> None:
+    import pygpukit
+
+    for variant in _variant.installed_variants():
+        module = _variant._import_variant(variant)
+        assert _variant.VARIANTS[variant] == module.CUDA_MAJOR
+        assert module.CUDA_HEADER_VERSION // 1000 == module.CUDA_MAJOR
+        assert module.__version__ == pygpukit.__version__
