@@ -36,7 +36,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tools-only", action="store_true", help="install uv and nox, then stop")
     args = parser.parse_args()
-    if sys.version_info < (3, 10):
+    if sys.version_info < (3, 10):  # noqa: UP036 - this script may run on any python3
         sys.exit(f"pygpukit needs Python 3.10 or newer; {sys.executable} is {sys.version.split()[0]}")
     install_tools()
     if args.tools_only:
