@@ -46,7 +46,7 @@ def _sync(session: nox.Session) -> None:
 
 @nox.session
 def dev(session: nox.Session) -> None:
-    """Install the whole workspace editable (native parts built) and run `pygpukit info`."""
+    """Install the whole workspace (Python editable, native variants built) and run `pygpukit info`."""
     _sync(session)
     session.run(UV, "run", "--locked", "python", "-m", "pygpukit", "info", external=True)
 

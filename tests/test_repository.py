@@ -53,6 +53,14 @@ def test_siblings_are_pinned_exactly_to_their_current_versions() -> None:
         assert spec.version == PROJECTS[req.name]["version"], f"{owner}: {req} does not match {req.name}"
 
 
+def test_lockstep_versions_that_are_checked_at_import() -> None:
+    core = PROJECTS["pygpukit-core"]["version"]
+    assert PROJECTS["pygpukit-core-cu12"]["version"] == core
+    assert PROJECTS["pygpukit-core-cu13"]["version"] == core
+    cargo = tomllib.loads((ROOT / "Cargo.toml").read_text())["workspace"]["package"]["version"]
+    assert PROJECTS["pygpukit-sched"]["version"] == cargo
+
+
 def test_meta_package_extras() -> None:
     meta = PROJECTS["pygpukit"]
     assert {Requirement(r).name for r in meta["dependencies"]} == {"pygpukit-core", "pygpukit-ops"}

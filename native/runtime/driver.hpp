@@ -45,9 +45,9 @@ int built_cuda_major();
 int built_header_version();
 
 // Opens libcuda from the candidates (first one that loads), resolves the table and calls cuInit(0).
-// Idempotent: later calls return the status of the first successful load. Throws LibraryNotFound
-// when no candidate loads, and CudaFailure (naming the reason) when the driver is older than this module's
-// CUDA major.
+// Idempotent: later calls return the status of the first successful load. Throws LibraryNotFound when
+// no candidate loads or when the driver is older than this module's CUDA major (naming both versions).
+// A failing cuInit is not thrown: it is recorded in the status (init_result, init_error).
 const DriverStatus& load_driver(const std::vector<std::string>& candidates);
 
 // The status so far (loaded == false before load_driver succeeded).

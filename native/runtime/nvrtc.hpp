@@ -1,4 +1,5 @@
-// NVRTC, opened at run time from a candidate list (pip wheel, system, PYGPUKIT_NVRTC_PATH). Only the
+// NVRTC, opened at run time from a candidate list (PYGPUKIT_NVRTC_PATH alone when set, else the pip
+// wheels, then the system; the list is built in pygpukit/core/_libraries.py). Only the
 // C API's stable entry points are declared here, so no NVRTC header or library is needed to build.
 // Compilation needs no GPU: that is what lets CI compile every built-in kernel for every arch.
 #pragma once

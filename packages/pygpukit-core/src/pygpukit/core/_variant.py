@@ -18,7 +18,15 @@ from types import ModuleType
 from . import _libraries
 from .errors import PyGPUkitError, VersionMismatchError
 
-__all__ = ["VARIANTS", "VariantChoice", "any_native", "choose_variant", "installed_variants", "probe_driver_version"]
+__all__ = [
+    "VARIANTS",
+    "VariantChoice",
+    "any_native",
+    "choose_variant",
+    "installed_variants",
+    "preferred_major",
+    "probe_driver_version",
+]
 
 VARIANTS: dict[str, int] = {"cu13": 13, "cu12": 12}  # newest first
 
@@ -131,6 +139,17 @@ def choose_variant() -> VariantChoice:
     variant = usable[0]
     why = f"newest installed variant supported by the driver (CUDA {format_cuda_version(driver.version)})"
     return VariantChoice(variant, _import_variant(variant), why, driver)
+
+
+def preferred_major(native: ModuleType) -> int:
+    """The CUDA major whose NVRTC/cuBLASLt to try first: the driver's, so code NVRTC emits can load.
+
+    Without a driver (compile-only use) it is the native module's own major.
+    """
+    version = probe_driver_version().version
+    if version is not None:
+        return min(version // 1000, max(VARIANTS.values()))
+    return int(getattr(native, "CUDA_MAJOR", max(VARIANTS.values())))
 
 
 def any_native() -> ModuleType | None:

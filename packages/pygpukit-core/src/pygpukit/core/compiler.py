@@ -47,9 +47,8 @@ def nvrtc_status() -> dict[str, Any]:
                 "NVRTC cannot be used without a pygpukit native module (pygpukit-core-cu13 or -cu12)", library="NVRTC"
             )
             raise _error
-        preferred = int(getattr(native, "CUDA_MAJOR", 13))
         try:
-            _status = dict(native.load_nvrtc(_libraries.candidates(_libraries.NVRTC, preferred)))
+            _status = dict(native.load_nvrtc(_libraries.candidates(_libraries.NVRTC, _variant.preferred_major(native))))
         except LibraryNotFoundError as exc:
             _error = exc
             raise

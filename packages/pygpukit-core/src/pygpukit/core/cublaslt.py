@@ -30,9 +30,10 @@ def cublaslt_status() -> dict[str, Any]:
                 library="cuBLASLt",
             )
             raise _error
-        preferred = int(getattr(native, "CUDA_MAJOR", 13))
         try:
-            _status = dict(native.load_cublaslt(_libraries.candidates(_libraries.CUBLASLT, preferred)))
+            _status = dict(
+                native.load_cublaslt(_libraries.candidates(_libraries.CUBLASLT, _variant.preferred_major(native)))
+            )
         except LibraryNotFoundError as exc:
             _error = exc
             raise
