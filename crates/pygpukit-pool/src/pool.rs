@@ -1,0 +1,473 @@
+//! The pool's bookkeeping and decisions. It never touches the device: the caller (native/runtime's
+//! allocator) performs the driver calls the decisions ask for and reports back.
+//!
+//! Free blocks are cached per stream: a block freed on stream S is handed out again only for work on
+//! S, where stream order makes reuse safe without events. Cached blocks are released least recently
+//! freed first when the limit or the driver says memory is short.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use crate::size_class::{fits, round_size};
+
+/// A stream handle value; 0 is the legacy default stream.
+pub type StreamId = u64;
+/// A device pointer value.
+pub type DevicePtr = u64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BlockState {
+    InUse,
+    Cached { tick: u64 },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Block {
+    size: u64,
+    stream: StreamId,
+    state: BlockState,
+}
+
+/// What the caller must do to satisfy a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Hand out this cached block; it is now in use.
+    Reuse { ptr: DevicePtr, size: u64 },
+    /// Free the `release`d cached blocks on the device (they are already forgotten), then allocate
+    /// `size` bytes and report the result with [`Pool::register`] or [`Pool::abandon`].
+    Allocate {
+        size: u64,
+        release: Vec<(DevicePtr, u64)>,
+    },
+}
+
+/// Why a request or a free was refused. Nothing in the pool changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PoolError {
+    /// The request cannot fit under the limit even with every cached block released.
+    OutOfMemory {
+        requested: u64,
+        rounded: u64,
+        in_use: u64,
+        cached: u64,
+        limit: u64,
+    },
+    /// The request's size cannot be represented after rounding.
+    TooLarge {
+        requested: u64,
+    },
+    /// `free` or `register` of a pointer the pool does not know / already knows.
+    UnknownPointer(DevicePtr),
+    DoubleFree(DevicePtr),
+    AlreadyRegistered(DevicePtr),
+}
+
+impl fmt::Display for PoolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PoolError::OutOfMemory {
+                requested,
+                rounded,
+                in_use,
+                cached,
+                limit,
+            } => write!(
+                f,
+                "out of memory: requested {requested} bytes ({rounded} after rounding), \
+                 {in_use} bytes in use, {cached} bytes cached, limit {limit} bytes"
+            ),
+            PoolError::TooLarge { requested } => {
+                write!(f, "request of {requested} bytes is too large")
+            }
+            PoolError::UnknownPointer(p) => {
+                write!(f, "pointer {p:#x} was not allocated by this pool")
+            }
+            PoolError::DoubleFree(p) => write!(f, "pointer {p:#x} was already freed"),
+            PoolError::AlreadyRegistered(p) => write!(f, "pointer {p:#x} is already registered"),
+        }
+    }
+}
+
+impl std::error::Error for PoolError {}
+
+/// Counters and gauges of one pool. Byte gauges are of rounded (allocated) sizes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub in_use_bytes: u64,
+    pub cached_bytes: u64,
+    /// Reserved for allocations the caller is performing right now.
+    pub pending_bytes: u64,
+    pub peak_in_use_bytes: u64,
+    pub in_use_blocks: u64,
+    pub cached_blocks: u64,
+    /// Requests served (reuse or new allocation).
+    pub requests: u64,
+    /// Requests served from the cache.
+    pub reuse_hits: u64,
+    /// Device allocations registered.
+    pub device_allocations: u64,
+    pub frees: u64,
+    /// Cached blocks handed back for release to the device, and their bytes.
+    pub releases: u64,
+    pub released_bytes: u64,
+    /// The limit in bytes, `u64::MAX` when unlimited.
+    pub limit: u64,
+}
+
+/// The pool of one device.
+#[derive(Debug, Default)]
+pub struct Pool {
+    limit: Option<u64>,
+    blocks: HashMap<DevicePtr, Block>,
+    /// stream -> size -> pointers of cached blocks of that size
+    free_lists: HashMap<StreamId, BTreeMap<u64, Vec<DevicePtr>>>,
+    /// tick of caching -> pointer, oldest first
+    lru: BTreeMap<u64, DevicePtr>,
+    tick: u64,
+    stats: Stats,
+}
+
+impl Pool {
+    /// A pool with an optional limit on in-use + cached + pending bytes.
+    pub fn new(limit: Option<u64>) -> Self {
+        Pool {
+            limit,
+            stats: Stats {
+                limit: limit.unwrap_or(u64::MAX),
+                ..Stats::default()
+            },
+            ..Pool::default()
+        }
+    }
+
+    pub fn limit(&self) -> Option<u64> {
+        self.limit
+    }
+
+    /// Changes the limit. Cached blocks above a lower limit are returned for release; in-use blocks
+    /// are never taken away, so usage may stay above the new limit until they are freed.
+    pub fn set_limit(&mut self, limit: Option<u64>) -> Vec<(DevicePtr, u64)> {
+        self.limit = limit;
+        self.stats.limit = limit.unwrap_or(u64::MAX);
+        match limit {
+            Some(limit) => {
+                let excess = self.reserved().saturating_sub(limit);
+                self.release_lru(excess)
+            }
+            None => Vec::new(),
+        }
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    fn reserved(&self) -> u64 {
+        self.stats.in_use_bytes + self.stats.cached_bytes + self.stats.pending_bytes
+    }
+
+    /// Decides how to serve a request of `size` bytes for work on `stream`.
+    pub fn request(&mut self, size: u64, stream: StreamId) -> Result<Decision, PoolError> {
+        let rounded = round_size(size).ok_or(PoolError::TooLarge { requested: size })?;
+        if let Some(ptr) = self.take_cached(stream, rounded) {
+            let block = self.blocks.get_mut(&ptr).expect("cached pointer is known");
+            block.state = BlockState::InUse;
+            let block_size = block.size;
+            self.stats.cached_bytes -= block_size;
+            self.stats.cached_blocks -= 1;
+            self.mark_in_use(block_size);
+            self.stats.requests += 1;
+            self.stats.reuse_hits += 1;
+            return Ok(Decision::Reuse {
+                ptr,
+                size: block_size,
+            });
+        }
+        let mut release = Vec::new();
+        if let Some(limit) = self.limit {
+            let used = self.stats.in_use_bytes + self.stats.pending_bytes;
+            if rounded > limit || used + rounded > limit {
+                return Err(self.out_of_memory(size, rounded, limit));
+            }
+            let excess = (self.reserved() + rounded).saturating_sub(limit);
+            release = self.release_lru(excess);
+        }
+        self.stats.pending_bytes += rounded;
+        Ok(Decision::Allocate {
+            size: rounded,
+            release,
+        })
+    }
+
+    fn out_of_memory(&self, requested: u64, rounded: u64, limit: u64) -> PoolError {
+        PoolError::OutOfMemory {
+            requested,
+            rounded,
+            in_use: self.stats.in_use_bytes,
+            cached: self.stats.cached_bytes,
+            limit,
+        }
+    }
+
+    /// The current state as an out-of-memory error, for when the device itself refused.
+    pub fn device_out_of_memory(&self, requested: u64) -> PoolError {
+        let rounded = round_size(requested).unwrap_or(requested);
+        self.out_of_memory(requested, rounded, self.limit.unwrap_or(u64::MAX))
+    }
+
+    /// Records the device allocation made for an `Allocate` decision of `size` bytes.
+    pub fn register(
+        &mut self,
+        ptr: DevicePtr,
+        size: u64,
+        stream: StreamId,
+    ) -> Result<(), PoolError> {
+        if self.blocks.contains_key(&ptr) {
+            return Err(PoolError::AlreadyRegistered(ptr));
+        }
+        self.stats.pending_bytes = self.stats.pending_bytes.saturating_sub(size);
+        self.blocks.insert(
+            ptr,
+            Block {
+                size,
+                stream,
+                state: BlockState::InUse,
+            },
+        );
+        self.mark_in_use(size);
+        self.stats.requests += 1;
+        self.stats.device_allocations += 1;
+        Ok(())
+    }
+
+    /// The device allocation for an `Allocate` decision of `size` bytes failed: drop the reservation.
+    pub fn abandon(&mut self, size: u64) {
+        self.stats.pending_bytes = self.stats.pending_bytes.saturating_sub(size);
+    }
+
+    fn mark_in_use(&mut self, size: u64) {
+        self.stats.in_use_bytes += size;
+        self.stats.in_use_blocks += 1;
+        self.stats.peak_in_use_bytes = self.stats.peak_in_use_bytes.max(self.stats.in_use_bytes);
+    }
+
+    /// Returns an in-use block to the cache of its stream.
+    pub fn free(&mut self, ptr: DevicePtr) -> Result<(), PoolError> {
+        let tick = self.tick;
+        let block = self
+            .blocks
+            .get_mut(&ptr)
+            .ok_or(PoolError::UnknownPointer(ptr))?;
+        if block.state != BlockState::InUse {
+            return Err(PoolError::DoubleFree(ptr));
+        }
+        block.state = BlockState::Cached { tick };
+        let (size, stream) = (block.size, block.stream);
+        self.tick += 1;
+        self.lru.insert(tick, ptr);
+        self.free_lists
+            .entry(stream)
+            .or_default()
+            .entry(size)
+            .or_default()
+            .push(ptr);
+        self.stats.in_use_bytes -= size;
+        self.stats.in_use_blocks -= 1;
+        self.stats.cached_bytes += size;
+        self.stats.cached_blocks += 1;
+        self.stats.frees += 1;
+        Ok(())
+    }
+
+    /// Releases cached blocks, least recently freed first, until at least `bytes` are released
+    /// (all of them for `None`). The caller frees the returned blocks on the device.
+    pub fn release_cached(&mut self, bytes: Option<u64>) -> Vec<(DevicePtr, u64)> {
+        self.release_lru(bytes.unwrap_or(u64::MAX))
+    }
+
+    /// Releases every cached block of one stream (before the stream is destroyed).
+    pub fn release_stream(&mut self, stream: StreamId) -> Vec<(DevicePtr, u64)> {
+        let ptrs: Vec<DevicePtr> = self
+            .free_lists
+            .get(&stream)
+            .map(|sizes| sizes.values().flatten().copied().collect())
+            .unwrap_or_default();
+        ptrs.into_iter()
+            .map(|ptr| self.forget_cached(ptr))
+            .collect()
+    }
+
+    fn release_lru(&mut self, bytes: u64) -> Vec<(DevicePtr, u64)> {
+        let mut released = Vec::new();
+        let mut total = 0u64;
+        while total < bytes {
+            let Some((_, &ptr)) = self.lru.iter().next() else {
+                break;
+            };
+            let entry = self.forget_cached(ptr);
+            total += entry.1;
+            released.push(entry);
+        }
+        released
+    }
+
+    /// Removes a cached block from every index and the stats; returns (ptr, size).
+    fn forget_cached(&mut self, ptr: DevicePtr) -> (DevicePtr, u64) {
+        let block = self.blocks.remove(&ptr).expect("cached pointer is known");
+        let BlockState::Cached { tick } = block.state else {
+            panic!("forget_cached of an in-use block")
+        };
+        self.lru.remove(&tick);
+        if let Some(sizes) = self.free_lists.get_mut(&block.stream) {
+            if let Some(list) = sizes.get_mut(&block.size) {
+                list.retain(|&p| p != ptr);
+                if list.is_empty() {
+                    sizes.remove(&block.size);
+                }
+            }
+            if sizes.is_empty() {
+                self.free_lists.remove(&block.stream);
+            }
+        }
+        self.stats.cached_bytes -= block.size;
+        self.stats.cached_blocks -= 1;
+        self.stats.releases += 1;
+        self.stats.released_bytes += block.size;
+        (ptr, block.size)
+    }
+
+    /// Best fit among the stream's cached blocks: the smallest that fits without too much waste.
+    fn take_cached(&mut self, stream: StreamId, rounded: u64) -> Option<DevicePtr> {
+        let sizes = self.free_lists.get_mut(&stream)?;
+        let (&size, _) = sizes.range(rounded..).next()?;
+        if !fits(size, rounded) {
+            return None;
+        }
+        let list = sizes.get_mut(&size)?;
+        let ptr = list.pop()?;
+        if list.is_empty() {
+            sizes.remove(&size);
+        }
+        if sizes.is_empty() {
+            self.free_lists.remove(&stream);
+        }
+        if let Some(BlockState::Cached { tick }) = self.blocks.get(&ptr).map(|b| b.state) {
+            self.lru.remove(&tick);
+        }
+        Some(ptr)
+    }
+
+    /// Whether `ptr` is a block this pool handed out and that is still in use.
+    pub fn is_in_use(&self, ptr: DevicePtr) -> bool {
+        matches!(
+            self.blocks.get(&ptr),
+            Some(Block {
+                state: BlockState::InUse,
+                ..
+            })
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allocate(pool: &mut Pool, size: u64, stream: StreamId, next_ptr: &mut u64) -> DevicePtr {
+        match pool.request(size, stream).unwrap() {
+            Decision::Reuse { ptr, .. } => ptr,
+            Decision::Allocate { size, .. } => {
+                let ptr = *next_ptr;
+                *next_ptr += size.max(1 << 21);
+                pool.register(ptr, size, stream).unwrap();
+                ptr
+            }
+        }
+    }
+
+    #[test]
+    fn freed_block_is_reused_on_the_same_stream_only() {
+        let mut pool = Pool::new(None);
+        let mut next = 1 << 32;
+        let a = allocate(&mut pool, 1000, 7, &mut next);
+        pool.free(a).unwrap();
+        assert!(matches!(
+            pool.request(1000, 8).unwrap(),
+            Decision::Allocate { size: 1024, .. }
+        ));
+        pool.abandon(1024);
+        assert_eq!(
+            pool.request(900, 7).unwrap(),
+            Decision::Reuse { ptr: a, size: 1024 }
+        );
+        let s = pool.stats();
+        assert_eq!(
+            (
+                s.reuse_hits,
+                s.device_allocations,
+                s.in_use_bytes,
+                s.cached_bytes
+            ),
+            (1, 1, 1024, 0)
+        );
+    }
+
+    #[test]
+    fn limit_releases_lru_cache_before_refusing() {
+        let mut pool = Pool::new(Some(4096));
+        let mut next = 1 << 32;
+        let a = allocate(&mut pool, 2048, 1, &mut next);
+        let b = allocate(&mut pool, 1024, 1, &mut next);
+        pool.free(a).unwrap();
+        pool.free(b).unwrap();
+        // 3072 bytes cached; a 3072-byte request on another stream needs 2048 released (a first).
+        match pool.request(3072, 2).unwrap() {
+            Decision::Allocate { size, release } => {
+                assert_eq!(size, 3072);
+                assert_eq!(release, vec![(a, 2048)]);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert_eq!(pool.stats().pending_bytes, 3072);
+        let err = pool.request(2048, 2).unwrap_err();
+        assert_eq!(
+            err,
+            PoolError::OutOfMemory {
+                requested: 2048,
+                rounded: 2048,
+                in_use: 0,
+                cached: 1024,
+                limit: 4096
+            }
+        );
+        assert!(err.to_string().contains("limit 4096 bytes"));
+    }
+
+    #[test]
+    fn double_free_and_unknown_pointers_are_refused() {
+        let mut pool = Pool::new(None);
+        let mut next = 1 << 32;
+        let a = allocate(&mut pool, 10, 0, &mut next);
+        pool.free(a).unwrap();
+        assert_eq!(pool.free(a), Err(PoolError::DoubleFree(a)));
+        assert_eq!(pool.free(12345), Err(PoolError::UnknownPointer(12345)));
+        assert_eq!(
+            pool.register(a, 512, 0),
+            Err(PoolError::AlreadyRegistered(a))
+        );
+    }
+
+    #[test]
+    fn release_stream_and_set_limit() {
+        let mut pool = Pool::new(None);
+        let mut next = 1 << 32;
+        let a = allocate(&mut pool, 512, 3, &mut next);
+        let b = allocate(&mut pool, 512, 4, &mut next);
+        pool.free(a).unwrap();
+        pool.free(b).unwrap();
+        assert_eq!(pool.release_stream(3), vec![(a, 512)]);
+        assert_eq!(pool.set_limit(Some(0)), vec![(b, 512)]);
+        assert_eq!(pool.stats().cached_bytes, 0);
+        assert_eq!(pool.stats().releases, 2);
+    }
+}

@@ -1,0 +1,136 @@
+//! Property tests of the pool under random allocate/free/release sequences: no block is handed out
+//! twice, the statistics equal what the blocks add up to, and a limit is never exceeded.
+
+use std::collections::HashMap;
+
+use proptest::prelude::*;
+use pygpukit_pool::{Decision, Pool, PoolError};
+
+#[derive(Clone, Debug)]
+enum Op {
+    Allocate { size: u64, stream: u64 },
+    Free { index: usize },
+    DeviceRefuses { size: u64, stream: u64 },
+    ReleaseCached { bytes: Option<u64> },
+    ReleaseStream { stream: u64 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (1u64..3_000_000, 0u64..3).prop_map(|(size, stream)| Op::Allocate { size, stream }),
+        4 => any::<usize>().prop_map(|index| Op::Free { index }),
+        1 => (1u64..100_000, 0u64..3).prop_map(|(size, stream)| Op::DeviceRefuses { size, stream }),
+        1 => proptest::option::of(1u64..4_000_000).prop_map(|bytes| Op::ReleaseCached { bytes }),
+        1 => (0u64..3).prop_map(|stream| Op::ReleaseStream { stream }),
+    ]
+}
+
+/// The device the tests pretend to have: hands out fresh, never-overlapping addresses.
+struct FakeDevice {
+    next: u64,
+    live: HashMap<u64, u64>,
+}
+
+impl FakeDevice {
+    fn allocate(&mut self, size: u64) -> u64 {
+        let ptr = self.next;
+        self.next += size + 4096;
+        self.live.insert(ptr, size);
+        ptr
+    }
+    fn release(&mut self, blocks: &[(u64, u64)]) {
+        for (ptr, size) in blocks {
+            assert_eq!(
+                self.live.remove(ptr),
+                Some(*size),
+                "released a block the device does not hold"
+            );
+        }
+    }
+}
+
+fn run(limit: Option<u64>, ops: Vec<Op>) {
+    let mut pool = Pool::new(limit);
+    let mut device = FakeDevice {
+        next: 1 << 40,
+        live: HashMap::new(),
+    };
+    let mut in_use: Vec<(u64, u64)> = Vec::new(); // (ptr, size) handed out and not freed
+    for op in ops {
+        match op {
+            Op::Allocate { size, stream } | Op::DeviceRefuses { size, stream } => {
+                let refuse = matches!(op, Op::DeviceRefuses { .. });
+                match pool.request(size, stream) {
+                    Ok(Decision::Reuse { ptr, size: got }) => {
+                        assert!(got >= size);
+                        assert!(
+                            !in_use.iter().any(|&(p, _)| p == ptr),
+                            "block {ptr:#x} handed out twice"
+                        );
+                        in_use.push((ptr, got));
+                    }
+                    Ok(Decision::Allocate { size: got, release }) => {
+                        assert!(got >= size);
+                        device.release(&release);
+                        if refuse {
+                            pool.abandon(got);
+                        } else {
+                            let ptr = device.allocate(got);
+                            pool.register(ptr, got, stream).unwrap();
+                            in_use.push((ptr, got));
+                        }
+                    }
+                    Err(PoolError::OutOfMemory { limit: l, .. }) => assert_eq!(Some(l), limit),
+                    Err(other) => panic!("unexpected {other:?}"),
+                }
+            }
+            Op::Free { index } => {
+                if !in_use.is_empty() {
+                    let (ptr, _) = in_use.swap_remove(index % in_use.len());
+                    pool.free(ptr).unwrap();
+                    assert_eq!(pool.free(ptr), Err(PoolError::DoubleFree(ptr)));
+                }
+            }
+            Op::ReleaseCached { bytes } => device.release(&pool.release_cached(bytes)),
+            Op::ReleaseStream { stream } => device.release(&pool.release_stream(stream)),
+        }
+        let stats = pool.stats();
+        assert_eq!(
+            stats.in_use_bytes,
+            in_use.iter().map(|&(_, s)| s).sum::<u64>()
+        );
+        assert_eq!(stats.in_use_blocks, in_use.len() as u64);
+        let held: u64 = device.live.values().sum();
+        assert_eq!(
+            stats.in_use_bytes + stats.cached_bytes,
+            held,
+            "pool and device disagree"
+        );
+        assert_eq!(stats.pending_bytes, 0);
+        assert_eq!(stats.requests, stats.reuse_hits + stats.device_allocations);
+        assert!(stats.peak_in_use_bytes >= stats.in_use_bytes);
+        if let Some(limit) = limit {
+            assert!(held <= limit, "{held} bytes held over the limit {limit}");
+        }
+        for &(ptr, _) in &in_use {
+            assert!(pool.is_in_use(ptr));
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn unlimited_pool_invariants(ops in proptest::collection::vec(op(), 1..200)) {
+        run(None, ops);
+    }
+
+    #[test]
+    fn limited_pool_never_exceeds_its_limit(
+        limit in 1u64..16_000_000,
+        ops in proptest::collection::vec(op(), 1..200),
+    ) {
+        run(Some(limit), ops);
+    }
+}
