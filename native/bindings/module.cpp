@@ -4,10 +4,15 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "../runtime/context.hpp"
 #include "../runtime/cublaslt.hpp"
 #include "../runtime/driver.hpp"
 #include "../runtime/errors.hpp"
+#include "../runtime/graph.hpp"
+#include "../runtime/memory.hpp"
+#include "../runtime/module.hpp"
 #include "../runtime/nvrtc.hpp"
+#include "../runtime/streams.hpp"
 
 namespace py = pybind11;
 using namespace pygpukit;
@@ -40,6 +45,13 @@ void translate(std::exception_ptr pending) {
     py::object cls = error_class("NvrtcError");
     raise(cls, cls(e.what(), py::arg("code") = e.code(), py::arg("log") = e.log(),
                    py::arg("options") = e.options()));
+  } catch (const OutOfMemory& e) {
+    py::object cls = error_class("OutOfMemoryError");
+    raise(cls, cls(e.what(), py::arg("requested") = e.requested, py::arg("in_use") = e.in_use,
+                   py::arg("cached") = e.cached, py::arg("limit") = e.limit));
+  } catch (const InvalidFree& e) {
+    py::object cls = error_class("InvalidPointerError");
+    raise(cls, cls(e.what()));
   } catch (const RuntimeFailure& e) {
     py::object cls = error_class("PyGPUkitError");
     raise(cls, cls(e.what()));
@@ -100,6 +112,119 @@ py::dict properties_dict(const DeviceProperties& p) {
   d["unified_addressing"] = p.unified_addressing;
   d["concurrent_managed_access"] = p.concurrent_managed_access;
   return d;
+}
+
+py::dict stats_dict(const PgkStats& s) {
+  py::dict d;
+  d["in_use_bytes"] = s.in_use_bytes;
+  d["cached_bytes"] = s.cached_bytes;
+  d["pending_bytes"] = s.pending_bytes;
+  d["peak_in_use_bytes"] = s.peak_in_use_bytes;
+  d["in_use_blocks"] = s.in_use_blocks;
+  d["cached_blocks"] = s.cached_blocks;
+  d["requests"] = s.requests;
+  d["reuse_hits"] = s.reuse_hits;
+  d["device_allocations"] = s.device_allocations;
+  d["frees"] = s.frees;
+  d["releases"] = s.releases;
+  d["released_bytes"] = s.released_bytes;
+  d["limit"] = s.limit == UINT64_MAX ? py::object(py::none()) : py::object(py::int_(s.limit));
+  return d;
+}
+
+void bind_runtime(py::module_& m) {
+  using u64 = std::uint64_t;
+  m.def("set_device", &set_device, py::arg("ordinal"));
+  m.def("get_device", &current_device);
+  m.def("device_synchronize", &device_synchronize, py::call_guard<py::gil_scoped_release>());
+
+  m.def("mem_alloc", &device_allocate, py::arg("nbytes"), py::arg("stream") = 0,
+        "Allocate device memory through the pool; returns the pointer.");
+  m.def("mem_free", &device_free, py::arg("ptr"));
+  m.def("mem_empty_cache", &empty_cache, py::arg("all_devices") = false);
+  m.def("mem_set_limit", &set_memory_limit, py::arg("bytes"));
+  m.def("mem_stats", [] { return stats_dict(memory_stats()); });
+  m.def("mem_get_info", [] {
+    std::size_t free_bytes = 0, total_bytes = 0;
+    device_memory_info(&free_bytes, &total_bytes);
+    return py::make_tuple(free_bytes, total_bytes);
+  });
+  m.def("pinned_alloc", &pinned_allocate, py::arg("nbytes"));
+  m.def("pinned_free", &pinned_free, py::arg("ptr"));
+  auto copy_fn = [](CopyKind kind) {
+    return [kind](u64 dst, u64 src, u64 nbytes, u64 stream, bool async) {
+      copy(kind, dst, src, nbytes, stream, async);
+    };
+  };
+  m.def("memcpy_htod", copy_fn(CopyKind::HostToDevice), py::arg("dst"), py::arg("src"), py::arg("nbytes"),
+        py::arg("stream") = 0, py::arg("async_") = false, py::call_guard<py::gil_scoped_release>());
+  m.def("memcpy_dtoh", copy_fn(CopyKind::DeviceToHost), py::arg("dst"), py::arg("src"), py::arg("nbytes"),
+        py::arg("stream") = 0, py::arg("async_") = false, py::call_guard<py::gil_scoped_release>());
+  m.def("memcpy_dtod", copy_fn(CopyKind::DeviceToDevice), py::arg("dst"), py::arg("src"), py::arg("nbytes"),
+        py::arg("stream") = 0, py::arg("async_") = false, py::call_guard<py::gil_scoped_release>());
+  m.def("memset_d8", &memset_bytes, py::arg("dst"), py::arg("value"), py::arg("nbytes"),
+        py::arg("stream") = 0);
+
+  m.def("stream_create", &stream_create, py::arg("priority") = 0, py::arg("non_blocking") = true);
+  m.def("stream_destroy", &stream_destroy, py::arg("stream"), py::call_guard<py::gil_scoped_release>());
+  m.def("stream_synchronize", &stream_synchronize, py::arg("stream"),
+        py::call_guard<py::gil_scoped_release>());
+  m.def("stream_query", &stream_query, py::arg("stream"));
+  m.def("stream_priority", &stream_priority, py::arg("stream"));
+  m.def("stream_priority_range", &stream_priority_range);
+  m.def("stream_wait_event", &stream_wait_event, py::arg("stream"), py::arg("event"));
+  m.def("event_create", &event_create, py::arg("timing") = true, py::arg("blocking_sync") = false);
+  m.def("event_destroy", &event_destroy, py::arg("event"));
+  m.def("event_record", &event_record, py::arg("event"), py::arg("stream") = 0);
+  m.def("event_synchronize", &event_synchronize, py::arg("event"), py::call_guard<py::gil_scoped_release>());
+  m.def("event_query", &event_query, py::arg("event"));
+  m.def("event_elapsed_ms", &event_elapsed_ms, py::arg("start"), py::arg("end"));
+
+  m.def(
+      "module_load", [](const py::bytes& image) { return module_load(std::string(image)); },
+      py::arg("image"));
+  m.def("module_unload", &module_unload, py::arg("module"));
+  m.def("module_function", &module_function, py::arg("module"), py::arg("name"));
+  m.def("function_attributes", [](u64 f) {
+    FunctionAttributes a = function_attributes(f);
+    py::dict d;
+    d["max_threads_per_block"] = a.max_threads_per_block;
+    d["shared_size_bytes"] = a.shared_size_bytes;
+    d["max_dynamic_shared_size_bytes"] = a.max_dynamic_shared_size_bytes;
+    d["num_regs"] = a.num_regs;
+    d["local_size_bytes"] = a.local_size_bytes;
+    d["ptx_version"] = a.ptx_version;
+    d["binary_version"] = a.binary_version;
+    return d;
+  });
+  m.def("function_set_max_dynamic_shared", &function_set_max_dynamic_shared, py::arg("function"),
+        py::arg("bytes"));
+  m.def(
+      "launch",
+      [](u64 function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+         unsigned shared, u64 stream, const py::bytes& args, const std::vector<std::size_t>& offsets) {
+        char* data = nullptr;
+        Py_ssize_t size = 0;
+        PyBytes_AsStringAndSize(args.ptr(), &data, &size);
+        for (std::size_t offset : offsets) {
+          if (offset >= static_cast<std::size_t>(size)) throw py::value_error("argument offset out of range");
+        }
+        const unsigned grid[3] = {gx, gy, gz};
+        const unsigned block[3] = {bx, by, bz};
+        launch(function, grid, block, shared, stream, data, offsets);
+      },
+      py::arg("function"), py::arg("gx"), py::arg("gy"), py::arg("gz"), py::arg("bx"), py::arg("by"),
+      py::arg("bz"), py::arg("shared"), py::arg("stream"), py::arg("args"), py::arg("offsets"));
+
+  m.def("capture_begin", &capture_begin, py::arg("stream"), py::arg("mode") = 0);
+  m.def("capture_end", &capture_end, py::arg("stream"));
+  m.def("stream_is_capturing", &stream_is_capturing, py::arg("stream"));
+  m.def("graph_instantiate", &graph_instantiate, py::arg("graph"));
+  m.def("graph_launch", &graph_launch, py::arg("exec"), py::arg("stream") = 0);
+  m.def("graph_exec_update", &graph_exec_update, py::arg("exec"), py::arg("graph"));
+  m.def("graph_node_count", &graph_node_count, py::arg("graph"));
+  m.def("graph_destroy", &graph_destroy, py::arg("graph"));
+  m.def("graph_exec_destroy", &graph_exec_destroy, py::arg("exec"));
 }
 
 }  // namespace
@@ -164,4 +289,6 @@ PYBIND11_MODULE(PYGPUKIT_NATIVE_MODULE, m) {
       },
       py::arg("candidates"));
   m.def("cublaslt_status", [] { return cublaslt_status_dict(cublaslt_status()); });
+
+  bind_runtime(m);
 }

@@ -13,6 +13,8 @@ namespace pygpukit {
 
 // Entry points this module uses. Adding one here is all it takes to make it callable as
 // driver().name(...); a missing entry point stays nullptr and is reported by require().
+// Entry points this module uses. Adding one here is all it takes to make it callable as
+// driver().name(...); a missing entry point stays nullptr.
 #define PYGPUKIT_DRIVER_FUNCTIONS(X) \
   X(cuInit)                          \
   X(cuDriverGetVersion)              \
@@ -23,7 +25,53 @@ namespace pygpukit {
   X(cuDeviceGetName)                 \
   X(cuDeviceGetUuid)                 \
   X(cuDeviceTotalMem)                \
-  X(cuDeviceGetAttribute)
+  X(cuDeviceGetAttribute)            \
+  X(cuDevicePrimaryCtxRetain)        \
+  X(cuDevicePrimaryCtxRelease)       \
+  X(cuCtxSetCurrent)                 \
+  X(cuCtxGetCurrent)                 \
+  X(cuCtxSynchronize)                \
+  X(cuCtxGetStreamPriorityRange)     \
+  X(cuMemGetInfo)                    \
+  X(cuMemAlloc)                      \
+  X(cuMemFree)                       \
+  X(cuMemHostAlloc)                  \
+  X(cuMemFreeHost)                   \
+  X(cuMemcpyHtoD)                    \
+  X(cuMemcpyDtoH)                    \
+  X(cuMemcpyDtoD)                    \
+  X(cuMemcpyHtoDAsync)               \
+  X(cuMemcpyDtoHAsync)               \
+  X(cuMemcpyDtoDAsync)               \
+  X(cuMemsetD8Async)                 \
+  X(cuPointerGetAttribute)           \
+  X(cuStreamCreateWithPriority)      \
+  X(cuStreamDestroy)                 \
+  X(cuStreamSynchronize)             \
+  X(cuStreamQuery)                   \
+  X(cuStreamWaitEvent)               \
+  X(cuStreamGetPriority)             \
+  X(cuEventCreate)                   \
+  X(cuEventDestroy)                  \
+  X(cuEventRecord)                   \
+  X(cuEventSynchronize)              \
+  X(cuEventQuery)                    \
+  X(cuEventElapsedTime)              \
+  X(cuModuleLoadData)                \
+  X(cuModuleUnload)                  \
+  X(cuModuleGetFunction)             \
+  X(cuFuncGetAttribute)              \
+  X(cuFuncSetAttribute)              \
+  X(cuLaunchKernel)                  \
+  X(cuStreamBeginCapture)            \
+  X(cuStreamEndCapture)              \
+  X(cuStreamIsCapturing)             \
+  X(cuGraphInstantiateWithFlags)     \
+  X(cuGraphLaunch)                   \
+  X(cuGraphExecUpdate)               \
+  X(cuGraphExecDestroy)              \
+  X(cuGraphDestroy)                  \
+  X(cuGraphGetNodes)
 
 struct DriverApi {
 #define PYGPUKIT_DRIVER_FIELD(name) decltype(&::name) name = nullptr;

@@ -15,6 +15,7 @@ __all__ = [
     "DTypeError",
     "DeviceError",
     "DriverNotFoundError",
+    "InvalidPointerError",
     "LibraryNotFoundError",
     "MissingDistributionError",
     "NvrtcError",
@@ -101,7 +102,23 @@ class CublasLtError(PyGPUkitError):
 
 
 class OutOfMemoryError(PyGPUkitError, MemoryError):
-    """An allocation could not be satisfied even after releasing cached blocks."""
+    """An allocation could not be satisfied even after releasing cached blocks.
+
+    ``requested``, ``in_use``, ``cached`` and ``limit`` are in bytes (``limit`` is None when unlimited).
+    """
+
+    def __init__(
+        self, message: str, *, requested: int = 0, in_use: int = 0, cached: int = 0, limit: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.requested = requested
+        self.in_use = in_use
+        self.cached = cached
+        self.limit = None if limit is None or limit >= 2**64 - 1 else limit
+
+
+class InvalidPointerError(PyGPUkitError, ValueError):
+    """A pointer that the pool did not hand out, or already took back, was freed."""
 
 
 class QuotaExceededError(OutOfMemoryError):

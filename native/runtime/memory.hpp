@@ -1,0 +1,56 @@
+// Device memory: every allocation is decided by the Rust pool (crates/pygpukit-pool) and performed
+// here with the driver. On a driver out-of-memory the pool's cached blocks are released and the
+// allocation is retried once before OutOfMemory is thrown with the pool's numbers.
+// Also pinned host memory, copies and memset.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "errors.hpp"
+#include "pool_ffi.h"
+
+namespace pygpukit {
+
+class OutOfMemory : public RuntimeFailure {
+ public:
+  OutOfMemory(const std::string& message, std::uint64_t requested, std::uint64_t in_use, std::uint64_t cached,
+              std::uint64_t limit)
+      : RuntimeFailure(message), requested(requested), in_use(in_use), cached(cached), limit(limit) {}
+  std::uint64_t requested, in_use, cached, limit;
+};
+
+// Misuse of the allocator (freeing an unknown pointer, a double free): a bug in the caller.
+class InvalidFree : public RuntimeFailure {
+ public:
+  using RuntimeFailure::RuntimeFailure;
+};
+
+// Device allocation of `nbytes` for work ordered on `stream` (0: the legacy default stream), on the
+// calling thread's current device. Returns the device pointer; nbytes 0 gives a valid 512-byte block.
+std::uint64_t device_allocate(std::uint64_t nbytes, std::uint64_t stream);
+// Returns a block to the pool's cache for its stream; the device memory stays reserved for reuse.
+void device_free(std::uint64_t ptr);
+// Frees every cached block of the current device (or of all devices) on the device; returns bytes.
+std::uint64_t empty_cache(bool all_devices);
+// Releases a stream's cached blocks (call before destroying the stream).
+void release_stream_cache(std::uint64_t stream);
+// Limit of the current device's pool in bytes (0: unlimited).
+void set_memory_limit(std::uint64_t bytes);
+PgkStats memory_stats();
+// (free, total) bytes of the current device as the driver sees them.
+void device_memory_info(std::size_t* free_bytes, std::size_t* total_bytes);
+
+// Page-locked host memory, portable across contexts.
+std::uint64_t pinned_allocate(std::uint64_t nbytes);
+void pinned_free(std::uint64_t ptr);
+
+enum class CopyKind { HostToDevice, DeviceToHost, DeviceToDevice };
+// Copies nbytes; synchronous when `async` is false, else ordered on `stream`.
+void copy(CopyKind kind, std::uint64_t dst, std::uint64_t src, std::uint64_t nbytes, std::uint64_t stream,
+          bool async);
+void memset_bytes(std::uint64_t dst, unsigned char value, std::uint64_t nbytes, std::uint64_t stream);
+
+}  // namespace pygpukit

@@ -1,0 +1,34 @@
+// Loading compiled code (CUBIN or PTX) into the current context and launching its kernels.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pygpukit {
+
+struct FunctionAttributes {
+  int max_threads_per_block = 0;
+  int shared_size_bytes = 0;  // static shared memory
+  int max_dynamic_shared_size_bytes = 0;
+  int num_regs = 0;
+  int local_size_bytes = 0;
+  int ptx_version = 0;
+  int binary_version = 0;
+};
+
+// Loads a CUBIN or PTX image; throws CudaFailure (e.g. CUDA_ERROR_UNSUPPORTED_PTX_VERSION) on failure.
+std::uint64_t module_load(const std::string& image);
+void module_unload(std::uint64_t module);
+// Throws CudaFailure (CUDA_ERROR_NOT_FOUND) when the module has no such function.
+std::uint64_t module_function(std::uint64_t module, const std::string& name);
+FunctionAttributes function_attributes(std::uint64_t function);
+void function_set_max_dynamic_shared(std::uint64_t function, int bytes);
+
+// Launches `function`. `args` holds every parameter's bytes, parameter i starting at offsets[i],
+// laid out as the kernel signature says (the caller packs it).
+void launch(std::uint64_t function, const unsigned int grid[3], const unsigned int block[3],
+            unsigned int shared, std::uint64_t stream, const char* args,
+            const std::vector<std::size_t>& offsets);
+
+}  // namespace pygpukit
