@@ -39,6 +39,7 @@ def main() -> int:
         os.environ["PYGPUKIT_NVRTC_PATH"] = str(lib)
 
     import pygpukit
+    from pygpukit.core.builtins import name_expressions
     from pygpukit.core.compiler import compile_source, nvrtc_status
     from pygpukit.core.errors import NvrtcError
 
@@ -58,7 +59,10 @@ def main() -> int:
         rel = src.relative_to(ROOT).as_posix()
         start = time.perf_counter()
         try:
-            program = compile_source(src.read_text(), arch=arch, name=rel, include_dirs=[src.parent])
+            expressions = name_expressions(src.relative_to(KERNELS).as_posix())
+            program = compile_source(
+                src.read_text(), arch=arch, name=rel, include_dirs=[src.parent], name_expressions=expressions
+            )
         except NvrtcError as exc:
             return {"file": rel, "arch": f"sm_{arch}", "ok": False, "error": str(exc)}
         seconds = time.perf_counter() - start

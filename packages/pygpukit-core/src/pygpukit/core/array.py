@@ -1,0 +1,485 @@
+"""GPUArray: an n-dimensional view of pool-backed device memory, with NumPy-like construction,
+views (reshape, transpose, slicing) that never leave the device, and explicit host transfers.
+
+On the CPU backend the same class runs over host memory standing in for the device.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import builtins
+from .backend import backend_state
+from .dtypes import DType, as_dtype, float32, float64, int64
+from .errors import DTypeError, InvalidPointerError, ShapeError
+from .memory import DeviceBuffer
+from .stream import Stream, current_stream
+
+__all__ = [
+    "GPUArray",
+    "arange",
+    "asarray",
+    "empty",
+    "empty_like",
+    "from_numpy",
+    "full",
+    "full_like",
+    "ones",
+    "ones_like",
+    "zeros",
+    "zeros_like",
+]
+
+ShapeLike = int | Sequence[int]
+_MAX_KERNEL_DIMS = 8  # StridedLayout in native/kernels/core/strided_copy.cu
+_BLOCK = 256
+
+
+def _normalize_shape(shape: ShapeLike | tuple[Any, ...]) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)):
+        shape = (int(shape),)
+    result = tuple(int(s) for s in shape)
+    if any(s < 0 for s in result):
+        raise ShapeError(f"negative dimension in shape {result}")
+    return result
+
+
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= max(dim, 1)
+    return tuple(reversed(strides))
+
+
+def _grid(n: int) -> int:
+    return max(1, min(math.ceil(n / _BLOCK), 65535 * 32))
+
+
+def _native() -> Any:
+    state = backend_state()
+    return state.native if state.name == "cuda" else None
+
+
+class GPUArray:
+    """An array in device memory. Create one with :func:`from_numpy`, :func:`empty`, :func:`zeros`, ...
+
+    Views (``reshape`` of contiguous data, ``transpose``, ``T``, slicing) share memory with their base;
+    nothing here copies through the host except :meth:`to_numpy` and :func:`from_numpy`, which say so.
+    """
+
+    __slots__ = ("__weakref__", "_buffer", "_dtype", "_offset", "_shape", "_strides")
+
+    def __init__(
+        self,
+        buffer: DeviceBuffer,
+        shape: tuple[int, ...],
+        dtype: DType,
+        strides: tuple[int, ...] | None = None,
+        offset: int = 0,
+    ) -> None:
+        self._buffer = buffer
+        self._shape = shape
+        self._dtype = dtype
+        self._strides = strides if strides is not None else _contiguous_strides(shape)  # in elements
+        self._offset = offset  # in elements
+
+    # -- properties ---------------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def dtype(self) -> DType:
+        return self._dtype
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Strides in bytes, as in NumPy."""
+        return tuple(s * self._dtype.itemsize for s in self._strides)
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self._shape)
+
+    @property
+    def itemsize(self) -> int:
+        return self._dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self._dtype.itemsize
+
+    @property
+    def device_ptr(self) -> int:
+        """Address of the first element; raises if the memory was freed."""
+        if self._buffer.freed:
+            raise InvalidPointerError("the array's memory was freed")
+        return self._buffer.ptr + self._offset * self._dtype.itemsize
+
+    @property
+    def device(self) -> str:
+        """``"cuda:<ordinal>"`` or ``"cpu"`` (the CPU simulation backend)."""
+        return "cpu" if self._buffer.device < 0 else f"cuda:{self._buffer.device}"
+
+    @property
+    def on_gpu(self) -> bool:
+        return self._buffer.device >= 0
+
+    @property
+    def buffer(self) -> DeviceBuffer:
+        """The allocation this array views."""
+        return self._buffer
+
+    @property
+    def is_contiguous(self) -> bool:
+        """C-contiguous (dimensions of size 1 may have any stride)."""
+        expected = 1
+        for dim, stride in zip(reversed(self._shape), reversed(self._strides), strict=True):
+            if dim != 1 and stride != expected:
+                return False
+            expected *= dim
+        return True
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d array")
+        return self._shape[0]
+
+    def __repr__(self) -> str:
+        return f"GPUArray(shape={self._shape}, dtype={self._dtype.name}, device={self.device})"
+
+    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray[Any, Any]:
+        raise TypeError("implicit conversion of a GPUArray to NumPy is not allowed; call .to_numpy() explicitly")
+
+    # -- host transfers -----------------------------------------------------------------------------
+    def _host_view(self) -> np.ndarray[Any, Any]:
+        """CPU backend: a NumPy view with this array's layout."""
+        raw = self._buffer.host_view()
+        base = raw[self._offset * self.itemsize :].view(self._dtype.numpy) if self.size else raw[:0].view(
+            self._dtype.numpy
+        )  # fmt: skip
+        return np.lib.stride_tricks.as_strided(base, self._shape, self.strides)
+
+    def to_numpy(self, stream: Stream | None = None) -> np.ndarray[Any, Any]:
+        """Copy to a new NumPy array (device to host), waiting for the copy to finish."""
+        native = _native()
+        self.device_ptr  # noqa: B018 - raises if freed
+        if native is None:
+            return np.array(self._host_view(), copy=True)
+        source = self if self.is_contiguous else self.contiguous(stream=stream)
+        out = np.empty(self._shape, dtype=self._dtype.numpy)
+        handle = (stream or current_stream()).handle
+        native.memcpy_dtoh(out.ctypes.data, source.device_ptr, self.nbytes, handle, True)
+        native.stream_synchronize(handle)
+        return out
+
+    # -- views --------------------------------------------------------------------------------------
+    def _view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> GPUArray:
+        return GPUArray(self._buffer, shape, self._dtype, strides, offset)
+
+    def reshape(self, *shape: Any) -> GPUArray:
+        """Same data, new shape (one dimension may be -1). A view when contiguous, else a device copy."""
+        new_shape = _resolve_reshape(self.size, shape)
+        source = self if self.is_contiguous else self.contiguous()
+        return source._view(new_shape, _contiguous_strides(new_shape), source._offset)
+
+    def view(self, *shape: Any) -> GPUArray:
+        """Like :meth:`reshape` but never copies: raises :class:`ShapeError` for non-contiguous data."""
+        if not self.is_contiguous:
+            raise ShapeError(f"view() needs contiguous data; this array has strides {self.strides}")
+        return self.reshape(*shape)
+
+    def transpose(self, *axes: Any) -> GPUArray:
+        """Permute axes (reverse them when none are given); always a view."""
+        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+            axes = tuple(axes[0])
+        order = tuple(range(self.ndim))[::-1] if not axes else tuple(int(a) % max(self.ndim, 1) for a in axes)
+        if sorted(order) != list(range(self.ndim)):
+            raise ShapeError(f"axes {axes} are not a permutation of {self.ndim} dimensions")
+        return self._view(tuple(self._shape[a] for a in order), tuple(self._strides[a] for a in order), self._offset)
+
+    permute = transpose
+
+    @property
+    def T(self) -> GPUArray:  # noqa: N802 - NumPy's name
+        return self.transpose()
+
+    def __getitem__(self, key: Any) -> GPUArray:
+        """Basic indexing (ints, slices with any step, ``...``, ``None``) as a view on the device."""
+        if not isinstance(key, tuple):
+            key = (key,)
+        if any(not isinstance(k, (int, np.integer, slice, type(None), type(Ellipsis))) for k in key):
+            raise TypeError("only integers, slices, ... and None are supported as indices")
+        if sum(k is Ellipsis for k in key) > 1:
+            raise IndexError("an index can only have a single ellipsis")
+        consumed = sum(1 for k in key if k is not None and k is not Ellipsis)
+        if consumed > self.ndim:
+            raise IndexError(f"too many indices: {consumed} for {self.ndim} dimensions")
+        if Ellipsis in key:
+            at = key.index(Ellipsis)
+            key = key[:at] + (slice(None),) * (self.ndim - consumed) + key[at + 1 :]
+        shape, strides, offset, dim = [], [], self._offset, 0
+        for k in key:
+            if k is None:
+                shape.append(1)
+                strides.append(0)
+                continue
+            size, stride = self._shape[dim], self._strides[dim]
+            if isinstance(k, slice):
+                start, stop, step = k.indices(size)
+                length = len(range(start, stop, step))
+                offset += start * stride if length else 0
+                shape.append(length)
+                strides.append(stride * step)
+            else:
+                index = int(k)
+                if not -size <= index < size:
+                    raise IndexError(f"index {index} is out of bounds for axis {dim} with size {size}")
+                offset += (index % size) * stride
+            dim += 1
+        shape.extend(self._shape[dim:])
+        strides.extend(self._strides[dim:])
+        return self._view(tuple(shape), tuple(strides), offset)
+
+    # -- device copies ------------------------------------------------------------------------------
+    def contiguous(self, stream: Stream | None = None) -> GPUArray:
+        """This array if C-contiguous, else a contiguous device copy."""
+        return self if self.is_contiguous else self.clone(stream=stream)
+
+    def clone(self, stream: Stream | None = None) -> GPUArray:
+        """A contiguous copy on the device."""
+        out = empty(self._shape, self._dtype, stream=stream)
+        out.copy_(self, stream=stream)
+        return out
+
+    def copy_(self, source: GPUArray | np.ndarray[Any, Any], stream: Stream | None = None) -> GPUArray:
+        """Copy ``source`` (same shape and dtype; a GPUArray or a NumPy array) into this array."""
+        if isinstance(source, np.ndarray):
+            if tuple(source.shape) != self._shape:
+                raise ShapeError(f"copy_: source shape {tuple(source.shape)} does not match {self._shape}")
+            source = from_numpy(source.astype(self._dtype.numpy, copy=False), stream=stream)
+        if not isinstance(source, GPUArray):
+            raise TypeError(f"copy_ needs a GPUArray or a NumPy array, got {type(source).__name__}")
+        if source.shape != self._shape:
+            raise ShapeError(f"copy_: source shape {source.shape} does not match {self._shape}")
+        if source.dtype != self._dtype:
+            raise DTypeError(f"copy_: source dtype {source.dtype} does not match {self._dtype}; use astype first")
+        _copy_strided(self, source, stream)
+        return self
+
+    def astype(self, dtype: Any, stream: Stream | None = None) -> GPUArray:
+        """A contiguous copy converted to ``dtype`` on the device (NumPy's conversion rules)."""
+        target = as_dtype(dtype)
+        if target == self._dtype:
+            return self.clone(stream=stream)
+        source = self.contiguous(stream=stream)
+        out = empty(self._shape, target, stream=stream)
+        if out.size == 0:
+            return out
+        native = _native()
+        if native is None:
+            out._host_view()[...] = source._host_view().astype(target.numpy)
+            return out
+        n = out.size
+        builtins.cast_kernel(self._dtype, target)(
+            source.device_ptr, out.device_ptr, n, grid=_grid(n), block=_BLOCK, stream=stream
+        )
+        return out
+
+    # -- interop ------------------------------------------------------------------------------------
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """CUDA Array Interface v3 (CUDA backend only)."""
+        if not self.on_gpu:
+            raise AttributeError("__cuda_array_interface__ exists only for arrays on a CUDA device")
+        handle = current_stream().handle
+        return {
+            "shape": self._shape,
+            "typestr": self._dtype.numpy.str,
+            "data": (self.device_ptr if self.size else 0, False),
+            "strides": None if self.is_contiguous else self.strides,
+            "version": 3,
+            "stream": handle if handle else 1,
+        }
+
+
+def _resolve_reshape(size: int, shape: tuple[Any, ...]) -> tuple[int, ...]:
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    dims = [int(s) for s in shape]
+    if dims.count(-1) > 1:
+        raise ShapeError("only one dimension can be -1")
+    if -1 in dims:
+        known = math.prod(d for d in dims if d != -1)
+        if known == 0 or size % known:
+            raise ShapeError(f"cannot reshape {size} elements into {tuple(shape)}")
+        dims[dims.index(-1)] = size // known
+    if math.prod(dims) != size or any(d < 0 for d in dims):
+        raise ShapeError(f"cannot reshape {size} elements into {tuple(dims)}")
+    return tuple(dims)
+
+
+def _collapse(shape: tuple[int, ...], *stride_sets: tuple[int, ...]) -> tuple[list[int], list[list[int]]]:
+    """Merge adjacent dimensions that are contiguous in every stride set (fewer kernel dimensions)."""
+    dims: list[int] = []
+    strides: list[list[int]] = [[] for _ in stride_sets]
+    for axis, size in enumerate(shape):
+        if size == 1:
+            continue
+        if dims and all(s[-1] == st[axis] * size for s, st in zip(strides, stride_sets, strict=True)):
+            dims[-1] *= size
+            for s, st in zip(strides, stride_sets, strict=True):
+                s[-1] = st[axis]
+            continue
+        dims.append(size)
+        for s, st in zip(strides, stride_sets, strict=True):
+            s.append(st[axis])
+    return dims, strides
+
+
+def _copy_strided(dst: GPUArray, src: GPUArray, stream: Stream | None) -> None:
+    n = dst.size
+    if n == 0:
+        return
+    native = _native()
+    if native is None:
+        dst._host_view()[...] = src._host_view()
+        return
+    handle = (stream or current_stream()).handle
+    if dst.is_contiguous and src.is_contiguous:
+        native.memcpy_dtod(dst.device_ptr, src.device_ptr, dst.nbytes, handle, True)
+        return
+    dims, (src_strides, dst_strides) = _collapse(dst.shape, src._strides, dst._strides)
+    if len(dims) > _MAX_KERNEL_DIMS:
+        raise ShapeError(f"strided copies support up to {_MAX_KERNEL_DIMS} non-mergeable dimensions, got {len(dims)}")
+    pad = [0] * (_MAX_KERNEL_DIMS - len(dims))
+    layout = struct.pack(f"@i{3 * _MAX_KERNEL_DIMS}q", len(dims), *(dims + pad), *(src_strides + pad),
+                         *(dst_strides + pad))  # fmt: skip
+    builtins.builtin_kernel("strided_copy", dst.dtype)(
+        dst.device_ptr, src.device_ptr, n, layout, grid=_grid(n), block=_BLOCK, stream=stream
+    )
+
+
+# -- construction ----------------------------------------------------------------------------------
+def empty(shape: ShapeLike, dtype: Any = float32, *, stream: Stream | None = None) -> GPUArray:
+    """An uninitialised array."""
+    dims = _normalize_shape(shape)
+    dt = as_dtype(dtype)
+    return GPUArray(DeviceBuffer(math.prod(dims) * dt.itemsize, stream=stream), dims, dt)
+
+
+def _bits(value: Any, dtype: DType) -> int:
+    try:
+        with np.errstate(over="raise", invalid="raise"):
+            raw = np.asarray(value).astype(dtype.numpy).tobytes()
+    except (FloatingPointError, OverflowError, ValueError, TypeError) as exc:
+        raise DTypeError(f"fill value {value!r} cannot be represented as {dtype.name}: {exc}") from None
+    return int.from_bytes(raw, "little")
+
+
+def full(shape: ShapeLike, fill_value: Any, dtype: Any = None, *, stream: Stream | None = None) -> GPUArray:
+    """An array filled with ``fill_value`` (dtype: float32 for floats, int64 for ints, bool for bools)."""
+    if dtype is None:
+        dtype = "bool" if isinstance(fill_value, bool) else int64 if isinstance(fill_value, int) else float32
+    out = empty(shape, dtype, stream=stream)
+    n = out.size
+    if n == 0:
+        return out
+    native = _native()
+    bits = _bits(fill_value, out.dtype)
+    if native is None:
+        out._host_view().view(np.uint8).reshape(-1, out.itemsize)[...] = np.frombuffer(
+            bits.to_bytes(8, "little")[: out.itemsize], np.uint8
+        )  # fmt: skip
+    elif bits == 0:
+        native.memset_d8(out.device_ptr, 0, out.nbytes, (stream or current_stream()).handle)
+    else:
+        builtins.builtin_kernel("fill", out.dtype)(out.device_ptr, bits, n, grid=_grid(n), block=_BLOCK, stream=stream)
+    return out
+
+
+def zeros(shape: ShapeLike, dtype: Any = float32, *, stream: Stream | None = None) -> GPUArray:
+    """An array of zeros (a device memset)."""
+    return full(shape, 0, dtype, stream=stream)
+
+
+def ones(shape: ShapeLike, dtype: Any = float32, *, stream: Stream | None = None) -> GPUArray:
+    """An array of ones."""
+    return full(shape, 1, dtype, stream=stream)
+
+
+def arange(
+    start: float, stop: float | None = None, step: float = 1, dtype: Any = None, *, stream: Stream | None = None
+) -> GPUArray:
+    """Evenly spaced values in [start, stop), computed on the device (``start + i * step``)."""
+    if stop is None:
+        start, stop = 0, start
+    if step == 0:
+        raise ValueError("arange step must not be zero")
+    if dtype is None:
+        dtype = int64 if all(isinstance(v, (int, np.integer)) for v in (start, stop, step)) else float64
+    dt = as_dtype(dtype)
+    n = max(0, math.ceil((stop - start) / step))
+    out = empty(n, dt, stream=stream)
+    if n == 0:
+        return out
+    native = _native()
+    if native is None:
+        index: np.ndarray[Any, Any] = np.arange(n, dtype=np.float64 if dt.is_floating else np.int64)
+        out._host_view()[...] = (index * step + start).astype(dt.numpy)
+        return out
+    if dt.kind == "b":
+        raise DTypeError("arange does not produce bool arrays")
+    first, delta = (float(start), float(step)) if dt.is_floating else (int(start), int(step))
+    builtins.builtin_kernel("arange", dt)(out.device_ptr, first, delta, n, grid=_grid(n), block=_BLOCK, stream=stream)
+    return out
+
+
+def from_numpy(array: Any, *, stream: Stream | None = None) -> GPUArray:
+    """Copy a NumPy array (any layout, any supported dtype) to a new contiguous device array."""
+    host = np.ascontiguousarray(array)
+    dt = as_dtype(host.dtype)
+    out = empty(host.shape, dt, stream=stream)
+    if out.nbytes == 0:
+        return out
+    native = _native()
+    if native is None:
+        out._host_view()[...] = host
+        return out
+    # From pageable memory the driver returns once the bytes are staged, so `host` may go away now.
+    native.memcpy_htod(out.device_ptr, host.ctypes.data, out.nbytes, (stream or current_stream()).handle, True)
+    return out
+
+
+def asarray(value: Any, dtype: Any = None, *, stream: Stream | None = None) -> GPUArray:
+    """A GPUArray from a GPUArray (returned as is, or converted), a NumPy array, or nested sequences."""
+    if isinstance(value, GPUArray):
+        return value if dtype is None or as_dtype(dtype) == value.dtype else value.astype(dtype, stream=stream)
+    host = np.asarray(value, dtype=None if dtype is None else as_dtype(dtype).numpy)
+    return from_numpy(host, stream=stream)
+
+
+def empty_like(other: GPUArray, dtype: Any = None) -> GPUArray:
+    return empty(other.shape, dtype or other.dtype)
+
+
+def zeros_like(other: GPUArray, dtype: Any = None) -> GPUArray:
+    return zeros(other.shape, dtype or other.dtype)
+
+
+def ones_like(other: GPUArray, dtype: Any = None) -> GPUArray:
+    return ones(other.shape, dtype or other.dtype)
+
+
+def full_like(other: GPUArray, fill_value: Any, dtype: Any = None) -> GPUArray:
+    return full(other.shape, fill_value, dtype or other.dtype)

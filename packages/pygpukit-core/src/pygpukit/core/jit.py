@@ -1,0 +1,403 @@
+"""User CUDA kernels: ``jit(source, func)`` compiles with NVRTC and returns a kernel that launches.
+
+    kernel = jit(source, "saxpy")
+    kernel(np.float32(2.0), x, y, np.int64(n), grid=(n + 255) // 256, block=256)
+
+The kernel's parameters are read from the source when ``func`` is an ``extern "C"`` (or otherwise
+plainly declared) ``__global__`` function, so Python ints and floats are converted to exactly the
+parameter's C type. GPUArrays, DeviceBuffers, objects with ``__cuda_array_interface__`` and raw int
+addresses pass as pointers. Compiled code is CUBIN for the device's exact architecture (PTX only
+when NVRTC does not know the architecture), cached in memory and on disk (kernel_cache).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .backend import backend_state, native_module
+from .compiler import CompiledProgram, compile_source, nvrtc_status, parse_arch
+from .errors import DeviceError, DTypeError, PyGPUkitError, ShapeError
+from .kernel_cache import cache_key, kernel_cache
+from .stream import Stream, current_stream
+
+__all__ = ["JITKernel", "LaunchConfig", "Param", "jit", "parse_signature"]
+
+# (binary hash, binary size, device) -> module handle. Modules live as long as the process.
+_modules: dict[tuple[int, int, int], int] = {}
+_modules_lock = threading.Lock()
+
+# C type -> struct format of one kernel parameter.
+_SCALARS = {
+    "bool": "?",
+    "char": "b",
+    "signed char": "b",
+    "unsigned char": "B",
+    "int8_t": "b",
+    "uint8_t": "B",
+    "short": "h",
+    "unsigned short": "H",
+    "int16_t": "h",
+    "uint16_t": "H",
+    "int": "i",
+    "unsigned": "I",
+    "unsigned int": "I",
+    "int32_t": "i",
+    "uint32_t": "I",
+    "long": "q",
+    "unsigned long": "Q",
+    "long long": "q",
+    "unsigned long long": "Q",
+    "int64_t": "q",
+    "uint64_t": "Q",
+    "size_t": "Q",
+    "ptrdiff_t": "q",
+    "float": "f",
+    "double": "d",
+    "__half": "e",
+    "half": "e",
+    "__nv_bfloat16": "bf16",
+}
+_QUALIFIERS = re.compile(r"\b(const|volatile|__restrict__|__restrict|restrict|struct|__grid_constant__)\b")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One kernel parameter as declared: its name, C type and how it is packed."""
+
+    name: str
+    ctype: str
+    kind: str  # "pointer", "scalar" or "opaque" (a struct by value: pass bytes)
+    format: str  # struct format for pointer/scalar ("Q" for pointers, "bf16" for bfloat16)
+
+
+def _split_params(text: str) -> list[str]:
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
+    for ch in text:
+        if ch in "<([":
+            depth += 1
+        elif ch in ">)]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    if "".join(current).strip():
+        parts.append("".join(current))
+    return [p.strip() for p in parts if p.strip() and p.strip() != "void"]
+
+
+def parse_signature(source: str, func: str) -> list[Param] | None:
+    """Parameters of ``__global__ ... func(...)`` in ``source``; None if not found or templated."""
+    text = re.sub(r"//[^\n]*|/\*.*?\*/", " ", source, flags=re.S)
+    match = re.search(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+" + re.escape(func) + r"\s*\(", text)
+    if match is None:
+        return None
+    start, depth, i = match.end(), 1, match.end()
+    while i < len(text) and depth:
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        i += 1
+    params = []
+    for index, raw in enumerate(_split_params(text[start : i - 1])):
+        declaration = _QUALIFIERS.sub(" ", raw.split("=")[0])
+        declaration = " ".join(declaration.split())
+        name_match = re.search(r"([A-Za-z_]\w*)\s*(\[\s*\d*\s*\])?$", declaration)
+        name = name_match.group(1) if name_match else f"arg{index}"
+        ctype = declaration[: name_match.start()].strip() if name_match else declaration
+        if "*" in ctype or "&" in ctype or (name_match and name_match.group(2)):
+            params.append(Param(name, ctype, "pointer", "Q"))
+        elif ctype in _SCALARS:
+            params.append(Param(name, ctype, "scalar", _SCALARS[ctype]))
+        else:
+            params.append(Param(name, ctype, "opaque", ""))
+    return params
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Grid and block dimensions, dynamic shared memory and stream of one launch."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem: int = 0
+
+    @staticmethod
+    def dims(value: int | Sequence[int], what: str) -> tuple[int, int, int]:
+        items = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
+        if not 1 <= len(items) <= 3:
+            raise ShapeError(f"{what} must have 1 to 3 dimensions, got {value!r}")
+        dims = tuple(int(v) for v in items) + (1,) * (3 - len(items))
+        if any(d < 1 for d in dims):
+            raise ShapeError(f"{what} dimensions must be >= 1, got {value!r}")
+        return dims  # type: ignore[return-value]
+
+
+def _pointer(value: Any, param: str) -> int:
+    if value is None:
+        return 0
+    ptr = getattr(value, "device_ptr", None)
+    if ptr is not None:
+        return int(ptr)
+    cai = getattr(value, "__cuda_array_interface__", None)
+    if cai is not None:
+        return int(cai["data"][0])
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return int(value)
+    raise DTypeError(f"parameter {param!r} is a pointer; got {type(value).__name__}")
+
+
+def _scalar_bytes(value: Any, fmt: str, param: str) -> bytes:
+    try:
+        if fmt == "bf16":
+            import ml_dtypes
+
+            return np.asarray(value, dtype=ml_dtypes.bfloat16).view(np.uint16).tobytes()
+        if fmt == "e":
+            return np.asarray(value, dtype=np.float16).tobytes()
+        if fmt in "fd":
+            if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool):
+                raise TypeError
+            return struct.pack("@" + fmt, float(value))
+        if fmt == "?":
+            return struct.pack("@?", bool(value))
+        if isinstance(value, (float, np.floating)) or not isinstance(value, (int, np.integer, bool)):
+            raise TypeError
+        return struct.pack("@" + fmt, int(value))
+    except struct.error as exc:
+        raise DTypeError(f"parameter {param!r} ({fmt}): {value!r} is out of range ({exc})") from None
+    except (TypeError, ValueError):
+        raise DTypeError(f"parameter {param!r} needs a number of format {fmt!r}, got {type(value).__name__}") from None
+
+
+_NUMPY_FORMATS = {np.dtype(k): v for k, v in {
+    np.bool_: "?", np.int8: "b", np.uint8: "B", np.int16: "h", np.uint16: "H", np.int32: "i", np.uint32: "I",
+    np.int64: "q", np.uint64: "Q", np.float16: "e", np.float32: "f", np.float64: "d"}.items()}  # fmt: skip
+
+
+def _infer(value: Any, index: int) -> tuple[str, bytes]:
+    """Format and bytes of an argument of a kernel whose signature is unknown."""
+    if isinstance(value, np.generic):
+        fmt = _NUMPY_FORMATS.get(value.dtype)
+        if fmt is not None:
+            return fmt, value.tobytes()
+        if value.dtype.name == "bfloat16":
+            return "H", value.tobytes()
+    if isinstance(value, (bytes, bytearray)):
+        return "opaque", bytes(value)
+    if isinstance(value, (bool, int, float)):
+        raise DTypeError(
+            f"argument {index} is a Python {type(value).__name__} but the kernel's signature is unknown, so its C "
+            f"type cannot be inferred; pass a NumPy scalar such as np.int32(...) or np.float32(...)"
+        )
+    return "Q", struct.pack("@Q", _pointer(value, f"arg{index}"))
+
+
+def _pack(items: list[tuple[str, bytes]]) -> tuple[bytes, list[int]]:
+    """Lay out parameter bytes with C alignment; returns the buffer and each parameter's offset."""
+    buffer = bytearray()
+    offsets = []
+    for fmt, data in items:
+        align = 8 if fmt in ("opaque", "Q", "q", "d") else max(1, len(data))
+        align = min(align, 8)
+        buffer.extend(b"\0" * (-len(buffer) % align))
+        offsets.append(len(buffer))
+        buffer.extend(data)
+    buffer.extend(b"\0" * (-len(buffer) % 8))
+    return bytes(buffer), offsets
+
+
+class JITKernel:
+    """A CUDA kernel compiled from source; call it to launch."""
+
+    def __init__(
+        self,
+        source: str,
+        name: str,
+        options: Sequence[str] = (),
+        name_expressions: Sequence[str] = (),
+        *,
+        include_dirs: Sequence[str] = (),
+        cache_salt: str = "",
+        params: Sequence[Param] | None = None,
+    ) -> None:
+        self.source = source
+        self.name = name
+        self.options = tuple(options)
+        self.name_expressions = tuple(name_expressions)
+        self.include_dirs = tuple(str(d) for d in include_dirs)
+        self._salt = cache_salt
+        self.params: list[Param] | None = list(params) if params is not None else (
+            None if name_expressions else parse_signature(source, name)
+        )  # fmt: skip
+        self._loaded: dict[int, tuple[int, int, dict[str, int]]] = {}  # device -> (module, function, attrs)
+        self._lock = threading.Lock()
+        self._struct: struct.Struct | None = None
+        if self.params is not None and all(p.kind != "opaque" and p.format != "bf16" for p in self.params):
+            self._struct = struct.Struct("@" + "".join(p.format for p in self.params))
+            self._offsets = [struct.calcsize("@" + "".join(p.format for p in self.params[: i + 1]))
+                             - struct.calcsize("@" + p.format) for i, p in enumerate(self.params)]  # fmt: skip
+
+    @property
+    def is_compiled(self) -> bool:
+        return bool(self._loaded)
+
+    def compile(self, arch: str | int | tuple[int, int], target: str = "cubin") -> CompiledProgram:
+        """Compile (or fetch from the cache) for ``arch``; needs NVRTC but no GPU."""
+        from .. import __version__
+
+        arch_id = parse_arch(arch)
+        status = nvrtc_status()
+        key = cache_key(
+            source=self.source, options=self.options + self.include_dirs, arch=arch_id, target=target,
+            name_expressions=self.name_expressions, nvrtc_version=status["version"], pygpukit_version=__version__,
+            salt=self._salt,
+        )  # fmt: skip
+        program = kernel_cache.get(key)
+        if program is None:
+            program = compile_source(
+                self.source, arch=arch_id, target=target, name=f"{self.name}.cu", options=self.options,  # type: ignore[arg-type]
+                include_dirs=self.include_dirs, name_expressions=self.name_expressions,
+            )  # fmt: skip
+            kernel_cache.put(key, program)
+        return program
+
+    def _entry_name(self, program: CompiledProgram) -> str:
+        if self.name_expressions:
+            return program.lowered_names.get(self.name) or program.lowered_names[self.name_expressions[0]]
+        return self.name
+
+    def load(self) -> tuple[int, int, dict[str, int]]:
+        """Compile for the current device and load it; returns (module, function, attributes)."""
+        native = native_module()
+        device = int(native.get_device())
+        loaded = self._loaded.get(device)
+        if loaded is not None:
+            return loaded
+        with self._lock:
+            loaded = self._loaded.get(device)
+            if loaded is not None:
+                return loaded
+            cc = native.device_properties(device)["compute_capability"]
+            arch = f"{cc[0]}{cc[1]}"
+            supported = nvrtc_status()["supported_archs"]
+            if not supported or int(arch) in supported:
+                program = self.compile(arch, "cubin")
+            else:  # NVRTC older than the GPU: PTX for the newest arch it knows; the driver finishes it
+                program = self.compile(max(a for a in supported if a <= int(arch)), "ptx")
+            # Kernels compiled from the same program (the built-ins' entry points) share one module.
+            module_key = (hash(program.binary), len(program.binary), device)
+            with _modules_lock:
+                module = _modules.get(module_key)
+                if module is None:
+                    module = _modules[module_key] = int(native.module_load(program.binary))
+            function = int(native.module_function(module, self._entry_name(program)))
+            attributes = dict(native.function_attributes(function))
+            loaded = (module, function, attributes)
+            self._loaded[device] = loaded
+            return loaded
+
+    @property
+    def attributes(self) -> dict[str, int]:
+        """Registers, static shared memory, max threads per block, ... on the current device."""
+        return dict(self.load()[2])
+
+    def set_max_dynamic_shared_memory(self, nbytes: int) -> None:
+        """Allow launches with up to ``nbytes`` of dynamic shared memory (above 48 KiB needs this)."""
+        _, function, attributes = self.load()
+        native_module().function_set_max_dynamic_shared(function, int(nbytes))
+        attributes["max_dynamic_shared_size_bytes"] = int(nbytes)
+
+    def pack_arguments(self, args: Sequence[Any]) -> tuple[bytes, list[int]]:
+        """The parameter buffer and offsets for ``args`` (exposed for tests and graph builders)."""
+        params = self.params
+        if params is None:
+            return _pack([_infer(a, i) for i, a in enumerate(args)])
+        if len(args) != len(params):
+            raise TypeError(f"kernel {self.name} takes {len(params)} arguments ({', '.join(p.name for p in params)}), "
+                            f"got {len(args)}")  # fmt: skip
+        if self._struct is not None:
+            values = []
+            for p, a in zip(params, args, strict=True):
+                if p.kind == "pointer":
+                    values.append(_pointer(a, p.name))
+                else:
+                    values.append(a)
+            try:
+                return self._struct.pack(*values), self._offsets
+            except struct.error:
+                pass  # find the offending argument and name it below
+        items: list[tuple[str, bytes]] = []
+        for p, a in zip(params, args, strict=True):
+            if p.kind == "pointer":
+                items.append(("Q", struct.pack("@Q", _pointer(a, p.name))))
+            elif p.kind == "scalar":
+                fmt = "H" if p.format == "bf16" else p.format
+                items.append((fmt, _scalar_bytes(a, p.format, p.name)))
+            else:
+                if not isinstance(a, (bytes, bytearray, np.ndarray, np.void)):
+                    raise DTypeError(f"parameter {p.name!r} has type {p.ctype!r}, passed by value: give its bytes")
+                items.append(("opaque", bytes(a.tobytes() if hasattr(a, "tobytes") else a)))
+        return _pack(items)
+
+    def __call__(
+        self,
+        *args: Any,
+        grid: int | Sequence[int],
+        block: int | Sequence[int],
+        shared_mem: int = 0,
+        stream: Stream | None = None,
+    ) -> None:
+        state = backend_state()
+        if state.name != "cuda":
+            raise DeviceError(f"launching a CUDA kernel needs the CUDA backend: {state.reason}")
+        g = LaunchConfig.dims(grid, "grid")
+        b = LaunchConfig.dims(block, "block")
+        _, function, attributes = self.load()
+        threads = b[0] * b[1] * b[2]
+        if threads > attributes["max_threads_per_block"]:
+            raise ShapeError(
+                f"block {b} has {threads} threads; kernel {self.name} allows at most "
+                f"{attributes['max_threads_per_block']} per block on this device"
+            )
+        if shared_mem < 0:
+            raise ValueError(f"shared_mem must be >= 0, got {shared_mem}")
+        if shared_mem > max(attributes["max_dynamic_shared_size_bytes"], 48 * 1024):
+            raise ShapeError(
+                f"shared_mem={shared_mem} exceeds the kernel's dynamic shared memory limit "
+                f"({attributes['max_dynamic_shared_size_bytes']} bytes); call set_max_dynamic_shared_memory first"
+            )
+        buffer, offsets = self.pack_arguments(args)
+        handle = (stream or current_stream()).handle
+        state.native.launch(function, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem, handle, buffer, offsets)  # type: ignore[union-attr]
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{p.ctype} {p.name}" for p in self.params) if self.params is not None else "..."
+        return f"JITKernel({self.name}({params}), compiled={self.is_compiled})"
+
+
+def jit(
+    source: str,
+    func: str,
+    options: Sequence[str] | None = None,
+    name_expressions: Sequence[str] | None = None,
+) -> JITKernel:
+    """Compile ``func`` from CUDA C++ ``source`` with NVRTC; returns a launchable :class:`JITKernel`.
+
+    On the CUDA backend it compiles and loads now, so source errors raise :class:`NvrtcError` here.
+    ``name_expressions`` instantiates templates (``["scale<float>"]``; ``func`` may name one of them).
+    """
+    if not isinstance(source, str) or not source.strip():
+        raise PyGPUkitError("jit needs CUDA C++ source text")
+    kernel = JITKernel(source, func, options or (), name_expressions or ())
+    if backend_state().name == "cuda":
+        kernel.load()
+    return kernel

@@ -1,0 +1,246 @@
+"""Device memory: pool-backed buffers, pool statistics and limits, pinned host memory, raw copies.
+
+Every device allocation goes through the Rust pool in the native module, so freed blocks are reused
+per stream, cached blocks are released under pressure, and an :class:`OutOfMemoryError` names the
+requested, in-use, cached and limit bytes. On the CPU backend a host array stands in for the device
+memory and the same accounting is kept in Python.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import threading
+import weakref
+from typing import Any
+
+import numpy as np
+
+from .backend import backend_state
+from .errors import InvalidPointerError, OutOfMemoryError, PyGPUkitError
+from .stream import Stream, current_stream
+
+__all__ = [
+    "DeviceBuffer",
+    "PinnedBuffer",
+    "empty_cache",
+    "get_memory_info",
+    "memcpy_device_to_device_async",
+    "memcpy_device_to_host_async",
+    "memcpy_host_to_device_async",
+    "memory_stats",
+    "pinned_free",
+    "pinned_malloc",
+    "set_memory_limit",
+]
+
+
+def _native() -> Any:
+    state = backend_state()
+    return state.native if state.name == "cuda" else None
+
+
+class _CpuPool:
+    """The CPU backend's accounting, mirroring the device pool's statistics and limit."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.limit: int | None = None
+        self.stats = dict.fromkeys(
+            ("in_use_bytes", "peak_in_use_bytes", "in_use_blocks", "requests", "frees", "device_allocations"), 0
+        )
+
+    def allocate(self, nbytes: int) -> None:
+        with self.lock:
+            if self.limit is not None and self.stats["in_use_bytes"] + nbytes > self.limit:
+                raise OutOfMemoryError(
+                    f"out of memory (pool limit): requested {nbytes} bytes, in use {self.stats['in_use_bytes']} "
+                    f"bytes, cached 0 bytes, limit {self.limit} bytes",
+                    requested=nbytes,
+                    in_use=self.stats["in_use_bytes"],
+                    cached=0,
+                    limit=self.limit,
+                )
+            s = self.stats
+            s["in_use_bytes"] += nbytes
+            s["in_use_blocks"] += 1
+            s["requests"] += 1
+            s["device_allocations"] += 1
+            s["peak_in_use_bytes"] = max(s["peak_in_use_bytes"], s["in_use_bytes"])
+
+    def free(self, nbytes: int) -> None:
+        with self.lock:
+            self.stats["in_use_bytes"] -= nbytes
+            self.stats["in_use_blocks"] -= 1
+            self.stats["frees"] += 1
+
+
+_cpu_pool = _CpuPool()
+
+
+def _release(native: Any, ptr: int) -> None:
+    with contextlib.suppress(Exception):
+        native.mem_free(ptr)
+
+
+class DeviceBuffer:
+    """One pool allocation of ``nbytes`` bytes for work on ``stream``; returned to the pool on free/GC."""
+
+    __slots__ = ("__weakref__", "_finalizer", "_host", "device", "nbytes", "ptr")
+    _finalizer: weakref.finalize[Any, Any]
+
+    def __init__(self, nbytes: int, *, stream: Stream | None = None) -> None:
+        if nbytes < 0:
+            raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+        self.nbytes = int(nbytes)
+        native = _native()
+        if native is None:
+            _cpu_pool.allocate(self.nbytes)
+            self._host: np.ndarray[Any, Any] | None = np.empty(max(self.nbytes, 1), dtype=np.uint8)
+            self.ptr = int(self._host.ctypes.data)
+            self.device = -1
+            self._finalizer = weakref.finalize(self, _cpu_pool.free, self.nbytes)
+            return
+        self._host = None
+        self.ptr = int(native.mem_alloc(self.nbytes, (stream or current_stream()).handle))
+        self.device = int(native.get_device())
+        self._finalizer = weakref.finalize(self, _release, native, self.ptr)
+
+    @property
+    def freed(self) -> bool:
+        return not self._finalizer.alive
+
+    def free(self) -> None:
+        """Return the memory to the pool now. Later use of arrays over it raises."""
+        if not self._finalizer.alive:
+            raise InvalidPointerError(f"buffer at {self.ptr:#x} was already freed")
+        self._finalizer()
+
+    def host_view(self) -> np.ndarray[Any, Any]:
+        """CPU backend only: the host bytes standing in for the device memory."""
+        if self._host is None:
+            raise PyGPUkitError("host_view() exists only on the CPU backend")
+        return self._host
+
+    def __repr__(self) -> str:
+        where = "cpu" if self.device < 0 else f"cuda:{self.device}"
+        return f"DeviceBuffer(ptr={self.ptr:#x}, nbytes={self.nbytes}, device={where}, freed={self.freed})"
+
+
+def get_memory_info() -> tuple[int, int]:
+    """(free, total) bytes of the current device (of host RAM on the CPU backend)."""
+    native = _native()
+    if native is None:
+        page = os.sysconf("SC_PAGE_SIZE")
+        return int(os.sysconf("SC_AVPHYS_PAGES") * page), int(os.sysconf("SC_PHYS_PAGES") * page)
+    free, total = native.mem_get_info()
+    return int(free), int(total)
+
+
+def memory_stats() -> dict[str, Any]:
+    """The current device pool's statistics: bytes and blocks in use and cached, peak, requests,
+    reuse hits, device allocations, frees, releases, limit (None when unlimited)."""
+    native = _native()
+    if native is None:
+        with _cpu_pool.lock:
+            stats: dict[str, Any] = dict(_cpu_pool.stats)
+        stats.update(cached_bytes=0, cached_blocks=0, pending_bytes=0, reuse_hits=0, releases=0, released_bytes=0)
+        stats["limit"] = _cpu_pool.limit
+        return stats
+    return dict(native.mem_stats())
+
+
+def empty_cache() -> int:
+    """Free every cached (unused) block of the current device's pool; returns the bytes released."""
+    native = _native()
+    return 0 if native is None else int(native.mem_empty_cache(False))
+
+
+def set_memory_limit(limit: int | None) -> None:
+    """Cap the current device pool's in-use plus cached bytes (None: no cap). Cached blocks above a
+    lower cap are released; allocations that would exceed it raise :class:`OutOfMemoryError`."""
+    if limit is not None and limit <= 0:
+        raise ValueError(f"limit must be positive or None, got {limit}")
+    native = _native()
+    if native is None:
+        _cpu_pool.limit = limit
+        return
+    native.mem_set_limit(limit or 0)
+
+
+class PinnedBuffer:
+    """Page-locked host memory of ``nbytes`` bytes (fast, truly asynchronous copies), freed on GC."""
+
+    __slots__ = ("__weakref__", "_finalizer", "_keep", "nbytes", "ptr")
+    _finalizer: weakref.finalize[Any, Any]
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = int(nbytes)
+        native = _native()
+        if native is None:
+            self._keep: Any = np.empty(max(self.nbytes, 1), dtype=np.uint8)
+            self.ptr = int(self._keep.ctypes.data)
+            self._finalizer = weakref.finalize(self, lambda: None)
+            return
+        self._keep = None
+        self.ptr = int(native.pinned_alloc(self.nbytes))
+        self._finalizer = weakref.finalize(self, native.pinned_free, self.ptr)
+
+    def numpy(self, dtype: Any = np.uint8, count: int = -1) -> np.ndarray[Any, Any]:
+        """A NumPy view of the pinned bytes (valid while this buffer lives)."""
+        raw = memoryview((ctypes.c_uint8 * self.nbytes).from_address(self.ptr)).cast("B")
+        view: np.ndarray[Any, Any] = np.frombuffer(raw, dtype=np.uint8).view(dtype)
+        return view[: None if count < 0 else count]
+
+    def free(self) -> None:
+        self._finalizer()
+
+
+def pinned_malloc(nbytes: int) -> int:
+    """Allocate page-locked host memory; returns its address. Free with :func:`pinned_free`."""
+    native = _native()
+    if native is None:
+        buffer = PinnedBuffer(nbytes)
+        _cpu_pinned[buffer.ptr] = buffer
+        return buffer.ptr
+    return int(native.pinned_alloc(int(nbytes)))
+
+
+def pinned_free(ptr: int) -> None:
+    """Free memory from :func:`pinned_malloc`."""
+    native = _native()
+    if native is None:
+        if _cpu_pinned.pop(ptr, None) is None:
+            raise InvalidPointerError(f"{ptr:#x} was not allocated by pinned_malloc")
+        return
+    native.pinned_free(ptr)
+
+
+_cpu_pinned: dict[int, PinnedBuffer] = {}
+
+
+def _copy(kind: str, dst: int, src: int, nbytes: int, stream: Stream | None) -> None:
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+    native = _native()
+    if native is None:
+        ctypes.memmove(dst, src, nbytes)
+        return
+    getattr(native, f"memcpy_{kind}")(dst, src, nbytes, (stream or current_stream()).handle, True)
+
+
+def memcpy_host_to_device_async(dst: int, src: int, nbytes: int, stream: Stream | None = None) -> None:
+    """Copy ``nbytes`` from host address ``src`` to device address ``dst``, ordered on ``stream``.
+    Truly asynchronous only when ``src`` is pinned memory."""
+    _copy("htod", dst, src, nbytes, stream)
+
+
+def memcpy_device_to_host_async(dst: int, src: int, nbytes: int, stream: Stream | None = None) -> None:
+    """Copy ``nbytes`` from device address ``src`` to host address ``dst``, ordered on ``stream``."""
+    _copy("dtoh", dst, src, nbytes, stream)
+
+
+def memcpy_device_to_device_async(dst: int, src: int, nbytes: int, stream: Stream | None = None) -> None:
+    """Copy ``nbytes`` between device addresses, ordered on ``stream``."""
+    _copy("dtod", dst, src, nbytes, stream)
