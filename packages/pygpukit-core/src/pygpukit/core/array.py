@@ -165,10 +165,11 @@ class GPUArray:
     def _host_view(self) -> np.ndarray[Any, Any]:
         """CPU backend: a NumPy view with this array's layout."""
         raw = self._buffer.host_view()
-        base = raw[self._offset * self.itemsize :].view(self._dtype.numpy) if self.size else raw[:0].view(
-            self._dtype.numpy
-        )  # fmt: skip
-        return np.lib.stride_tricks.as_strided(base, self._shape, self.strides)
+        if self.size == 0:
+            return np.empty(self._shape, dtype=self._dtype.numpy)
+        return np.ndarray(
+            self._shape, dtype=self._dtype.numpy, buffer=raw, offset=self._offset * self.itemsize, strides=self.strides
+        )
 
     def to_numpy(self, stream: Stream | None = None) -> np.ndarray[Any, Any]:
         """Copy to a new NumPy array (device to host), waiting for the copy to finish."""
@@ -379,6 +380,10 @@ def empty(shape: ShapeLike, dtype: Any = float32, *, stream: Stream | None = Non
 
 
 def _bits(value: Any, dtype: DType) -> int:
+    if dtype.kind in "iu" and isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        info = np.iinfo(dtype.numpy)
+        if not int(info.min) <= int(value) <= int(info.max):
+            raise DTypeError(f"fill value {value!r} cannot be represented as {dtype.name} ({info.min}..{info.max})")
     try:
         with np.errstate(over="raise", invalid="raise"):
             raw = np.asarray(value).astype(dtype.numpy).tobytes()

@@ -99,7 +99,8 @@ def _split_params(text: str) -> list[str]:
 def parse_signature(source: str, func: str) -> list[Param] | None:
     """Parameters of ``__global__ ... func(...)`` in ``source``; None if not found or templated."""
     text = re.sub(r"//[^\n]*|/\*.*?\*/", " ", source, flags=re.S)
-    match = re.search(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+" + re.escape(func) + r"\s*\(", text)
+    bounds = r"(?:__launch_bounds__\s*\([^)]*\)\s*)?"
+    match = re.search(r"__global__\s+" + bounds + r"void\s+" + bounds + re.escape(func) + r"\s*\(", text)
     if match is None:
         return None
     start, depth, i = match.end(), 1, match.end()

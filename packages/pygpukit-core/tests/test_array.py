@@ -1,0 +1,225 @@
+"""GPUArray on the active backend (CPU in CI, CUDA on the GPU machine): construction, transfers,
+views, copies and dtype conversion, each against NumPy."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import pygpukit as gp
+from pygpukit.core.errors import DTypeError, InvalidPointerError, ShapeError
+from pygpukit.testing import assert_bitwise_equal, random_array
+
+DTYPES = list(gp.dtypes.all_dtypes())
+SIZES = [1, 3, 1023, 2**20 + 7]
+
+
+same = assert_bitwise_equal
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(12345)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("size", SIZES)
+def test_round_trip_is_bitwise(rng: np.random.Generator, dtype: gp.DType, size: int) -> None:
+    host = random_array(rng, size, dtype)
+    array = gp.from_numpy(host)
+    assert (array.shape, array.dtype, array.nbytes) == ((size,), dtype, host.nbytes)
+    same(array.to_numpy(), host)
+
+
+def test_uint16_is_never_bfloat16() -> None:
+    host = np.arange(5, dtype=np.uint16)
+    array = gp.from_numpy(host)
+    assert array.dtype == gp.uint16
+    same(array.to_numpy(), host)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_factories(dtype: gp.DType) -> None:
+    shape = (3, 17)
+    same(gp.zeros(shape, dtype).to_numpy(), np.zeros(shape, dtype.numpy))
+    same(gp.ones(shape, dtype).to_numpy(), np.ones(shape, dtype.numpy))
+    value = True if dtype.kind == "b" else 7
+    same(gp.full(shape, value, dtype).to_numpy(), np.full(shape, value, dtype.numpy))
+    assert gp.empty(shape, dtype).shape == shape
+    like = gp.full_like(gp.empty(shape, dtype), value)
+    same(like.to_numpy(), np.full(shape, value, dtype.numpy))
+
+
+@pytest.mark.parametrize("dtype", [d for d in DTYPES if d.kind != "b"], ids=str)
+def test_arange(dtype: gp.DType) -> None:
+    same(gp.arange(3, 40, 3, dtype=dtype).to_numpy(), np.arange(3, 40, 3).astype(dtype.numpy))
+
+
+def test_arange_defaults_follow_numpy() -> None:
+    same(gp.arange(5).to_numpy(), np.arange(5))
+    np.testing.assert_allclose(gp.arange(0.5, 2.0, 0.25).to_numpy(), np.arange(0.5, 2.0, 0.25))
+    assert gp.arange(10, 0).size == 0
+    with pytest.raises(ValueError, match="step must not be zero"):
+        gp.arange(0, 5, 0)
+
+
+def test_fill_value_out_of_range_is_rejected() -> None:
+    with pytest.raises(DTypeError, match="cannot be represented as int8"):
+        gp.full(4, 1000, gp.int8)
+
+
+def test_views_share_memory_and_match_numpy(rng: np.random.Generator) -> None:
+    host = random_array(rng, (6, 7, 5), gp.float32)
+    array = gp.from_numpy(host)
+    cases = {
+        "T": (array.T, host.T),
+        "transpose": (array.transpose(1, 0, 2), host.transpose(1, 0, 2)),
+        "slice": (array[1:5, ::2, -1], host[1:5, ::2, -1]),
+        "negative step": (array[::-1, 3], host[::-1, 3]),
+        "ellipsis/newaxis": (array[..., None, 2], host[..., None, 2]),
+        "int": (array[-1], host[-1]),
+        "empty": (array[4:2], host[4:2]),
+    }
+    for name, (view, expected) in cases.items():
+        assert view.shape == expected.shape, name
+        assert view.buffer is array.buffer, name
+        same(view.to_numpy(), expected)
+    assert array.T.strides == host.T.strides
+
+
+def test_reshape_view_and_contiguous(rng: np.random.Generator) -> None:
+    host = random_array(rng, (4, 6), gp.int32)
+    array = gp.from_numpy(host)
+    same(array.reshape(3, -1).to_numpy(), host.reshape(3, -1))
+    assert array.reshape(24).buffer is array.buffer
+    transposed = array.T
+    assert not transposed.is_contiguous
+    with pytest.raises(ShapeError, match="view\\(\\) needs contiguous data"):
+        transposed.view(24)
+    same(transposed.reshape(24).to_numpy(), host.T.reshape(24))
+    compact = transposed.contiguous()
+    assert compact.is_contiguous
+    assert compact.buffer is not array.buffer
+    same(compact.to_numpy(), np.ascontiguousarray(host.T))
+    with pytest.raises(ShapeError, match="cannot reshape 24 elements"):
+        array.reshape(5, 5)
+
+
+def test_copy_between_strided_views(rng: np.random.Generator) -> None:
+    source = random_array(rng, (9, 8), gp.float64)
+    target = np.full((8, 9), -1.0)
+    dst = gp.from_numpy(target)
+    dst[::2].copy_(gp.from_numpy(source).T[::2])
+    target[::2] = source.T[::2]
+    same(dst.to_numpy(), target)
+    clone = dst.clone()
+    dst.copy_(np.zeros((8, 9)))
+    same(clone.to_numpy(), target)
+    with pytest.raises(ShapeError, match="does not match"):
+        dst.copy_(gp.zeros((3, 3), gp.float64))
+    with pytest.raises(DTypeError, match="use astype first"):
+        dst.copy_(gp.zeros((8, 9), gp.float32))
+
+
+@pytest.mark.parametrize(("src", "dst"), list(itertools.product(DTYPES, DTYPES)), ids=str)
+def test_astype_every_pair(rng: np.random.Generator, src: gp.DType, dst: gp.DType) -> None:
+    host = random_array(rng, (33, 5), src, nonnegative=dst.kind == "u")
+    array = gp.from_numpy(host).T  # strided on purpose
+    converted = array.astype(dst)
+    assert converted.dtype == dst
+    expected = host.T.astype(np.float64).astype(dst.numpy) if src.kind == "f" and dst.kind == "f" else host.T.astype(
+        dst.numpy
+    )  # fmt: skip
+    same(converted.to_numpy(), expected)
+
+
+def test_freed_memory_is_refused() -> None:
+    array = gp.zeros(10)
+    array.buffer.free()
+    with pytest.raises(InvalidPointerError, match="freed"):
+        array.to_numpy()
+    with pytest.raises(InvalidPointerError, match="already freed"):
+        array.buffer.free()
+    assert gp.ones(3).to_numpy().tolist() == [1, 1, 1]  # the runtime stays usable
+
+
+def test_implicit_numpy_conversion_is_refused() -> None:
+    with pytest.raises(TypeError, match=r"call \.to_numpy\(\) explicitly"):
+        np.asarray(gp.zeros(3))
+
+
+def test_bad_indices() -> None:
+    array = gp.zeros((2, 3))
+    with pytest.raises(IndexError, match="out of bounds for axis 1"):
+        array[0, 3]
+    with pytest.raises(IndexError, match="too many indices"):
+        array[0, 0, 0]
+    with pytest.raises(TypeError, match="only integers, slices"):
+        array[[0, 1]]
+
+
+def test_memory_stats_track_allocations() -> None:
+    before = gp.memory_stats()
+    array = gp.empty(1 << 20, gp.uint8)
+    during = gp.memory_stats()
+    assert during["in_use_bytes"] >= before["in_use_bytes"] + (1 << 20)
+    array.buffer.free()
+    assert gp.memory_stats()["in_use_bytes"] == before["in_use_bytes"]
+
+
+def test_memory_limit_raises_out_of_memory_with_numbers() -> None:
+    gp.set_memory_limit(8 << 20)
+    try:
+        keep = gp.empty(4 << 20, gp.uint8)
+        with pytest.raises(gp.OutOfMemoryError) as caught:
+            gp.empty(16 << 20, gp.uint8)
+        error = caught.value
+        assert error.requested == 16 << 20
+        assert error.limit == 8 << 20
+        assert error.in_use >= 4 << 20
+        assert "limit" in str(error)
+        del keep
+    finally:
+        gp.set_memory_limit(None)
+    assert gp.empty(16 << 20, gp.uint8).nbytes == 16 << 20  # recovered
+
+
+def test_events_time_host_or_device_work() -> None:
+    start, end = gp.Event(), gp.Event()
+    start.record()
+    gp.arange(1 << 16, dtype=gp.float32)
+    end.record()
+    end.synchronize()
+    assert start.elapsed_time(end) >= 0.0
+    assert end.query()
+
+
+def test_streams_order_work_and_are_current_in_a_with_block(rng: np.random.Generator) -> None:
+    host = random_array(rng, 4096, gp.float32)
+    stream = gp.Stream(priority=0)
+    with stream:
+        assert gp.current_stream() == stream
+        array = gp.from_numpy(host)
+        doubled = array.astype(gp.float64)
+    assert gp.current_stream() != stream
+    stream.synchronize()
+    assert stream.query()
+    same(doubled.to_numpy(stream=stream), host.astype(np.float64))
+    assert stream.__cuda_stream__()[1] == stream.handle
+
+
+def test_pinned_memory_and_raw_async_copies(rng: np.random.Generator) -> None:
+    host = random_array(rng, 1000, gp.int64)
+    pinned = gp.PinnedBuffer(host.nbytes)
+    pinned.numpy(np.int64)[:] = host
+    device = gp.empty(1000, gp.int64)
+    stream = gp.Stream()
+    gp.memcpy_host_to_device_async(device.device_ptr, pinned.ptr, host.nbytes, stream)
+    back = gp.PinnedBuffer(host.nbytes)
+    gp.memcpy_device_to_host_async(back.ptr, device.device_ptr, host.nbytes, stream)
+    stream.synchronize()
+    same(back.numpy(np.int64), host)
+    ptr = gp.pinned_malloc(64)
+    gp.pinned_free(ptr)

@@ -1,0 +1,232 @@
+"""JIT kernels: signature parsing and argument packing (anywhere), launches (GPU), the kernel cache."""
+
+from __future__ import annotations
+
+import importlib
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pygpukit as gp
+from pygpukit.core.errors import DeviceError, DTypeError, InvalidPointerError, NvrtcError, ShapeError
+from pygpukit.core.jit import JITKernel, parse_signature
+from pygpukit.core.kernel_cache import KernelCache
+
+jit_module = importlib.import_module("pygpukit.core.jit")  # the name `jit` is also the function
+
+SAXPY = r"""
+extern "C" __global__ void saxpy(float a, const float* __restrict__ x, float* y, long long n) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+"""
+
+
+def test_signature_parsing() -> None:
+    params = parse_signature(SAXPY, "saxpy")
+    assert params is not None
+    assert [(p.name, p.kind, p.format) for p in params] == [
+        ("a", "scalar", "f"), ("x", "pointer", "Q"), ("y", "pointer", "Q"), ("n", "scalar", "q"),
+    ]  # fmt: skip
+    source = "struct L { int a; }; __global__ void __launch_bounds__(128) k(L layout, unsigned short s, __half h) {}"
+    params = parse_signature(source, "k")
+    assert params is not None
+    assert [p.kind for p in params] == ["opaque", "scalar", "scalar"]
+    assert parse_signature(SAXPY, "missing") is None
+
+
+def test_argument_packing_uses_c_layout() -> None:
+    kernel = JITKernel(SAXPY, "saxpy")
+    buffer, offsets = kernel.pack_arguments([2.0, 0x1000, 0x2000, 7])
+    assert offsets == [0, 8, 16, 24]
+    assert struct.unpack_from("@f", buffer, 0)[0] == 2.0
+    assert struct.unpack_from("@Q", buffer, 8)[0] == 0x1000
+    assert struct.unpack_from("@q", buffer, 24)[0] == 7
+    with pytest.raises(DTypeError, match="parameter 'n'"):
+        kernel.pack_arguments([2.0, 0, 0, 1.5])
+    with pytest.raises(DTypeError, match="parameter 'x' is a pointer"):
+        kernel.pack_arguments([2.0, "x", 0, 1])
+    with pytest.raises(TypeError, match="takes 4 arguments"):
+        kernel.pack_arguments([2.0])
+
+
+def test_unknown_signature_needs_numpy_scalars() -> None:
+    kernel = JITKernel("template <typename T> __global__ void k(T v) {}", "k<int>", name_expressions=["k<int>"])
+    buffer, _ = kernel.pack_arguments([np.int32(5)])
+    assert struct.unpack_from("@i", buffer)[0] == 5
+    with pytest.raises(DTypeError, match="pass a NumPy scalar"):
+        kernel.pack_arguments([5])
+
+
+@pytest.mark.nvrtc
+def test_kernel_cache_cold_warm_and_corrupt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = KernelCache(tmp_path)
+    monkeypatch.setattr(jit_module, "kernel_cache", cache)
+    kernel = JITKernel(SAXPY, "saxpy")
+    first = kernel.compile("sm_90")
+    assert cache.stats.misses == 1
+    assert cache.stats.writes == 1
+    (entry,) = tmp_path.glob("*.cubin")
+    assert kernel.compile("sm_90") is first
+    assert cache.stats.memory_hits == 1
+    cache.clear_memory()
+    assert kernel.compile("sm_90").binary == first.binary
+    assert cache.stats.disk_hits == 1
+    entry.write_bytes(entry.read_bytes()[:-10] + b"corrupted!")
+    cache.clear_memory()
+    again = kernel.compile("sm_90")  # the bad entry is detected, deleted, recompiled and rewritten
+    assert again.binary == first.binary
+    assert cache.stats.corrupt_entries == 1
+    assert cache.stats.writes == 2
+    assert kernel.compile("sm_80").binary != first.binary  # the arch is part of the key
+
+
+@pytest.mark.nvrtc
+def test_compile_only_works_without_a_gpu() -> None:
+    program = JITKernel(SAXPY, "saxpy").compile("sm_120")
+    assert program.binary[:4] == b"\x7fELF"
+
+
+def test_launch_needs_the_cuda_backend() -> None:
+    if gp.is_cuda_available():
+        pytest.skip("the CUDA backend is available here")
+    kernel = gp.jit(SAXPY, "saxpy")
+    with pytest.raises(DeviceError, match="needs the CUDA backend"):
+        kernel(1.0, 0, 0, 0, grid=1, block=1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [1, 3, 1023, 2**20 + 7])
+def test_saxpy_matches_float64(n: int) -> None:
+    rng = np.random.default_rng(n)
+    x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    kernel = gp.jit(SAXPY, "saxpy")
+    assert kernel.is_compiled
+    dx, dy = gp.from_numpy(x), gp.from_numpy(y)
+    kernel(2.5, dx, dy, n, grid=(n + 255) // 256, block=256)
+    expected = 2.5 * x.astype(np.float64) + y
+    np.testing.assert_allclose(dy.to_numpy(), expected, rtol=1e-6, atol=1e-6)
+
+
+SCALARS = r"""
+extern "C" __global__ void scalars(double* out, signed char a, unsigned char b, short c, unsigned short d, int e,
+                                   unsigned int f, long long g, unsigned long long h, float i, double j, bool k,
+                                   __half l, __nv_bfloat16 m, size_t n, char o, int p, int q, int r, int s, int t) {
+    out[0] = a; out[1] = b; out[2] = c; out[3] = d; out[4] = e; out[5] = f; out[6] = (double)g; out[7] = (double)h;
+    out[8] = i; out[9] = j; out[10] = k; out[11] = __half2float(l); out[12] = __bfloat162float(m);
+    out[13] = (double)n; out[14] = o; out[15] = p + q + r + s + t;
+}
+"""
+
+
+@pytest.mark.gpu
+def test_every_scalar_type_and_many_arguments() -> None:
+    kernel = gp.jit("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n" + SCALARS, "scalars")
+    out = gp.full(16, -1.0, gp.float64)
+    args = [-5, 250, -300, 60000, -70000, 4000000000, -(2**40), 2**50, 1.5, 2.25, True, 0.5, 3.0, 123456789, 65,
+            1, 2, 3, 4, 5]  # fmt: skip
+    kernel(out, *args, grid=1, block=1)
+    expected = [-5, 250, -300, 60000, -70000, 4000000000, -(2**40), 2**50, 1.5, 2.25, 1, 0.5, 3.0, 123456789, 65, 15]
+    np.testing.assert_array_equal(out.to_numpy(), np.array(expected, dtype=np.float64))
+    with pytest.raises(DTypeError, match="parameter 'a'"):
+        kernel(out, 300, *args[1:], grid=1, block=1)  # 300 does not fit a signed char
+
+
+DYNAMIC_SHARED = r"""
+extern "C" __global__ void reverse_block(const int* in, int* out, int n) {
+    extern __shared__ int tile[];
+    int i = threadIdx.x;
+    if (i < n) tile[i] = in[blockIdx.x * n + i];
+    __syncthreads();
+    if (i < n) out[blockIdx.x * n + i] = tile[n - 1 - i];
+}
+"""
+
+
+@pytest.mark.gpu
+def test_dynamic_shared_memory_and_limits() -> None:
+    kernel = gp.jit(DYNAMIC_SHARED, "reverse_block")
+    n, blocks = 1024, 7
+    host = np.arange(n * blocks, dtype=np.int32)
+    src, dst = gp.from_numpy(host), gp.zeros(n * blocks, gp.int32)
+    kernel(src, dst, n, grid=blocks, block=n, shared_mem=n * 4)
+    np.testing.assert_array_equal(dst.to_numpy(), host.reshape(blocks, n)[:, ::-1].reshape(-1))
+    with pytest.raises(ShapeError, match="allows at most"):
+        kernel(src, dst, n, grid=1, block=2048)
+    with pytest.raises(ShapeError, match="dynamic shared memory limit"):
+        kernel(src, dst, n, grid=1, block=32, shared_mem=200 * 1024)
+    kernel.set_max_dynamic_shared_memory(200 * 1024)
+    kernel(src, dst, n, grid=blocks, block=n, shared_mem=200 * 1024)  # now allowed
+    np.testing.assert_array_equal(dst.to_numpy(), host.reshape(blocks, n)[:, ::-1].reshape(-1))
+
+
+@pytest.mark.gpu
+def test_templates_through_name_expressions() -> None:
+    source = (
+        "template <typename T> __global__ void scale(T* x, T s, int n) { int i = threadIdx.x; if (i < n) x[i] *= s; }"
+    )
+    kernel = gp.jit(source, "scale<double>", name_expressions=["scale<double>"])
+    x = gp.from_numpy(np.arange(10, dtype=np.float64))
+    kernel(x, np.float64(3.0), np.int32(10), grid=1, block=32)
+    np.testing.assert_array_equal(x.to_numpy(), np.arange(10) * 3.0)
+
+
+@pytest.mark.gpu
+def test_errors_leave_the_runtime_usable() -> None:
+    with pytest.raises(NvrtcError, match="undeclared_thing"):
+        gp.jit('extern "C" __global__ void k() { undeclared_thing(); }', "k")
+    kernel = gp.jit(SAXPY, "saxpy")
+    freed = gp.zeros(4)
+    freed.buffer.free()
+    with pytest.raises(InvalidPointerError):
+        kernel(1.0, freed, freed, 4, grid=1, block=4)
+    with pytest.raises(ShapeError, match="grid dimensions must be >= 1"):
+        kernel(1.0, 0, 0, 0, grid=0, block=1)
+    x, y = gp.ones(4), gp.ones(4)
+    kernel(1.0, x, y, 4, grid=1, block=4)
+    np.testing.assert_array_equal(y.to_numpy(), [2, 2, 2, 2])
+
+
+@pytest.mark.gpu
+def test_real_out_of_memory_then_recovery() -> None:
+    total = gp.get_memory_info()[1]
+    with pytest.raises(gp.OutOfMemoryError) as caught:
+        gp.empty(total * 2, gp.uint8)
+    assert caught.value.requested == total * 2
+    assert "no more free memory" in str(caught.value)
+    assert gp.memory_stats()["pending_bytes"] == 0
+    assert gp.ones(1 << 20).to_numpy().sum() == 1 << 20
+
+
+@pytest.mark.gpu
+def test_pool_reuses_blocks_per_stream() -> None:
+    stream = gp.Stream()
+    a = gp.empty(3 << 20, gp.uint8, stream=stream)
+    ptr = a.device_ptr
+    a.buffer.free()
+    hits = gp.memory_stats()["reuse_hits"]
+    b = gp.empty(3 << 20, gp.uint8, stream=stream)
+    assert b.device_ptr == ptr
+    assert gp.memory_stats()["reuse_hits"] == hits + 1
+    b.buffer.free()
+    assert gp.empty_cache() >= 3 << 20
+
+
+@pytest.mark.gpu
+def test_allocation_churn_with_random_sizes() -> None:
+    rng = np.random.default_rng(7)
+    live = []
+    for _ in range(2000):
+        if live and rng.random() < 0.45:
+            live.pop(int(rng.integers(len(live)))).buffer.free()
+        else:
+            size = int(rng.integers(1, 8 << 20))
+            array = gp.empty(size, gp.uint8)
+            live.append(array)
+    pointers = [a.device_ptr for a in live]
+    assert len(set(pointers)) == len(pointers)
+    stats = gp.memory_stats()
+    assert stats["in_use_blocks"] >= len(live)
+    assert stats["reuse_hits"] > 0
