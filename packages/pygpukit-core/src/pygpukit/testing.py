@@ -20,14 +20,17 @@ def random_array(
     converts between all supported types without overflow.
     """
     dt: DType = as_dtype(dtype)
+    values: np.ndarray[Any, Any]
     if dt.kind == "b":
-        return rng.integers(0, 2, size=shape).astype(np.bool_)
-    if dt.kind in "iu":
+        values = rng.integers(0, 2, size=shape).astype(np.bool_)
+    elif dt.kind in "iu":
         info = np.iinfo(dt.numpy)
         low = 0 if nonnegative else max(int(info.min), -100)
-        return rng.integers(low, min(int(info.max), 100) + 1, size=shape).astype(dt.numpy)
-    low_f = 0.0 if nonnegative else -50.0
-    return rng.uniform(low_f, 50.0, size=shape).astype(np.float32).astype(dt.numpy)
+        values = rng.integers(low, min(int(info.max), 100) + 1, size=shape).astype(dt.numpy)
+    else:
+        low_f = 0.0 if nonnegative else -50.0
+        values = rng.uniform(low_f, 50.0, size=shape).astype(np.float32).astype(dt.numpy)
+    return values
 
 
 def assert_bitwise_equal(actual: np.ndarray[Any, Any], expected: np.ndarray[Any, Any]) -> None:

@@ -167,9 +167,10 @@ class GPUArray:
         raw = self._buffer.host_view()
         if self.size == 0:
             return np.empty(self._shape, dtype=self._dtype.numpy)
-        return np.ndarray(
+        view: np.ndarray[Any, Any] = np.ndarray(
             self._shape, dtype=self._dtype.numpy, buffer=raw, offset=self._offset * self.itemsize, strides=self.strides
         )
+        return view
 
     def to_numpy(self, stream: Stream | None = None) -> np.ndarray[Any, Any]:
         """Copy to a new NumPy array (device to host), waiting for the copy to finish."""
