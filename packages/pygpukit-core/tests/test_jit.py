@@ -190,6 +190,18 @@ def test_errors_leave_the_runtime_usable() -> None:
 
 
 @pytest.mark.gpu
+def test_wrong_dtype_layout_or_device_at_launch() -> None:
+    kernel = gp.jit(SAXPY, "saxpy")
+    y = gp.ones(8)
+    with pytest.raises(DTypeError, match="parameter 'x' is float\\*, but the array passed has dtype float64"):
+        kernel(1.0, gp.ones(8, gp.float64), y, 8, grid=1, block=8)
+    with pytest.raises(ShapeError, match="not contiguous"):
+        kernel(1.0, gp.ones((4, 4)).T, y, 8, grid=1, block=8)
+    kernel(1.0, gp.ones(8), y, 8, grid=1, block=8)
+    np.testing.assert_array_equal(y.to_numpy(), np.full(8, 2.0, np.float32))
+
+
+@pytest.mark.gpu
 def test_real_out_of_memory_then_recovery() -> None:
     total = gp.get_memory_info()[1]
     with pytest.raises(gp.OutOfMemoryError) as caught:

@@ -28,10 +28,9 @@ install_missing_subpackage_hook()
 
 from .core import *  # noqa: E402,F403
 from .core import __all__ as _core_all  # noqa: E402
-from .core.device import DeviceInfo, device_count, get_device_info  # noqa: E402
 from .info import collect_info as info  # noqa: E402
 
-__all__ = [*_core_all, "DeviceInfo", "__version__", "device_count", "get_device_info", "info"]
+__all__ = [*_core_all, "__version__", "info"]
 
 _SUBPACKAGES = ("ops", "llm", "audio", "asr", "tts", "scheduler", "triton")
 

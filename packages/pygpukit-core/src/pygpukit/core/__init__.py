@@ -40,6 +40,8 @@ from .compiler import (
     get_nvrtc_version,
     is_nvrtc_available,
 )
+from .device import DeviceInfo, device_count, get_device, get_device_info, set_device
+from .dlpack import from_dlpack
 from .dtypes import (
     DType,
     as_dtype,
@@ -76,6 +78,7 @@ from .errors import (
     ShapeError,
     VersionMismatchError,
 )
+from .graph import CudaGraph
 from .jit import JITKernel, jit
 from .memory import (
     DeviceBuffer,
@@ -98,10 +101,12 @@ __all__ = [
     "CompiledProgram",
     "CublasLtError",
     "CudaError",
+    "CudaGraph",
     "DType",
     "DTypeError",
     "DeviceBuffer",
     "DeviceError",
+    "DeviceInfo",
     "DriverNotFoundError",
     "Event",
     "GPUArray",
@@ -126,6 +131,7 @@ __all__ = [
     "compile_source",
     "current_backend",
     "current_stream",
+    "device_count",
     "dtypes",
     "empty",
     "empty_cache",
@@ -135,9 +141,12 @@ __all__ = [
     "float16",
     "float32",
     "float64",
+    "from_dlpack",
     "from_numpy",
     "full",
     "full_like",
+    "get_device",
+    "get_device_info",
     "get_memory_info",
     "get_nvrtc_path",
     "get_nvrtc_version",
@@ -156,6 +165,7 @@ __all__ = [
     "ones_like",
     "pinned_free",
     "pinned_malloc",
+    "set_device",
     "set_memory_limit",
     "synchronize",
     "uint8",

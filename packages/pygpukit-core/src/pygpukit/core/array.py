@@ -299,6 +299,26 @@ class GPUArray:
         return out
 
     # -- interop ------------------------------------------------------------------------------------
+    def __dlpack__(
+        self,
+        *,
+        stream: int | None = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: Any = None,
+        copy: bool | None = None,
+    ) -> Any:
+        """DLPack export (zero-copy). ``stream`` is the consumer's stream; it is made to wait for ours."""
+        from .dlpack import to_dlpack
+
+        if copy:
+            return self.clone().__dlpack__(stream=stream)
+        return to_dlpack(self, stream)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        from .dlpack import dlpack_device
+
+        return dlpack_device(self)
+
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
         """CUDA Array Interface v3 (CUDA backend only)."""
@@ -468,9 +488,20 @@ def from_numpy(array: Any, *, stream: Stream | None = None) -> GPUArray:
 
 
 def asarray(value: Any, dtype: Any = None, *, stream: Stream | None = None) -> GPUArray:
-    """A GPUArray from a GPUArray (returned as is, or converted), a NumPy array, or nested sequences."""
+    """A GPUArray from a GPUArray (returned as is, or converted), device memory of another library
+    (DLPack or the CUDA Array Interface: viewed without a copy), a NumPy array or nested sequences."""
     if isinstance(value, GPUArray):
         return value if dtype is None or as_dtype(dtype) == value.dtype else value.astype(dtype, stream=stream)
+    if not isinstance(value, np.ndarray) and backend_state().name == "cuda":
+        from .dlpack import from_cuda_array_interface, from_dlpack
+
+        imported = None
+        if hasattr(value, "__dlpack__") and value.__dlpack_device__()[0] == 2:
+            imported = from_dlpack(value)
+        elif hasattr(value, "__cuda_array_interface__"):
+            imported = from_cuda_array_interface(value)
+        if imported is not None:
+            return asarray(imported, dtype, stream=stream)
     host = np.asarray(value, dtype=None if dtype is None else as_dtype(dtype).numpy)
     return from_numpy(host, stream=stream)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .backend import backend_state, native_module
+from .backend import MIN_COMPUTE_CAPABILITY, backend_state, native_module
 from .errors import DeviceError
 
-__all__ = ["DeviceInfo", "device_count", "get_device_info"]
+__all__ = ["DeviceInfo", "device_count", "get_device", "get_device_info", "set_device"]
 
 
 @dataclass(frozen=True)
@@ -60,3 +60,27 @@ def get_device_info(ordinal: int = 0) -> DeviceInfo:
     props = dict(native_module().device_properties(ordinal))
     props["compute_capability"] = tuple(props["compute_capability"])
     return DeviceInfo(**props)
+
+
+def get_device() -> int:
+    """The calling thread's current device ordinal (0 on the CPU backend)."""
+    return int(native_module().get_device()) if backend_state().name == "cuda" else 0
+
+
+def set_device(ordinal: int) -> None:
+    """Make device ``ordinal`` current for the calling thread (allocations, launches, copies).
+
+    Raises :class:`DeviceError` for a device that does not exist or whose compute capability is below
+    8.0, leaving the current device unchanged.
+    """
+    info = get_device_info(ordinal) if backend_state().name == "cuda" else None
+    if info is None:
+        if ordinal != 0:
+            raise DeviceError(f"device {ordinal} does not exist (CPU simulation backend: device 0 only)")
+        return
+    if info.compute_capability < MIN_COMPUTE_CAPABILITY:
+        major, minor = info.compute_capability
+        raise DeviceError(
+            f"device {ordinal} ({info.name}) has compute capability {major}.{minor}; pygpukit needs 8.0 or newer"
+        )
+    native_module().set_device(ordinal)

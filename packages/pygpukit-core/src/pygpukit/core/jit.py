@@ -64,6 +64,16 @@ _SCALARS = {
     "half": "e",
     "__nv_bfloat16": "bf16",
 }
+# Pointee spellings -> the DType.ctype they must match.
+_ELEMENT_ALIASES = {
+    "double": "double", "float": "float", "__half": "__half", "half": "__half", "__nv_bfloat16": "__nv_bfloat16",
+    "__nv_fp8_e4m3": "__nv_fp8_e4m3", "__nv_fp8_e5m2": "__nv_fp8_e5m2", "signed char": "signed char",
+    "int8_t": "signed char", "short": "short", "int16_t": "short", "int": "int", "int32_t": "int",
+    "long long": "long long", "int64_t": "long long", "unsigned char": "unsigned char", "uint8_t": "unsigned char",
+    "unsigned short": "unsigned short", "uint16_t": "unsigned short", "unsigned int": "unsigned int",
+    "unsigned": "unsigned int", "uint32_t": "unsigned int", "unsigned long long": "unsigned long long",
+    "uint64_t": "unsigned long long", "bool": "bool",
+}  # fmt: skip
 _QUALIFIERS = re.compile(r"\b(const|volatile|__restrict__|__restrict|restrict|struct|__grid_constant__)\b")
 
 
@@ -75,6 +85,7 @@ class Param:
     ctype: str
     kind: str  # "pointer", "scalar" or "opaque" (a struct by value: pass bytes)
     format: str  # struct format for pointer/scalar ("Q" for pointers, "bf16" for bfloat16)
+    element: str = ""  # pointers: the pointee's C type ("float"), checked against GPUArray dtypes
 
 
 def _split_params(text: str) -> list[str]:
@@ -115,7 +126,8 @@ def parse_signature(source: str, func: str) -> list[Param] | None:
         name = name_match.group(1) if name_match else f"arg{index}"
         ctype = declaration[: name_match.start()].strip() if name_match else declaration
         if "*" in ctype or "&" in ctype or (name_match and name_match.group(2)):
-            params.append(Param(name, ctype, "pointer", "Q"))
+            element = _ELEMENT_ALIASES.get(ctype.replace("*", "").replace("&", "").strip(), "")
+            params.append(Param(name, ctype, "pointer", "Q", element))
         elif ctype in _SCALARS:
             params.append(Param(name, ctype, "scalar", _SCALARS[ctype]))
         else:
@@ -142,11 +154,24 @@ class LaunchConfig:
         return dims  # type: ignore[return-value]
 
 
-def _pointer(value: Any, param: str) -> int:
+def _pointer(value: Any, param: str, element: str = "") -> int:
+    """The address to pass for a pointer parameter, validating GPUArrays against the declaration."""
     if value is None:
         return 0
     ptr = getattr(value, "device_ptr", None)
     if ptr is not None:
+        dtype = getattr(value, "dtype", None)
+        if element and dtype is not None and dtype.ctype != element:
+            raise DTypeError(f"parameter {param!r} is {element}*, but the array passed has dtype {dtype.name}")
+        if getattr(value, "is_contiguous", True) is False:
+            raise ShapeError(
+                f"parameter {param!r} receives a raw pointer, but the array passed is not contiguous "
+                f"(shape {value.shape}, strides {value.strides}); pass .contiguous()"
+            )
+        device = getattr(getattr(value, "buffer", None), "device", None)
+        if device is not None and device >= 0 and device != _current_device():
+            raise DeviceError(f"parameter {param!r}: the array lives on cuda:{device}, the kernel runs on "
+                              f"cuda:{_current_device()}")  # fmt: skip
         return int(ptr)
     cai = getattr(value, "__cuda_array_interface__", None)
     if cai is not None:
@@ -154,6 +179,10 @@ def _pointer(value: Any, param: str) -> int:
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         return int(value)
     raise DTypeError(f"parameter {param!r} is a pointer; got {type(value).__name__}")
+
+
+def _current_device() -> int:
+    return int(native_module().get_device())
 
 
 def _scalar_bytes(value: Any, fmt: str, param: str) -> bytes:
@@ -329,7 +358,7 @@ class JITKernel:
             values = []
             for p, a in zip(params, args, strict=True):
                 if p.kind == "pointer":
-                    values.append(_pointer(a, p.name))
+                    values.append(_pointer(a, p.name, p.element))
                 else:
                     values.append(a)
             try:
@@ -339,7 +368,7 @@ class JITKernel:
         items: list[tuple[str, bytes]] = []
         for p, a in zip(params, args, strict=True):
             if p.kind == "pointer":
-                items.append(("Q", struct.pack("@Q", _pointer(a, p.name))))
+                items.append(("Q", struct.pack("@Q", _pointer(a, p.name, p.element))))
             elif p.kind == "scalar":
                 fmt = "H" if p.format == "bf16" else p.format
                 items.append((fmt, _scalar_bytes(a, p.format, p.name)))

@@ -23,6 +23,7 @@ from .stream import Stream, current_stream
 
 __all__ = [
     "DeviceBuffer",
+    "ExternalBuffer",
     "PinnedBuffer",
     "empty_cache",
     "get_memory_info",
@@ -126,6 +127,37 @@ class DeviceBuffer:
     def __repr__(self) -> str:
         where = "cpu" if self.device < 0 else f"cuda:{self.device}"
         return f"DeviceBuffer(ptr={self.ptr:#x}, nbytes={self.nbytes}, device={where}, freed={self.freed})"
+
+
+class ExternalBuffer:
+    """Device memory owned by someone else (a DLPack or CUDA-Array-Interface producer).
+
+    Holds ``owner`` alive and calls ``release`` (if given) when garbage-collected; never frees the
+    memory through the pool.
+    """
+
+    __slots__ = ("__weakref__", "_finalizer", "device", "nbytes", "owner", "ptr")
+    _finalizer: weakref.finalize[Any, Any]
+
+    def __init__(self, ptr: int, nbytes: int, device: int, owner: Any, release: Any = None) -> None:
+        self.ptr = int(ptr)
+        self.nbytes = int(nbytes)
+        self.device = int(device)
+        self.owner = owner
+        self._finalizer = weakref.finalize(self, release or (lambda: None))
+
+    @property
+    def freed(self) -> bool:
+        return False
+
+    def free(self) -> None:
+        raise InvalidPointerError("memory imported from another library is freed by its owner, not by pygpukit")
+
+    def host_view(self) -> np.ndarray[Any, Any]:
+        raise PyGPUkitError("imported device memory has no host view")
+
+    def __repr__(self) -> str:
+        return f"ExternalBuffer(ptr={self.ptr:#x}, nbytes={self.nbytes}, device=cuda:{self.device})"
 
 
 def get_memory_info() -> tuple[int, int]:
