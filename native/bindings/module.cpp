@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "../runtime/c_api.hpp"
 #include "../runtime/context.hpp"
 #include "../runtime/cublaslt.hpp"
 #include "../runtime/driver.hpp"
@@ -291,4 +292,11 @@ PYBIND11_MODULE(PYGPUKIT_NATIVE_MODULE, m) {
   m.def("cublaslt_status", [] { return cublaslt_status_dict(cublaslt_status()); });
 
   bind_runtime(m);
+
+  // The C API for other extensions; the capsule name is the attribute's full dotted name.
+  static const std::string capsule_name =
+      std::string("pygpukit.core.") + PYBIND11_TOSTRING(PYGPUKIT_NATIVE_MODULE) + "." + PYGPUKIT_C_API_CAPSULE_ATTR;
+  m.attr(PYGPUKIT_C_API_CAPSULE_ATTR) =
+      py::capsule(static_cast<const void*>(c_api_table()), capsule_name.c_str());
+  m.attr("C_API_VERSION") = PYGPUKIT_C_API_VERSION;
 }

@@ -55,6 +55,15 @@ void function_set_max_dynamic_shared(std::uint64_t function, int bytes) {
         "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
 }
 
+void launch_raw(std::uint64_t function, const unsigned int grid[3], const unsigned int block[3],
+                unsigned int shared, std::uint64_t stream, void** params) {
+  ensure_context();
+  check(driver().cuLaunchKernel(reinterpret_cast<CUfunction>(function), grid[0], grid[1], grid[2], block[0],
+                                block[1], block[2], shared, reinterpret_cast<CUstream>(stream), params,
+                                nullptr),
+        "cuLaunchKernel");
+}
+
 void launch(std::uint64_t function, const unsigned int grid[3], const unsigned int block[3],
             unsigned int shared, std::uint64_t stream, const char* args,
             const std::vector<std::size_t>& offsets) {

@@ -31,4 +31,8 @@ void launch(std::uint64_t function, const unsigned int grid[3], const unsigned i
             unsigned int shared, std::uint64_t stream, const char* args,
             const std::vector<std::size_t>& offsets);
 
+// The same with the kernel parameter pointer array already built (the C API's form).
+void launch_raw(std::uint64_t function, const unsigned int grid[3], const unsigned int block[3],
+                unsigned int shared, std::uint64_t stream, void** params);
+
 }  // namespace pygpukit

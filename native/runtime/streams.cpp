@@ -68,8 +68,8 @@ void stream_wait_event(std::uint64_t stream, std::uint64_t event) {
 
 std::uint64_t event_create(bool timing, bool blocking_sync) {
   ensure_context();
-  unsigned int flags =
-      (timing ? 0u : CU_EVENT_DISABLE_TIMING) | (blocking_sync ? CU_EVENT_BLOCKING_SYNC : 0u);
+  unsigned int flags = (timing ? 0u : static_cast<unsigned>(CU_EVENT_DISABLE_TIMING)) |
+                       (blocking_sync ? static_cast<unsigned>(CU_EVENT_BLOCKING_SYNC) : 0u);
   CUevent event = nullptr;
   check(driver().cuEventCreate(&event, flags), "cuEventCreate");
   return reinterpret_cast<std::uint64_t>(event);

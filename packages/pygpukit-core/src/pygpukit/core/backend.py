@@ -22,6 +22,7 @@ __all__ = [
     "BackendFallbackWarning",
     "BackendState",
     "backend_state",
+    "c_api_capsule",
     "current_backend",
     "is_cuda_available",
     "native_module",
@@ -120,6 +121,17 @@ def current_backend() -> Literal["cuda", "cpu"]:
 def is_cuda_available() -> bool:
     """True when a driver, a native module for it and a GPU with compute capability >= 8.0 are present."""
     return backend_state().name == "cuda"
+
+
+def c_api_capsule() -> Any:
+    """The native C API capsule (``pygpukit.core._native_cu<MAJOR>._C_API``, see native/runtime/c_api.h)
+    of the native module in use, or of any installed one on the CPU backend (its calls then report
+    PYGPUKIT_E_NOT_INITIALIZED)."""
+    state = backend_state()
+    native = state.native if state.native is not None else _variant.any_native()
+    if native is None:
+        raise DeviceError("no pygpukit native module is installed")
+    return native._C_API
 
 
 def native_module() -> ModuleType:
