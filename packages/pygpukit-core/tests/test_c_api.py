@@ -43,7 +43,7 @@ class CApi(ctypes.Structure):
             ctypes.CFUNCTYPE(
                 i32, u64, P(ctypes.c_uint32), P(ctypes.c_uint32), ctypes.c_uint32, u64, P(ctypes.c_void_p)
             ),
-        ),  # fmt: skip
+        ),
         ("graph_launch", ctypes.CFUNCTYPE(i32, u64, u64)),
     ]
 
