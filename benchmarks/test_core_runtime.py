@@ -187,3 +187,58 @@ def test_cold_compile(benchmark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
         gp.jit(SOURCE + f"\n// variant {next(counter)}", "add_one")
 
     benchmark.pedantic(compile_new, rounds=10, warmup_rounds=1)
+
+
+# -- NumPy transfers (pageable host memory), what users call ----------------------------------------
+@pytest.mark.benchmark(group="numpy -> device 256 MiB (pageable)")
+def test_from_numpy_pygpukit(benchmark: Any) -> None:
+    host = np.full(COPY_BYTES, 7, np.uint8)
+    result = benchmark.pedantic(lambda: gp.from_numpy(host), rounds=20, warmup_rounds=2)
+    assert result.nbytes == COPY_BYTES
+    benchmark.extra_info["bytes"] = COPY_BYTES
+
+
+@pytest.mark.benchmark(group="numpy -> device 256 MiB (pageable)")
+def test_from_numpy_torch(benchmark: Any) -> None:
+    torch = _torch()
+    host = np.full(COPY_BYTES, 7, np.uint8)
+
+    def run() -> Any:
+        tensor = torch.from_numpy(host).to("cuda")
+        torch.cuda.synchronize()
+        return tensor
+
+    benchmark.pedantic(run, rounds=20, warmup_rounds=2)
+    benchmark.extra_info["bytes"] = COPY_BYTES
+
+
+@pytest.mark.benchmark(group="numpy -> device 256 MiB (pageable)")
+def test_from_numpy_cupy(benchmark: Any) -> None:
+    cupy = _cupy()
+    host = np.full(COPY_BYTES, 7, np.uint8)
+    benchmark.pedantic(lambda: cupy.asarray(host), rounds=20, warmup_rounds=2)
+    benchmark.extra_info["bytes"] = COPY_BYTES
+
+
+@pytest.mark.benchmark(group="device -> numpy 256 MiB (pageable)")
+def test_to_numpy_pygpukit(benchmark: Any) -> None:
+    device = gp.full(COPY_BYTES, 7, gp.uint8)
+    result = benchmark.pedantic(device.to_numpy, rounds=20, warmup_rounds=2)
+    assert result[-1] == 7
+    benchmark.extra_info["bytes"] = COPY_BYTES
+
+
+@pytest.mark.benchmark(group="device -> numpy 256 MiB (pageable)")
+def test_to_numpy_torch(benchmark: Any) -> None:
+    torch = _torch()
+    device = torch.full((COPY_BYTES,), 7, dtype=torch.uint8, device="cuda")
+    benchmark.pedantic(lambda: device.cpu().numpy(), rounds=20, warmup_rounds=2)
+    benchmark.extra_info["bytes"] = COPY_BYTES
+
+
+@pytest.mark.benchmark(group="device -> numpy 256 MiB (pageable)")
+def test_to_numpy_cupy(benchmark: Any) -> None:
+    cupy = _cupy()
+    device = cupy.full(COPY_BYTES, 7, dtype=cupy.uint8)
+    benchmark.pedantic(lambda: cupy.asnumpy(device), rounds=20, warmup_rounds=2)
+    benchmark.extra_info["bytes"] = COPY_BYTES

@@ -15,6 +15,8 @@
 #include "../runtime/nvrtc.hpp"
 #include "../runtime/streams.hpp"
 
+#include <cstring>
+
 namespace py = pybind11;
 using namespace pygpukit;
 
@@ -141,7 +143,7 @@ void bind_runtime(py::module_& m) {
 
   m.def("mem_alloc", &device_allocate, py::arg("nbytes"), py::arg("stream") = 0,
         "Allocate device memory through the pool; returns the pointer.");
-  m.def("mem_free", &device_free, py::arg("ptr"));
+  m.def("mem_free", &device_free, py::arg("ptr"), py::arg("device") = -1);
   m.def("mem_empty_cache", &empty_cache, py::arg("all_devices") = false);
   m.def("mem_set_limit", &set_memory_limit, py::arg("bytes"));
   m.def("mem_stats", [] { return stats_dict(memory_stats()); });
@@ -200,19 +202,35 @@ void bind_runtime(py::module_& m) {
   });
   m.def("function_set_max_dynamic_shared", &function_set_max_dynamic_shared, py::arg("function"),
         py::arg("bytes"));
+  // The hot path of every kernel launch from Python: arguments arrive as one bytes object and the
+  // parameter offsets as packed uint32 values, so nothing is converted element by element.
   m.def(
       "launch",
       [](u64 function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-         unsigned shared, u64 stream, const py::bytes& args, const std::vector<std::size_t>& offsets) {
+         unsigned shared, u64 stream, const py::bytes& args, const py::bytes& offsets) {
         char* data = nullptr;
-        Py_ssize_t size = 0;
+        char* offset_data = nullptr;
+        Py_ssize_t size = 0, offset_size = 0;
         PyBytes_AsStringAndSize(args.ptr(), &data, &size);
-        for (std::size_t offset : offsets) {
+        PyBytes_AsStringAndSize(offsets.ptr(), &offset_data, &offset_size);
+        const std::size_t count = static_cast<std::size_t>(offset_size) / sizeof(std::uint32_t);
+        constexpr std::size_t kInline = 64;
+        void* inline_params[kInline];
+        std::vector<void*> heap_params;
+        void** params = inline_params;
+        if (count > kInline) {
+          heap_params.resize(count);
+          params = heap_params.data();
+        }
+        for (std::size_t i = 0; i < count; ++i) {
+          std::uint32_t offset;
+          std::memcpy(&offset, offset_data + i * sizeof(offset), sizeof(offset));
           if (offset >= static_cast<std::size_t>(size)) throw py::value_error("argument offset out of range");
+          params[i] = data + offset;
         }
         const unsigned grid[3] = {gx, gy, gz};
         const unsigned block[3] = {bx, by, bz};
-        launch(function, grid, block, shared, stream, data, offsets);
+        launch_raw(function, grid, block, shared, stream, count ? params : nullptr);
       },
       py::arg("function"), py::arg("gx"), py::arg("gy"), py::arg("gz"), py::arg("bx"), py::arg("by"),
       py::arg("bz"), py::arg("shared"), py::arg("stream"), py::arg("args"), py::arg("offsets"));

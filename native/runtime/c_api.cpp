@@ -65,7 +65,7 @@ int32_t api_allocate(uint64_t nbytes, uint64_t stream, uint64_t* ptr) {
   return guarded([&] { *ptr = device_allocate(nbytes, stream); });
 }
 int32_t api_free(uint64_t ptr) {
-  return guarded([&] { device_free(ptr); });
+  return guarded([&] { device_free(ptr, -1); });
 }
 int32_t api_memory_in_use(uint64_t* in_use, uint64_t* cached) {
   if (!in_use || !cached) return invalid("memory_in_use: null output pointer");

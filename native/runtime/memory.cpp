@@ -100,8 +100,8 @@ std::uint64_t device_allocate(std::uint64_t nbytes, std::uint64_t stream) {
   throw RuntimeFailure("unreachable");
 }
 
-void device_free(std::uint64_t ptr) {
-  const int device = device_of(ptr);
+void device_free(std::uint64_t ptr, int device) {
+  if (device < 0) device = device_of(ptr);
   int32_t rc = pgk_pool_free(pool_of(device), ptr);
   if (rc == PGK_UNKNOWN_POINTER) throw InvalidFree("pointer was not allocated by the pygpukit pool");
   if (rc == PGK_DOUBLE_FREE) throw InvalidFree("pointer was already freed (double free)");

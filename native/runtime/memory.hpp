@@ -32,7 +32,8 @@ class InvalidFree : public RuntimeFailure {
 // calling thread's current device. Returns the device pointer; nbytes 0 gives a valid 512-byte block.
 std::uint64_t device_allocate(std::uint64_t nbytes, std::uint64_t stream);
 // Returns a block to the pool's cache for its stream; the device memory stays reserved for reuse.
-void device_free(std::uint64_t ptr);
+// `device` is the owning device's ordinal when the caller knows it (-1: ask the driver).
+void device_free(std::uint64_t ptr, int device = -1);
 // Frees every cached block of the current device (or of all devices) on the device; returns bytes.
 std::uint64_t empty_cache(bool all_devices);
 // Releases a stream's cached blocks (call before destroying the stream).

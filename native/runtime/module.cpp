@@ -64,24 +64,4 @@ void launch_raw(std::uint64_t function, const unsigned int grid[3], const unsign
         "cuLaunchKernel");
 }
 
-void launch(std::uint64_t function, const unsigned int grid[3], const unsigned int block[3],
-            unsigned int shared, std::uint64_t stream, const char* args,
-            const std::vector<std::size_t>& offsets) {
-  ensure_context();
-  // Small kernels dominate launch-overhead measurements: keep the pointer array on the stack.
-  constexpr std::size_t kInline = 32;
-  void* inline_params[kInline];
-  std::vector<void*> heap_params;
-  void** params = inline_params;
-  if (offsets.size() > kInline) {
-    heap_params.resize(offsets.size());
-    params = heap_params.data();
-  }
-  for (std::size_t i = 0; i < offsets.size(); ++i) params[i] = const_cast<char*>(args + offsets[i]);
-  check(driver().cuLaunchKernel(reinterpret_cast<CUfunction>(function), grid[0], grid[1], grid[2], block[0],
-                                block[1], block[2], shared, reinterpret_cast<CUstream>(stream),
-                                offsets.empty() ? nullptr : params, nullptr),
-        "cuLaunchKernel");
-}
-
 }  // namespace pygpukit

@@ -25,13 +25,8 @@ std::uint64_t module_function(std::uint64_t module, const std::string& name);
 FunctionAttributes function_attributes(std::uint64_t function);
 void function_set_max_dynamic_shared(std::uint64_t function, int bytes);
 
-// Launches `function`. `args` holds every parameter's bytes, parameter i starting at offsets[i],
-// laid out as the kernel signature says (the caller packs it).
-void launch(std::uint64_t function, const unsigned int grid[3], const unsigned int block[3],
-            unsigned int shared, std::uint64_t stream, const char* args,
-            const std::vector<std::size_t>& offsets);
-
-// The same with the kernel parameter pointer array already built (the C API's form).
+// Launches `function` with `params[i]` pointing at the value of kernel parameter i (cuLaunchKernel's
+// form; the Python binding and the C API both build that array).
 void launch_raw(std::uint64_t function, const unsigned int grid[3], const unsigned int block[3],
                 unsigned int shared, std::uint64_t stream, void** params);
 

@@ -40,7 +40,7 @@ def test_signature_parsing() -> None:
 def test_argument_packing_uses_c_layout() -> None:
     kernel = JITKernel(SAXPY, "saxpy")
     buffer, offsets = kernel.pack_arguments([2.0, 0x1000, 0x2000, 7])
-    assert offsets == [0, 8, 16, 24]
+    assert list(struct.unpack("4I", offsets)) == [0, 8, 16, 24]
     assert struct.unpack_from("@f", buffer, 0)[0] == 2.0
     assert struct.unpack_from("@Q", buffer, 8)[0] == 0x1000
     assert struct.unpack_from("@q", buffer, 24)[0] == 7

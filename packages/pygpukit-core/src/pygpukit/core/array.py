@@ -17,6 +17,7 @@ from . import builtins
 from .backend import backend_state
 from .dtypes import DType, as_dtype, float32, float64, int64
 from .errors import DTypeError, InvalidPointerError, ShapeError
+from .jit import register_array_type
 from .memory import DeviceBuffer
 from .stream import Stream, current_stream
 
@@ -50,11 +51,22 @@ def _normalize_shape(shape: ShapeLike | tuple[Any, ...]) -> tuple[int, ...]:
 
 
 def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    if len(shape) == 1:
+        return (1,)
     strides, step = [], 1
     for dim in reversed(shape):
         strides.append(step)
         step *= max(dim, 1)
     return tuple(reversed(strides))
+
+
+def _is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    expected = 1
+    for dim, stride in zip(reversed(shape), reversed(strides), strict=True):
+        if dim != 1 and stride != expected:
+            return False
+        expected *= dim
+    return True
 
 
 def _grid(n: int) -> int:
@@ -73,7 +85,7 @@ class GPUArray:
     nothing here copies through the host except :meth:`to_numpy` and :func:`from_numpy`, which say so.
     """
 
-    __slots__ = ("__weakref__", "_buffer", "_dtype", "_offset", "_shape", "_strides")
+    __slots__ = ("__weakref__", "_buffer", "_contiguous", "_dtype", "_offset", "_shape", "_strides")
 
     def __init__(
         self,
@@ -88,6 +100,7 @@ class GPUArray:
         self._dtype = dtype
         self._strides = strides if strides is not None else _contiguous_strides(shape)  # in elements
         self._offset = offset  # in elements
+        self._contiguous = _is_contiguous(self._shape, self._strides)
 
     # -- properties ---------------------------------------------------------------------------------
     @property
@@ -143,12 +156,7 @@ class GPUArray:
     @property
     def is_contiguous(self) -> bool:
         """C-contiguous (dimensions of size 1 may have any stride)."""
-        expected = 1
-        for dim, stride in zip(reversed(self._shape), reversed(self._strides), strict=True):
-            if dim != 1 and stride != expected:
-                return False
-            expected *= dim
-        return True
+        return self._contiguous
 
     def __len__(self) -> int:
         if not self._shape:
@@ -180,9 +188,10 @@ class GPUArray:
             return np.array(self._host_view(), copy=True)
         source = self if self.is_contiguous else self.contiguous(stream=stream)
         out = np.empty(self._shape, dtype=self._dtype.numpy)
-        handle = (stream or current_stream()).handle
-        native.memcpy_dtoh(out.ctypes.data, source.device_ptr, self.nbytes, handle, True)
-        native.stream_synchronize(handle)
+        # Into pageable memory the driver's synchronous copy is the fastest path; it must follow the
+        # work queued on the stream, so wait for that first.
+        native.stream_synchronize((stream or current_stream()).handle)
+        native.memcpy_dtoh(out.ctypes.data, source.device_ptr, self.nbytes, 0, False)
         return out
 
     # -- views --------------------------------------------------------------------------------------
@@ -335,6 +344,9 @@ class GPUArray:
         }
 
 
+register_array_type(GPUArray)
+
+
 def _resolve_reshape(size: int, shape: tuple[Any, ...]) -> tuple[int, ...]:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
@@ -395,8 +407,8 @@ def _copy_strided(dst: GPUArray, src: GPUArray, stream: Stream | None) -> None:
 # -- construction ----------------------------------------------------------------------------------
 def empty(shape: ShapeLike, dtype: Any = float32, *, stream: Stream | None = None) -> GPUArray:
     """An uninitialised array."""
-    dims = _normalize_shape(shape)
-    dt = as_dtype(dtype)
+    dims = (shape,) if type(shape) is int and shape >= 0 else _normalize_shape(shape)
+    dt = dtype if type(dtype) is DType else as_dtype(dtype)
     return GPUArray(DeviceBuffer(math.prod(dims) * dt.itemsize, stream=stream), dims, dt)
 
 
@@ -482,8 +494,12 @@ def from_numpy(array: Any, *, stream: Stream | None = None) -> GPUArray:
     if native is None:
         out._host_view()[...] = host
         return out
-    # From pageable memory the driver returns once the bytes are staged, so `host` may go away now.
-    native.memcpy_htod(out.device_ptr, host.ctypes.data, out.nbytes, (stream or current_stream()).handle, True)
+    # From pageable memory the driver's synchronous copy is the fastest path. It runs on the legacy
+    # stream, which waits for blocking streams only, so wait for the allocation's stream first.
+    handle = (stream or current_stream()).handle
+    if handle:
+        native.stream_synchronize(handle)
+    native.memcpy_htod(out.device_ptr, host.ctypes.data, out.nbytes, 0, False)
     return out
 
 

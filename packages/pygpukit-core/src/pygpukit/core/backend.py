@@ -96,6 +96,9 @@ def _detect() -> BackendState:
 def backend_state() -> BackendState:
     """Detect (once) and return the backend in use. Thread-safe."""
     global _state
+    state = _state
+    if state is not None:  # the common case, without taking the lock
+        return state
     with _lock:
         if _state is None:
             state = _detect()

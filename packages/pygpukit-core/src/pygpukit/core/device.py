@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from .backend import MIN_COMPUTE_CAPABILITY, backend_state, native_module
 from .errors import DeviceError
+from .stream import set_thread_device, thread_device
 
 __all__ = ["DeviceInfo", "device_count", "get_device", "get_device_info", "set_device"]
 
@@ -64,7 +65,7 @@ def get_device_info(ordinal: int = 0) -> DeviceInfo:
 
 def get_device() -> int:
     """The calling thread's current device ordinal (0 on the CPU backend)."""
-    return int(native_module().get_device()) if backend_state().name == "cuda" else 0
+    return thread_device() if backend_state().name == "cuda" else 0
 
 
 def set_device(ordinal: int) -> None:
@@ -84,3 +85,4 @@ def set_device(ordinal: int) -> None:
             f"device {ordinal} ({info.name}) has compute capability {major}.{minor}; pygpukit needs 8.0 or newer"
         )
     native_module().set_device(ordinal)
+    set_thread_device(ordinal)

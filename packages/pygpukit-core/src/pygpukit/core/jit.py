@@ -21,11 +21,12 @@ from typing import Any
 
 import numpy as np
 
+from . import backend as _backend
 from .backend import backend_state, native_module
 from .compiler import CompiledProgram, compile_source, nvrtc_status, parse_arch
-from .errors import DeviceError, DTypeError, PyGPUkitError, ShapeError
+from .errors import DeviceError, DTypeError, InvalidPointerError, PyGPUkitError, ShapeError
 from .kernel_cache import cache_key, kernel_cache
-from .stream import Stream, current_stream
+from .stream import Stream, current_stream, thread_device
 
 __all__ = ["JITKernel", "LaunchConfig", "Param", "jit", "parse_signature"]
 
@@ -182,7 +183,38 @@ def _pointer(value: Any, param: str, element: str = "") -> int:
 
 
 def _current_device() -> int:
-    return int(native_module().get_device())
+    return thread_device()
+
+
+_array_type: type | None = None  # GPUArray, registered by array.py (which imports this module)
+
+
+def register_array_type(cls: type) -> None:
+    global _array_type
+    _array_type = cls
+
+
+def _array_pointer(value: Any, param: Param, device: int) -> int:
+    """Fast path for GPUArrays (the common argument), with the same checks as _pointer."""
+    if type(value) is _array_type:
+        array: Any = value
+        buffer = array._buffer
+        if buffer.freed:
+            raise InvalidPointerError(f"parameter {param.name!r}: the array's memory was freed")
+        if param.element and array._dtype.ctype != param.element:
+            raise DTypeError(
+                f"parameter {param.name!r} is {param.element}*, but the array passed has dtype {array._dtype.name}"
+            )
+        if not array._contiguous:
+            raise ShapeError(
+                f"parameter {param.name!r} receives a raw pointer, but the array passed is not contiguous "
+                f"(shape {array.shape}, strides {array.strides}); pass .contiguous()"
+            )
+        if buffer.device != device and buffer.device >= 0:
+            raise DeviceError(f"parameter {param.name!r}: the array lives on cuda:{buffer.device}, the kernel runs on "
+                              f"cuda:{device}")  # fmt: skip
+        return int(buffer.ptr + array._offset * array._dtype.itemsize)
+    return _pointer(value, param.name, param.element)
 
 
 def _scalar_bytes(value: Any, fmt: str, param: str) -> bytes:
@@ -231,7 +263,7 @@ def _infer(value: Any, index: int) -> tuple[str, bytes]:
     return "Q", struct.pack("@Q", _pointer(value, f"arg{index}"))
 
 
-def _pack(items: list[tuple[str, bytes]]) -> tuple[bytes, list[int]]:
+def _pack(items: list[tuple[str, bytes]]) -> tuple[bytes, bytes]:
     """Lay out parameter bytes with C alignment; returns the buffer and each parameter's offset."""
     buffer = bytearray()
     offsets = []
@@ -242,7 +274,7 @@ def _pack(items: list[tuple[str, bytes]]) -> tuple[bytes, list[int]]:
         offsets.append(len(buffer))
         buffer.extend(data)
     buffer.extend(b"\0" * (-len(buffer) % 8))
-    return bytes(buffer), offsets
+    return bytes(buffer), struct.pack(f"{len(offsets)}I", *offsets)
 
 
 class JITKernel:
@@ -273,8 +305,11 @@ class JITKernel:
         self._struct: struct.Struct | None = None
         if self.params is not None and all(p.kind != "opaque" and p.format != "bf16" for p in self.params):
             self._struct = struct.Struct("@" + "".join(p.format for p in self.params))
-            self._offsets = [struct.calcsize("@" + "".join(p.format for p in self.params[: i + 1]))
-                             - struct.calcsize("@" + p.format) for i, p in enumerate(self.params)]  # fmt: skip
+            offsets = [struct.calcsize("@" + "".join(p.format for p in self.params[: i + 1]))
+                       - struct.calcsize("@" + p.format) for i, p in enumerate(self.params)]  # fmt: skip
+            self._offsets = struct.pack(f"{len(offsets)}I", *offsets)
+        self._pointer_slots = [i for i, p in enumerate(self.params or ()) if p.kind == "pointer"]
+        self._launch_info: tuple[int, int, int, int] | None = None  # (device, function, max threads, max dyn smem)
 
     @property
     def is_compiled(self) -> bool:
@@ -345,22 +380,22 @@ class JITKernel:
         _, function, attributes = self.load()
         native_module().function_set_max_dynamic_shared(function, int(nbytes))
         attributes["max_dynamic_shared_size_bytes"] = int(nbytes)
+        self._launch_info = None  # re-read the limit on the next launch
 
-    def pack_arguments(self, args: Sequence[Any]) -> tuple[bytes, list[int]]:
-        """The parameter buffer and offsets for ``args`` (exposed for tests and graph builders)."""
+    def pack_arguments(self, args: Sequence[Any], device: int | None = None) -> tuple[bytes, bytes]:
+        """The parameter buffer and the packed uint32 offsets for ``args`` (used by every launch)."""
         params = self.params
         if params is None:
             return _pack([_infer(a, i) for i, a in enumerate(args)])
         if len(args) != len(params):
             raise TypeError(f"kernel {self.name} takes {len(params)} arguments ({', '.join(p.name for p in params)}), "
                             f"got {len(args)}")  # fmt: skip
+        if device is None:
+            device = thread_device()
         if self._struct is not None:
-            values = []
-            for p, a in zip(params, args, strict=True):
-                if p.kind == "pointer":
-                    values.append(_pointer(a, p.name, p.element))
-                else:
-                    values.append(a)
+            values = list(args)
+            for i in self._pointer_slots:
+                values[i] = _array_pointer(values[i], params[i], device)
             try:
                 return self._struct.pack(*values), self._offsets
             except struct.error:
@@ -368,7 +403,7 @@ class JITKernel:
         items: list[tuple[str, bytes]] = []
         for p, a in zip(params, args, strict=True):
             if p.kind == "pointer":
-                items.append(("Q", struct.pack("@Q", _pointer(a, p.name, p.element))))
+                items.append(("Q", struct.pack("@Q", _array_pointer(a, p, device))))
             elif p.kind == "scalar":
                 fmt = "H" if p.format == "bf16" else p.format
                 items.append((fmt, _scalar_bytes(a, p.format, p.name)))
@@ -378,6 +413,13 @@ class JITKernel:
                 items.append(("opaque", bytes(a.tobytes() if hasattr(a, "tobytes") else a)))
         return _pack(items)
 
+    def _prepare(self, device: int) -> tuple[int, int, int, int]:
+        _, function, attributes = self.load()
+        info = (device, function, attributes["max_threads_per_block"],
+                max(attributes["max_dynamic_shared_size_bytes"], 48 * 1024))  # fmt: skip
+        self._launch_info = info
+        return info
+
     def __call__(
         self,
         *args: Any,
@@ -386,28 +428,32 @@ class JITKernel:
         shared_mem: int = 0,
         stream: Stream | None = None,
     ) -> None:
-        state = backend_state()
-        if state.name != "cuda":
-            raise DeviceError(f"launching a CUDA kernel needs the CUDA backend: {state.reason}")
-        g = LaunchConfig.dims(grid, "grid")
-        b = LaunchConfig.dims(block, "block")
-        _, function, attributes = self.load()
+        state = _backend._state
+        if state is None or state.native is None or state.name != "cuda":
+            state = backend_state()
+            if state.name != "cuda":
+                raise DeviceError(f"launching a CUDA kernel needs the CUDA backend: {state.reason}")
+        device = thread_device()
+        info = self._launch_info
+        if info is None or info[0] != device:
+            info = self._prepare(device)
+        g = (grid, 1, 1) if type(grid) is int and grid > 0 else LaunchConfig.dims(grid, "grid")
+        b = (block, 1, 1) if type(block) is int and block > 0 else LaunchConfig.dims(block, "block")
         threads = b[0] * b[1] * b[2]
-        if threads > attributes["max_threads_per_block"]:
-            raise ShapeError(
-                f"block {b} has {threads} threads; kernel {self.name} allows at most "
-                f"{attributes['max_threads_per_block']} per block on this device"
-            )
-        if shared_mem < 0:
-            raise ValueError(f"shared_mem must be >= 0, got {shared_mem}")
-        if shared_mem > max(attributes["max_dynamic_shared_size_bytes"], 48 * 1024):
-            raise ShapeError(
-                f"shared_mem={shared_mem} exceeds the kernel's dynamic shared memory limit "
-                f"({attributes['max_dynamic_shared_size_bytes']} bytes); call set_max_dynamic_shared_memory first"
-            )
-        buffer, offsets = self.pack_arguments(args)
-        handle = (stream or current_stream()).handle
-        state.native.launch(function, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem, handle, buffer, offsets)  # type: ignore[union-attr]
+        if threads > info[2]:
+            raise ShapeError(f"block {b} has {threads} threads; kernel {self.name} allows at most {info[2]} per "
+                             "block on this device")  # fmt: skip
+        if shared_mem:
+            if shared_mem < 0:
+                raise ValueError(f"shared_mem must be >= 0, got {shared_mem}")
+            if shared_mem > info[3]:
+                raise ShapeError(
+                    f"shared_mem={shared_mem} exceeds the kernel's dynamic shared memory limit ({info[3]} bytes); "
+                    "call set_max_dynamic_shared_memory first"
+                )
+        buffer, offsets = self.pack_arguments(args, device)
+        handle = (stream if stream is not None else current_stream())._handle
+        state.native.launch(info[1], g[0], g[1], g[2], b[0], b[1], b[2], shared_mem, handle, buffer, offsets)  # type: ignore[union-attr]
 
     def __repr__(self) -> str:
         params = ", ".join(f"{p.ctype} {p.name}" for p in self.params) if self.params is not None else "..."

@@ -19,7 +19,7 @@ import numpy as np
 
 from .backend import backend_state
 from .errors import InvalidPointerError, OutOfMemoryError, PyGPUkitError
-from .stream import Stream, current_stream
+from .stream import Stream, current_stream, thread_device
 
 __all__ = [
     "DeviceBuffer",
@@ -80,43 +80,51 @@ class _CpuPool:
 _cpu_pool = _CpuPool()
 
 
-def _release(native: Any, ptr: int) -> None:
-    with contextlib.suppress(Exception):
-        native.mem_free(ptr)
-
-
 class DeviceBuffer:
     """One pool allocation of ``nbytes`` bytes for work on ``stream``; returned to the pool on free/GC."""
 
-    __slots__ = ("__weakref__", "_finalizer", "_host", "device", "nbytes", "ptr")
-    _finalizer: weakref.finalize[Any, Any]
+    __slots__ = ("__weakref__", "_host", "_live", "_native", "device", "nbytes", "ptr")
 
     def __init__(self, nbytes: int, *, stream: Stream | None = None) -> None:
         if nbytes < 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
         self.nbytes = int(nbytes)
+        self._live = False
         native = _native()
+        self._native = native
         if native is None:
             _cpu_pool.allocate(self.nbytes)
             self._host: np.ndarray[Any, Any] | None = np.empty(max(self.nbytes, 1), dtype=np.uint8)
             self.ptr = int(self._host.ctypes.data)
             self.device = -1
-            self._finalizer = weakref.finalize(self, _cpu_pool.free, self.nbytes)
+            self._live = True
             return
         self._host = None
-        self.ptr = int(native.mem_alloc(self.nbytes, (stream or current_stream()).handle))
-        self.device = int(native.get_device())
-        self._finalizer = weakref.finalize(self, _release, native, self.ptr)
+        self.ptr = native.mem_alloc(self.nbytes, (stream or current_stream())._handle)
+        self.device = thread_device()
+        self._live = True
 
     @property
     def freed(self) -> bool:
-        return not self._finalizer.alive
+        return not self._live
 
     def free(self) -> None:
         """Return the memory to the pool now. Later use of arrays over it raises."""
-        if not self._finalizer.alive:
+        if not self._live:
             raise InvalidPointerError(f"buffer at {self.ptr:#x} was already freed")
-        self._finalizer()
+        self._release()
+
+    def _release(self) -> None:
+        self._live = False
+        if self._native is None:
+            _cpu_pool.free(self.nbytes)
+        else:
+            self._native.mem_free(self.ptr, self.device)
+
+    def __del__(self) -> None:
+        if getattr(self, "_live", False):
+            with contextlib.suppress(Exception):
+                self._release()
 
     def host_view(self) -> np.ndarray[Any, Any]:
         """CPU backend only: the host bytes standing in for the device memory."""

@@ -17,10 +17,20 @@ from typing import Any
 from .backend import backend_state
 from .errors import PyGPUkitError
 
-__all__ = ["Event", "Stream", "current_stream", "synchronize"]
+__all__ = ["Event", "Stream", "current_stream", "synchronize", "thread_device"]
 
 _cpu_handles = itertools.count(1)
-_local = threading.local()
+
+
+class _ThreadState(threading.local):
+    """Per-thread runtime state; attributes start at their defaults in every thread."""
+
+    def __init__(self) -> None:
+        self.device = 0
+        self.streams: list[Stream] = []
+
+
+_local = _ThreadState()
 
 
 def _native() -> Any:
@@ -137,11 +147,17 @@ class Stream:
         return f"Stream(handle={self._handle:#x}, priority={self._priority})"
 
 
+def thread_device() -> int:
+    """The calling thread's current device ordinal as pygpukit set it (mirrors the native side)."""
+    return _local.device
+
+
+def set_thread_device(ordinal: int) -> None:
+    _local.device = ordinal
+
+
 def _stack() -> list[Stream]:
-    stack: list[Stream] | None = getattr(_local, "streams", None)
-    if stack is None:
-        stack = _local.streams = []
-    return stack
+    return _local.streams
 
 
 _NULL = Stream.null()
@@ -149,7 +165,7 @@ _NULL = Stream.null()
 
 def current_stream() -> Stream:
     """The calling thread's current stream (the default stream unless inside ``with stream:``)."""
-    stack = _stack()
+    stack = _local.streams
     return stack[-1] if stack else _NULL
 
 
