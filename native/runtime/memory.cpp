@@ -1,6 +1,7 @@
 // The allocator: one Rust pool per device, driver calls here.
 #include "memory.hpp"
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -13,19 +14,23 @@ namespace pygpukit {
 
 namespace {
 
-struct PoolDeleter {
-  void operator()(PgkPool* pool) const { pgk_pool_destroy(pool); }
-};
-
-std::mutex g_pools_mutex;
-std::vector<std::unique_ptr<PgkPool, PoolDeleter>> g_pools;  // index: device ordinal
+// One pool per device, created on first use and never destroyed (device memory outlives no process).
+// Slots are atomics so the hot path reads them without a lock.
+constexpr int kMaxDevices = 64;
+std::mutex g_pools_mutex;  // serialises creation only
+std::atomic<PgkPool*> g_pools[kMaxDevices] = {};
 
 PgkPool* pool_of(int device) {
+  if (device < 0 || device >= kMaxDevices) throw RuntimeFailure("device ordinal out of range");
+  PgkPool* pool = g_pools[device].load(std::memory_order_acquire);
+  if (pool != nullptr) return pool;
   std::lock_guard<std::mutex> lock(g_pools_mutex);
-  if (static_cast<int>(g_pools.size()) <= device) g_pools.resize(static_cast<std::size_t>(device) + 1);
-  auto& pool = g_pools[static_cast<std::size_t>(device)];
-  if (!pool) pool.reset(pgk_pool_new(0));
-  return pool.get();
+  pool = g_pools[device].load(std::memory_order_acquire);
+  if (pool == nullptr) {
+    pool = pgk_pool_new(0);
+    g_pools[device].store(pool, std::memory_order_release);
+  }
+  return pool;
 }
 
 // Release callback: frees one block on the device; errors cannot cross the Rust frame, so they are
@@ -111,17 +116,13 @@ void device_free(std::uint64_t ptr, int device) {
 std::uint64_t empty_cache(bool all_devices) {
   const int current = ensure_context();
   std::uint64_t total = 0;
-  std::size_t count = 0;
-  {
-    std::lock_guard<std::mutex> lock(g_pools_mutex);
-    count = g_pools.size();
-  }
-  for (std::size_t d = 0; d < count; ++d) {
-    if (!all_devices && static_cast<int>(d) != current) continue;
-    if (static_cast<int>(d) != current) set_device(static_cast<int>(d));
+  for (int d = 0; d < kMaxDevices; ++d) {
+    PgkPool* pool = g_pools[d].load(std::memory_order_acquire);
+    if (pool == nullptr || (!all_devices && d != current)) continue;
+    if (d != current) set_device(d);
     ReleaseContext released;
-    total += pgk_pool_release_cached(pool_of(static_cast<int>(d)), 0, &release_block, &released);
-    if (static_cast<int>(d) != current) set_device(current);
+    total += pgk_pool_release_cached(pool, 0, &release_block, &released);
+    if (d != current) set_device(current);
     if (released.first_error != CUDA_SUCCESS) check(released.first_error, "cuMemFree");
   }
   return total;

@@ -98,9 +98,13 @@ class GPUArray:
         self._buffer = buffer
         self._shape = shape
         self._dtype = dtype
-        self._strides = strides if strides is not None else _contiguous_strides(shape)  # in elements
         self._offset = offset  # in elements
-        self._contiguous = _is_contiguous(self._shape, self._strides)
+        if strides is None:
+            self._strides = _contiguous_strides(shape)  # in elements
+            self._contiguous = True
+        else:
+            self._strides = strides
+            self._contiguous = _is_contiguous(shape, strides)
 
     # -- properties ---------------------------------------------------------------------------------
     @property

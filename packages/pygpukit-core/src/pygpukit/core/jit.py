@@ -189,6 +189,19 @@ def _current_device() -> int:
 _array_type: type | None = None  # GPUArray, registered by array.py (which imports this module)
 
 
+_archs: dict[int, str] = {}
+
+
+def _device_arch(native: Any, device: int) -> str:
+    """``"90"`` for an sm_90 device; cached, since reading every device property costs a fraction of a
+    millisecond and kernel loads from the disk cache should not."""
+    arch = _archs.get(device)
+    if arch is None:
+        major, minor = native.device_properties(device)["compute_capability"]
+        arch = _archs[device] = f"{major}{minor}"
+    return arch
+
+
 def register_array_type(cls: type) -> None:
     global _array_type
     _array_type = cls
@@ -343,7 +356,7 @@ class JITKernel:
     def load(self) -> tuple[int, int, dict[str, int]]:
         """Compile for the current device and load it; returns (module, function, attributes)."""
         native = native_module()
-        device = int(native.get_device())
+        device = thread_device()
         loaded = self._loaded.get(device)
         if loaded is not None:
             return loaded
@@ -351,8 +364,7 @@ class JITKernel:
             loaded = self._loaded.get(device)
             if loaded is not None:
                 return loaded
-            cc = native.device_properties(device)["compute_capability"]
-            arch = f"{cc[0]}{cc[1]}"
+            arch = _device_arch(native, device)
             supported = nvrtc_status()["supported_archs"]
             if not supported or int(arch) in supported:
                 program = self.compile(arch, "cubin")

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from . import backend as _backend
 from .backend import backend_state
 from .errors import InvalidPointerError, OutOfMemoryError, PyGPUkitError
 from .stream import Stream, current_stream, thread_device
@@ -88,9 +89,10 @@ class DeviceBuffer:
     def __init__(self, nbytes: int, *, stream: Stream | None = None) -> None:
         if nbytes < 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
-        self.nbytes = int(nbytes)
+        self.nbytes = nbytes
         self._live = False
-        native = _native()
+        state = _backend._state or backend_state()
+        native = state.native if state.name == "cuda" else None
         self._native = native
         if native is None:
             _cpu_pool.allocate(self.nbytes)
