@@ -19,7 +19,7 @@ def _marks(block: str) -> list[pytest.MarkDecorator]:
 def test_example_runs(block: str) -> None:
     if "import torch" in block:
         pytest.importorskip("torch")
-    exec(compile(block, str(DOC), "exec"), {"__name__": "docs_example"})  # noqa: S102
+    exec(compile(block, str(DOC), "exec"), {"__name__": "docs_example"})
 
 
 def test_the_page_has_examples() -> None:

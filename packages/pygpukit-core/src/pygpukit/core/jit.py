@@ -26,7 +26,8 @@ from .backend import backend_state, native_module
 from .compiler import CompiledProgram, compile_source, nvrtc_status, parse_arch
 from .errors import DeviceError, DTypeError, InvalidPointerError, PyGPUkitError, ShapeError
 from .kernel_cache import cache_key, kernel_cache
-from .stream import Stream, current_stream, thread_device
+from .stream import Stream, thread_device
+from .stream import _local as _thread_state
 
 __all__ = ["JITKernel", "LaunchConfig", "Param", "jit", "parse_signature"]
 
@@ -321,7 +322,7 @@ class JITKernel:
             offsets = [struct.calcsize("@" + "".join(p.format for p in self.params[: i + 1]))
                        - struct.calcsize("@" + p.format) for i, p in enumerate(self.params)]  # fmt: skip
             self._offsets = struct.pack(f"{len(offsets)}I", *offsets)
-        self._pointer_slots = [i for i, p in enumerate(self.params or ()) if p.kind == "pointer"]
+        self._pointer_slots = [(i, p.element) for i, p in enumerate(self.params or ()) if p.kind == "pointer"]
         self._launch_info: tuple[int, int, int, int] | None = None  # (device, function, max threads, max dyn smem)
 
     @property
@@ -406,8 +407,20 @@ class JITKernel:
             device = thread_device()
         if self._struct is not None:
             values = list(args)
-            for i in self._pointer_slots:
-                values[i] = _array_pointer(values[i], params[i], device)
+            array_type: Any = _array_type
+            for i, element in self._pointer_slots:
+                value: Any = values[i]
+                # Inline fast path for a live, contiguous GPUArray of the declared type on this device.
+                if (
+                    type(value) is array_type
+                    and value._contiguous
+                    and value._buffer._live
+                    and value._buffer.device == device
+                    and (not element or value._dtype.ctype == element)
+                ):
+                    values[i] = value._buffer.ptr + value._offset * value._dtype.itemsize
+                else:
+                    values[i] = _array_pointer(value, params[i], device)
             try:
                 return self._struct.pack(*values), self._offsets
             except struct.error:
@@ -441,11 +454,11 @@ class JITKernel:
         stream: Stream | None = None,
     ) -> None:
         state = _backend._state
-        if state is None or state.native is None or state.name != "cuda":
+        if state is None or state.name != "cuda":
             state = backend_state()
             if state.name != "cuda":
                 raise DeviceError(f"launching a CUDA kernel needs the CUDA backend: {state.reason}")
-        device = thread_device()
+        device = _thread_state.device
         info = self._launch_info
         if info is None or info[0] != device:
             info = self._prepare(device)
@@ -464,7 +477,11 @@ class JITKernel:
                     "call set_max_dynamic_shared_memory first"
                 )
         buffer, offsets = self.pack_arguments(args, device)
-        handle = (stream if stream is not None else current_stream())._handle
+        if stream is None:
+            streams = _thread_state.streams
+            handle = streams[-1]._handle if streams else 0
+        else:
+            handle = stream._handle
         state.native.launch(info[1], g[0], g[1], g[2], b[0], b[1], b[2], shared_mem, handle, buffer, offsets)  # type: ignore[union-attr]
 
     def __repr__(self) -> str:

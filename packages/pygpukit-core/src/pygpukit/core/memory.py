@@ -146,10 +146,11 @@ class ExternalBuffer:
     memory through the pool.
     """
 
-    __slots__ = ("__weakref__", "_finalizer", "device", "nbytes", "owner", "ptr")
+    __slots__ = ("__weakref__", "_finalizer", "_live", "device", "nbytes", "owner", "ptr")
     _finalizer: weakref.finalize[Any, Any]
 
     def __init__(self, ptr: int, nbytes: int, device: int, owner: Any, release: Any = None) -> None:
+        self._live = True
         self.ptr = int(ptr)
         self.nbytes = int(nbytes)
         self.device = int(device)
