@@ -202,39 +202,6 @@ void bind_runtime(py::module_& m) {
   });
   m.def("function_set_max_dynamic_shared", &function_set_max_dynamic_shared, py::arg("function"),
         py::arg("bytes"));
-  // The hot path of every kernel launch from Python: arguments arrive as one bytes object and the
-  // parameter offsets as packed uint32 values, so nothing is converted element by element.
-  m.def(
-      "launch",
-      [](u64 function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-         unsigned shared, u64 stream, const py::bytes& args, const py::bytes& offsets) {
-        char* data = nullptr;
-        char* offset_data = nullptr;
-        Py_ssize_t size = 0, offset_size = 0;
-        PyBytes_AsStringAndSize(args.ptr(), &data, &size);
-        PyBytes_AsStringAndSize(offsets.ptr(), &offset_data, &offset_size);
-        const std::size_t count = static_cast<std::size_t>(offset_size) / sizeof(std::uint32_t);
-        constexpr std::size_t kInline = 64;
-        void* inline_params[kInline];
-        std::vector<void*> heap_params;
-        void** params = inline_params;
-        if (count > kInline) {
-          heap_params.resize(count);
-          params = heap_params.data();
-        }
-        for (std::size_t i = 0; i < count; ++i) {
-          std::uint32_t offset;
-          std::memcpy(&offset, offset_data + i * sizeof(offset), sizeof(offset));
-          if (offset >= static_cast<std::size_t>(size)) throw py::value_error("argument offset out of range");
-          params[i] = data + offset;
-        }
-        const unsigned grid[3] = {gx, gy, gz};
-        const unsigned block[3] = {bx, by, bz};
-        launch_raw(function, grid, block, shared, stream, count ? params : nullptr);
-      },
-      py::arg("function"), py::arg("gx"), py::arg("gy"), py::arg("gz"), py::arg("bx"), py::arg("by"),
-      py::arg("bz"), py::arg("shared"), py::arg("stream"), py::arg("args"), py::arg("offsets"));
-
   m.def("capture_begin", &capture_begin, py::arg("stream"), py::arg("mode") = 0);
   m.def("capture_end", &capture_end, py::arg("stream"));
   m.def("stream_is_capturing", &stream_is_capturing, py::arg("stream"));
@@ -245,6 +212,67 @@ void bind_runtime(py::module_& m) {
   m.def("graph_destroy", &graph_destroy, py::arg("graph"));
   m.def("graph_exec_destroy", &graph_exec_destroy, py::arg("exec"));
 }
+
+// The hot path of every kernel launch from Python, as a METH_FASTCALL function (no pybind11
+// dispatcher): launch(function, gx, gy, gz, bx, by, bz, shared, stream, args: bytes, offsets: bytes).
+// `args` holds every parameter's bytes; `offsets` the packed uint32 offset of each parameter in it.
+PyObject* launch_fast(PyObject* /*self*/, PyObject* const* argv, Py_ssize_t argc) {
+  if (argc != 11) {
+    PyErr_SetString(PyExc_TypeError, "launch() takes 11 positional arguments");
+    return nullptr;
+  }
+  std::uint64_t ints[9];
+  for (int i = 0; i < 9; ++i) {
+    ints[i] = PyLong_AsUnsignedLongLong(argv[i]);
+    if (ints[i] == static_cast<std::uint64_t>(-1) && PyErr_Occurred()) return nullptr;
+  }
+  if (!PyBytes_Check(argv[9]) || !PyBytes_Check(argv[10])) {
+    PyErr_SetString(PyExc_TypeError, "launch(): args and offsets must be bytes");
+    return nullptr;
+  }
+  char* data = PyBytes_AS_STRING(argv[9]);
+  const std::size_t size = static_cast<std::size_t>(PyBytes_GET_SIZE(argv[9]));
+  const char* offset_data = PyBytes_AS_STRING(argv[10]);
+  const std::size_t count = static_cast<std::size_t>(PyBytes_GET_SIZE(argv[10])) / sizeof(std::uint32_t);
+  constexpr std::size_t kInline = 64;
+  void* inline_params[kInline];
+  std::vector<void*> heap_params;
+  void** params = inline_params;
+  if (count > kInline) {
+    heap_params.resize(count);
+    params = heap_params.data();
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    std::uint32_t offset;
+    std::memcpy(&offset, offset_data + i * sizeof(offset), sizeof(offset));
+    if (offset >= size) {
+      PyErr_SetString(PyExc_ValueError, "launch(): argument offset out of range");
+      return nullptr;
+    }
+    params[i] = data + offset;
+  }
+  const unsigned grid[3] = {static_cast<unsigned>(ints[1]), static_cast<unsigned>(ints[2]),
+                            static_cast<unsigned>(ints[3])};
+  const unsigned block[3] = {static_cast<unsigned>(ints[4]), static_cast<unsigned>(ints[5]),
+                             static_cast<unsigned>(ints[6])};
+  try {
+    launch_raw(ints[0], grid, block, static_cast<unsigned>(ints[7]), ints[8], count ? params : nullptr);
+  } catch (...) {
+    try {
+      translate(std::current_exception());
+    } catch (const std::exception& e) {  // not one of ours: report it plainly
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "launch failed");
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+PyMethodDef g_fast_methods[] = {
+    {"launch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&launch_fast)), METH_FASTCALL,
+     "launch(function, gx, gy, gz, bx, by, bz, shared, stream, args, offsets): launch a loaded kernel"},
+    {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace
 
@@ -310,10 +338,12 @@ PYBIND11_MODULE(PYGPUKIT_NATIVE_MODULE, m) {
   m.def("cublaslt_status", [] { return cublaslt_status_dict(cublaslt_status()); });
 
   bind_runtime(m);
+  if (PyModule_AddFunctions(m.ptr(), g_fast_methods) != 0) throw py::error_already_set();
 
   // The C API for other extensions; the capsule name is the attribute's full dotted name.
-  static const std::string capsule_name =
-      std::string("pygpukit.core.") + PYBIND11_TOSTRING(PYGPUKIT_NATIVE_MODULE) + "." + PYGPUKIT_C_API_CAPSULE_ATTR;
+  static const std::string capsule_name = std::string("pygpukit.core.") +
+                                          PYBIND11_TOSTRING(PYGPUKIT_NATIVE_MODULE) + "." +
+                                          PYGPUKIT_C_API_CAPSULE_ATTR;
   m.attr(PYGPUKIT_C_API_CAPSULE_ATTR) =
       py::capsule(static_cast<const void*>(c_api_table()), capsule_name.c_str());
   m.attr("C_API_VERSION") = PYGPUKIT_C_API_VERSION;
