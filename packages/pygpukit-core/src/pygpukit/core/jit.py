@@ -323,6 +323,7 @@ class JITKernel:
                        - struct.calcsize("@" + p.format) for i, p in enumerate(self.params)]  # fmt: skip
             self._offsets = struct.pack(f"{len(offsets)}I", *offsets)
         self._pointer_slots = [(i, p.element) for i, p in enumerate(self.params or ()) if p.kind == "pointer"]
+        self._pointer_mask = [p.kind == "pointer" for p in self.params or ()]
         self._launch_info: tuple[int, int, int, int] | None = None  # (device, function, max threads, max dyn smem)
 
     @property
@@ -476,6 +477,34 @@ class JITKernel:
                     f"shared_mem={shared_mem} exceeds the kernel's dynamic shared memory limit ({info[3]} bytes); "
                     "call set_max_dynamic_shared_memory first"
                 )
+        packer = self._struct
+        if packer is not None and len(args) == len(self._pointer_mask):
+            # Inline fast path: every pointer argument a live, contiguous GPUArray of the declared type.
+            values = list(args)
+            array_type: Any = _array_type
+            for i, element in self._pointer_slots:
+                value: Any = values[i]
+                buffer_ = value._buffer if type(value) is array_type else None
+                if (
+                    buffer_ is not None
+                    and value._contiguous
+                    and buffer_._live
+                    and buffer_.device == device
+                    and (not element or value._dtype.ctype == element)
+                ):
+                    values[i] = buffer_.ptr + value._offset * value._dtype.itemsize
+                else:
+                    break
+            else:
+                try:
+                    buffer, offsets = packer.pack(*values), self._offsets
+                except struct.error:
+                    buffer, offsets = self.pack_arguments(args, device)
+                handle = stream._handle if stream is not None else (
+                    _thread_state.streams[-1]._handle if _thread_state.streams else 0
+                )  # fmt: skip
+                state.native.launch(info[1], g[0], g[1], g[2], b[0], b[1], b[2], shared_mem, handle, buffer, offsets)  # type: ignore[union-attr]
+                return
         buffer, offsets = self.pack_arguments(args, device)
         if stream is None:
             streams = _thread_state.streams
