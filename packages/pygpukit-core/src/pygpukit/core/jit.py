@@ -408,20 +408,8 @@ class JITKernel:
             device = thread_device()
         if self._struct is not None:
             values = list(args)
-            array_type: Any = _array_type
-            for i, element in self._pointer_slots:
-                value: Any = values[i]
-                # Inline fast path for a live, contiguous GPUArray of the declared type on this device.
-                if (
-                    type(value) is array_type
-                    and value._contiguous
-                    and value._buffer._live
-                    and value._buffer.device == device
-                    and (not element or value._dtype.ctype == element)
-                ):
-                    values[i] = value._buffer.ptr + value._offset * value._dtype.itemsize
-                else:
-                    values[i] = _array_pointer(value, params[i], device)
+            for i, _element in self._pointer_slots:
+                values[i] = _array_pointer(values[i], params[i], device)
             try:
                 return self._struct.pack(*values), self._offsets
             except struct.error:
