@@ -61,3 +61,31 @@ def test_cpu_backend_has_no_devices(monkeypatch: pytest.MonkeyPatch) -> None:
     assert gp.device_count() == 0
     with pytest.raises(DeviceError, match=r"device 0 does not exist \(0 CUDA device\(s\) available\)"):
         gp.get_device_info(0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["cu12", "cu13"])
+def test_each_native_variant_runs_kernels(variant: str) -> None:
+    """Both variants work on this driver (a CUDA 13 driver serves the CUDA 12 ABI too)."""
+    import os
+    import subprocess
+    import sys
+
+    from pygpukit.core import _variant
+
+    if variant not in _variant.installed_variants():
+        pytest.skip(f"pygpukit-core-{variant} is not installed")
+    code = (
+        "import numpy as np, pygpukit as gp\n"
+        "from pygpukit.core.backend import backend_state\n"
+        "k = gp.jit('extern \"C\" __global__ void inc(int* x) { x[threadIdx.x] += threadIdx.x; }', 'inc')\n"
+        "x = gp.zeros(64, gp.int32)\n"
+        "k(x, grid=1, block=64)\n"
+        "assert (x.to_numpy() == np.arange(64)).all()\n"
+        "assert (gp.arange(5, dtype=gp.bfloat16).astype(gp.float32).to_numpy() == np.arange(5)).all()\n"
+        "print(backend_state().variant, backend_state().native.CUDA_MAJOR)\n"
+    )
+    env = {**os.environ, "PYGPUKIT_CUDA_VARIANT": variant, "PYGPUKIT_BACKEND": "cuda"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [variant, variant[2:]]
