@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import re
 import sys
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from . import _libraries, _variant
-from .errors import LibraryNotFoundError, NvrtcError, PyGPUkitError
+from ._loaded_library import LoadedLibrary
+from .errors import NvrtcError
 
 __all__ = [
     "CompiledProgram",
@@ -28,40 +28,17 @@ __all__ = [
     "parse_arch",
 ]
 
-_lock = threading.Lock()
-_status: dict[str, Any] | None = None
-_error: PyGPUkitError | None = None
+_nvrtc = LoadedLibrary(_libraries.NVRTC, "load_nvrtc")
 
 
 def nvrtc_status() -> dict[str, Any]:
     """Load NVRTC once; return its path, version and supported archs. Raises when it cannot load."""
-    global _status, _error
-    with _lock:
-        if _status is not None:
-            return _status
-        if _error is not None:
-            raise _error
-        native = _variant.any_native()
-        if native is None:
-            _error = LibraryNotFoundError(
-                "NVRTC cannot be used without a pygpukit native module (pygpukit-core-cu13 or -cu12)", library="NVRTC"
-            )
-            raise _error
-        try:
-            _status = dict(native.load_nvrtc(_libraries.candidates(_libraries.NVRTC, _variant.preferred_major(native))))
-        except LibraryNotFoundError as exc:
-            _error = exc
-            raise
-        return _status
+    return _nvrtc.status()
 
 
 def is_nvrtc_available() -> bool:
     """True when NVRTC can be loaded."""
-    try:
-        nvrtc_status()
-    except PyGPUkitError:
-        return False
-    return True
+    return _nvrtc.available()
 
 
 def get_nvrtc_path() -> str | None:

@@ -1,0 +1,55 @@
+"""A run-time library (NVRTC, cuBLASLt) loaded once per process through the native module.
+
+The outcome, the library's status or the error explaining why it could not load, is remembered, so
+every later call answers the same way without searching again.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from . import _libraries, _variant
+from .errors import LibraryNotFoundError, PyGPUkitError
+
+__all__ = ["LoadedLibrary"]
+
+
+class LoadedLibrary:
+    """``status()`` loads ``spec`` with the native module's ``load_<name>`` on first use."""
+
+    def __init__(self, spec: _libraries.LibrarySpec, native_loader: str) -> None:
+        self._spec = spec
+        self._loader = native_loader
+        self._lock = threading.Lock()
+        self._status: dict[str, Any] | None = None
+        self._error: PyGPUkitError | None = None
+
+    def status(self) -> dict[str, Any]:
+        """Path, version and library-specific facts; raises :class:`LibraryNotFoundError`."""
+        with self._lock:
+            if self._status is not None:
+                return self._status
+            if self._error is not None:
+                raise self._error
+            native = _variant.any_native()
+            if native is None:
+                self._error = LibraryNotFoundError(
+                    f"{self._spec.name} cannot be used without a pygpukit native module (pygpukit-core-cu13 or -cu12)",
+                    library=self._spec.name,
+                )
+                raise self._error
+            candidates = _libraries.candidates(self._spec, _variant.preferred_major(native))
+            try:
+                self._status = dict(getattr(native, self._loader)(candidates))
+            except LibraryNotFoundError as exc:
+                self._error = exc
+                raise
+            return self._status
+
+    def available(self) -> bool:
+        try:
+            self.status()
+        except PyGPUkitError:
+            return False
+        return True
