@@ -107,6 +107,16 @@ def check() -> None:
         "NVRTC compiles a bf16 kernel to CUBIN with the runtime-header wheel",
     )
 
+    expect_ok(
+        "import numpy as np, pygpukit as gp\n"
+        "from pygpukit.core.builtins import builtin_kernel, kernel_root\n"
+        "assert kernel_root().name == '_kernels', kernel_root()\n"
+        "assert builtin_kernel('fill', gp.bfloat16).compile('sm_90').binary[:4] == b'\\x7fELF'\n"
+        "x = gp.from_numpy(np.arange(6, dtype=np.float32)).reshape(2, 3).T\n"
+        "assert (x.astype(gp.int16).to_numpy() == np.arange(6).reshape(2, 3).T).all()\n",
+        "the wheel ships the built-in kernels and the runtime works (CPU backend here)",
+    )
+
     uninstall("pygpukit-llm")
     expect_ok(
         "import pygpukit, pygpukit.ops, pygpukit.audio, pygpukit.scheduler, pygpukit.triton",
