@@ -89,3 +89,45 @@ def test_each_native_variant_runs_kernels(variant: str) -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [variant, variant[2:]]
+
+
+def test_driver_version_is_reported_or_none() -> None:
+    version = gp.get_driver_version()
+    if gp.is_cuda_available():
+        assert version is not None
+        assert version >= 12000
+    else:
+        assert version is None or version > 0
+
+
+def test_devices_below_compute_capability_8_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    from pygpukit.core import backend, device
+
+    fake = device.DeviceInfo(
+        **{f.name: 0 for f in dataclasses.fields(device.DeviceInfo)}
+        | {
+            "name": "Tesla T4",
+            "uuid": "",
+            "compute_capability": (7, 5),
+            "unified_addressing": True,
+            "concurrent_managed_access": True,
+        }
+    )
+    monkeypatch.setattr(backend, "_state", backend.BackendState("cuda", "test", native=None))
+    monkeypatch.setattr(device, "get_device_info", lambda ordinal: fake)
+    with pytest.raises(DeviceError, match=r"device 1 \(Tesla T4\) has compute capability 7\.5; pygpukit needs 8\.0"):
+        device.set_device(1)
+
+
+@pytest.mark.gpu
+def test_one_gib_round_trip_is_bitwise() -> None:
+    import numpy as np
+
+    host = np.random.default_rng(1).integers(0, 256, size=(1 << 30) + 3, dtype=np.uint8)
+    array = gp.from_numpy(host)
+    back = array.to_numpy()
+    assert np.array_equal(back, host)
+    del array
+    gp.empty_cache()

@@ -40,7 +40,7 @@ from .compiler import (
     get_nvrtc_version,
     is_nvrtc_available,
 )
-from .device import DeviceInfo, device_count, get_device, get_device_info, set_device
+from .device import DeviceInfo, device_count, get_device, get_device_info, get_driver_version, set_device
 from .dlpack import from_dlpack
 from .dtypes import (
     DType,
@@ -147,6 +147,7 @@ __all__ = [
     "full_like",
     "get_device",
     "get_device_info",
+    "get_driver_version",
     "get_memory_info",
     "get_nvrtc_path",
     "get_nvrtc_version",

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import _variant
 from .backend import MIN_COMPUTE_CAPABILITY, backend_state, native_module
 from .errors import DeviceError
 from .stream import set_thread_device, thread_device
 
-__all__ = ["DeviceInfo", "device_count", "get_device", "get_device_info", "set_device"]
+__all__ = ["DeviceInfo", "device_count", "get_device", "get_device_info", "get_driver_version", "set_device"]
 
 
 @dataclass(frozen=True)
@@ -86,3 +87,14 @@ def set_device(ordinal: int) -> None:
         )
     native_module().set_device(ordinal)
     set_thread_device(ordinal)
+
+
+def get_driver_version() -> int | None:
+    """The CUDA version the installed driver supports (e.g. 13000 for 13.0), or None without a driver.
+
+    Read from libcuda directly, so it also answers on the CPU backend (for example when the driver is
+    too old for the installed native module).
+    """
+    state = backend_state()
+    probe = state.driver_probe or _variant.probe_driver_version()
+    return probe.version
