@@ -47,43 +47,8 @@ pub struct PgkOutOfMemory {
     pub limit: u64,
 }
 
-#[repr(C)]
-#[derive(Debug, Default, Clone, Copy)]
-pub struct PgkStats {
-    pub in_use_bytes: u64,
-    pub cached_bytes: u64,
-    pub pending_bytes: u64,
-    pub peak_in_use_bytes: u64,
-    pub in_use_blocks: u64,
-    pub cached_blocks: u64,
-    pub requests: u64,
-    pub reuse_hits: u64,
-    pub device_allocations: u64,
-    pub frees: u64,
-    pub releases: u64,
-    pub released_bytes: u64,
-    pub limit: u64,
-}
-
-impl From<Stats> for PgkStats {
-    fn from(s: Stats) -> Self {
-        PgkStats {
-            in_use_bytes: s.in_use_bytes,
-            cached_bytes: s.cached_bytes,
-            pending_bytes: s.pending_bytes,
-            peak_in_use_bytes: s.peak_in_use_bytes,
-            in_use_blocks: s.in_use_blocks,
-            cached_blocks: s.cached_blocks,
-            requests: s.requests,
-            reuse_hits: s.reuse_hits,
-            device_allocations: s.device_allocations,
-            frees: s.frees,
-            releases: s.releases,
-            released_bytes: s.released_bytes,
-            limit: s.limit,
-        }
-    }
-}
+/// The statistics as C sees them: the same `repr(C)` struct.
+pub type PgkStats = Stats;
 
 /// Called once per cached block the caller must free on the device: (context, pointer, bytes).
 pub type PgkReleaseFn = Option<unsafe extern "C" fn(*mut c_void, u64, u64)>;
@@ -310,7 +275,7 @@ pub unsafe extern "C" fn pgk_pool_stats(handle: *const PgkPool, out: *mut PgkSta
     match with_pool(handle, |pool| pool.stats()) {
         Some(stats) => {
             // SAFETY: non-null, valid per the contract.
-            unsafe { *out = stats.into() };
+            unsafe { *out = stats };
             PGK_OK
         }
         None => PGK_INVALID_ARGUMENT,

@@ -90,7 +90,9 @@ impl fmt::Display for PoolError {
 
 impl std::error::Error for PoolError {}
 
-/// Counters and gauges of one pool. Byte gauges are of rounded (allocated) sizes.
+/// Counters and gauges of one pool. Byte gauges are of rounded (allocated) sizes. `repr(C)`: it is
+/// also the C ABI's `PgkStats` (native/runtime/pool_ffi.h).
+#[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     pub in_use_bytes: u64,

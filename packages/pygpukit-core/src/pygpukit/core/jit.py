@@ -29,7 +29,7 @@ from .kernel_cache import cache_key, kernel_cache
 from .stream import Stream, thread_device
 from .stream import _local as _thread_state
 
-__all__ = ["JITKernel", "LaunchConfig", "Param", "jit", "parse_signature"]
+__all__ = ["JITKernel", "Param", "jit", "launch_dims", "parse_signature"]
 
 # (binary hash, binary size, device) -> module handle. Modules live as long as the process.
 _modules: dict[tuple[int, int, int], int] = {}
@@ -137,23 +137,15 @@ def parse_signature(source: str, func: str) -> list[Param] | None:
     return params
 
 
-@dataclass(frozen=True)
-class LaunchConfig:
-    """Grid and block dimensions, dynamic shared memory and stream of one launch."""
-
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    shared_mem: int = 0
-
-    @staticmethod
-    def dims(value: int | Sequence[int], what: str) -> tuple[int, int, int]:
-        items = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
-        if not 1 <= len(items) <= 3:
-            raise ShapeError(f"{what} must have 1 to 3 dimensions, got {value!r}")
-        dims = tuple(int(v) for v in items) + (1,) * (3 - len(items))
-        if any(d < 1 for d in dims):
-            raise ShapeError(f"{what} dimensions must be >= 1, got {value!r}")
-        return dims  # type: ignore[return-value]
+def launch_dims(value: int | Sequence[int], what: str) -> tuple[int, int, int]:
+    """Normalise a grid or block given as an int or 1 to 3 ints to three dimensions, all >= 1."""
+    items = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
+    if not 1 <= len(items) <= 3:
+        raise ShapeError(f"{what} must have 1 to 3 dimensions, got {value!r}")
+    dims = tuple(int(v) for v in items) + (1,) * (3 - len(items))
+    if any(d < 1 for d in dims):
+        raise ShapeError(f"{what} dimensions must be >= 1, got {value!r}")
+    return dims  # type: ignore[return-value]
 
 
 def _pointer(value: Any, param: str, element: str = "") -> int:
@@ -397,7 +389,8 @@ class JITKernel:
         self._launch_info = None  # re-read the limit on the next launch
 
     def pack_arguments(self, args: Sequence[Any], device: int | None = None) -> tuple[bytes, bytes]:
-        """The parameter buffer and the packed uint32 offsets for ``args`` (used by every launch)."""
+        """The parameter buffer and the packed uint32 offsets for ``args`` (the general path: launches
+        with only live, contiguous GPUArrays of the declared types take an inline fast path instead)."""
         params = self.params
         if params is None:
             return _pack([_infer(a, i) for i, a in enumerate(args)])
@@ -451,8 +444,8 @@ class JITKernel:
         info = self._launch_info
         if info is None or info[0] != device:
             info = self._prepare(device)
-        g = (grid, 1, 1) if type(grid) is int and grid > 0 else LaunchConfig.dims(grid, "grid")
-        b = (block, 1, 1) if type(block) is int and block > 0 else LaunchConfig.dims(block, "block")
+        g = (grid, 1, 1) if type(grid) is int and grid > 0 else launch_dims(grid, "grid")
+        b = (block, 1, 1) if type(block) is int and block > 0 else launch_dims(block, "block")
         threads = b[0] * b[1] * b[2]
         if threads > info[2]:
             raise ShapeError(f"block {b} has {threads} threads; kernel {self.name} allows at most {info[2]} per "

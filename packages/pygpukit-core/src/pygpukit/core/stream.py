@@ -10,8 +10,7 @@ import itertools
 import threading
 import time
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from typing import Any
 
 from .backend import backend_state
@@ -167,13 +166,6 @@ def current_stream() -> Stream:
     """The calling thread's current stream (the default stream unless inside ``with stream:``)."""
     stack = _local.streams
     return stack[-1] if stack else _NULL
-
-
-@contextmanager
-def use_stream(stream: Stream) -> Iterator[Stream]:
-    """``with use_stream(s):`` is the same as ``with s:``."""
-    with stream:
-        yield stream
 
 
 def synchronize() -> None:
