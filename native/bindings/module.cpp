@@ -13,7 +13,9 @@
 #include "../runtime/memory.hpp"
 #include "../runtime/module.hpp"
 #include "../runtime/nvrtc.hpp"
+#include "../runtime/staging.hpp"
 #include "../runtime/streams.hpp"
+#include "launcher.hpp"
 
 #include <cstring>
 
@@ -146,7 +148,15 @@ void bind_runtime(py::module_& m) {
   m.def("mem_free", &device_free, py::arg("ptr"), py::arg("device") = -1);
   m.def("mem_empty_cache", &empty_cache, py::arg("all_devices") = false);
   m.def("mem_set_limit", &set_memory_limit, py::arg("bytes"));
-  m.def("mem_stats", [] { return stats_dict(memory_stats()); });
+  m.def("mem_stats", [] {
+    py::dict d = stats_dict(memory_stats());
+    std::uint64_t limit = 0, reserved = 0;
+    global_memory_usage(&limit, &reserved);
+    d["all_devices_limit"] = limit == UINT64_MAX ? py::object(py::none()) : py::object(py::int_(limit));
+    d["all_devices_reserved_bytes"] = reserved;
+    return d;
+  });
+  m.def("mem_set_global_limit", &set_global_memory_limit, py::arg("bytes"));
   m.def("mem_get_info", [] {
     std::size_t free_bytes = 0, total_bytes = 0;
     device_memory_info(&free_bytes, &total_bytes);
@@ -165,6 +175,31 @@ void bind_runtime(py::module_& m) {
         py::arg("stream") = 0, py::arg("async_") = false, py::call_guard<py::gil_scoped_release>());
   m.def("memcpy_dtod", copy_fn(CopyKind::DeviceToDevice), py::arg("dst"), py::arg("src"), py::arg("nbytes"),
         py::arg("stream") = 0, py::arg("async_") = false, py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "memcpy_pageable_htod",
+      [](u64 dst, u64 src, u64 nbytes, u64 stream) {
+        copy_host_to_device(dst, reinterpret_cast<const void*>(src), nbytes, stream);
+      },
+      py::arg("dst"), py::arg("src"), py::arg("nbytes"), py::arg("stream") = 0,
+      py::call_guard<py::gil_scoped_release>(),
+      "Synchronous copy from pageable host memory, staged through pinned buffers when large.");
+  m.def(
+      "memcpy_pageable_dtoh",
+      [](u64 dst, u64 src, u64 nbytes, u64 stream) {
+        copy_device_to_host(reinterpret_cast<void*>(dst), src, nbytes, stream);
+      },
+      py::arg("dst"), py::arg("src"), py::arg("nbytes"), py::arg("stream") = 0,
+      py::call_guard<py::gil_scoped_release>(),
+      "Synchronous copy to pageable host memory, staged through pinned buffers when large.");
+  m.def("staging_config", [] {
+    const StagingConfig& c = staging_config();
+    py::dict d;
+    d["min_bytes"] = c.min_bytes;
+    d["chunk_bytes"] = c.chunk_bytes;
+    d["buffers"] = c.buffers;
+    d["threads"] = c.threads;
+    return d;
+  });
   m.def("memset_d8", &memset_bytes, py::arg("dst"), py::arg("value"), py::arg("nbytes"),
         py::arg("stream") = 0);
 
@@ -258,16 +293,24 @@ PyObject* launch_fast(PyObject* /*self*/, PyObject* const* argv, Py_ssize_t argc
   try {
     launch_raw(ints[0], grid, block, static_cast<unsigned>(ints[7]), ints[8], count ? params : nullptr);
   } catch (...) {
-    try {
-      translate(std::current_exception());
-    } catch (const std::exception& e) {  // not one of ours: report it plainly
-      PyErr_SetString(PyExc_RuntimeError, e.what());
-    }
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "launch failed");
+    set_python_error_from_exception();
     return nullptr;
   }
   Py_RETURN_NONE;
 }
+
+}  // namespace
+
+void pygpukit::set_python_error_from_exception() {
+  try {
+    translate(std::current_exception());
+  } catch (const std::exception& e) {  // not one of ours: report it plainly
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "launch failed");
+}
+
+namespace {
 
 PyMethodDef g_fast_methods[] = {
     {"launch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&launch_fast)), METH_FASTCALL,
@@ -339,6 +382,7 @@ PYBIND11_MODULE(PYGPUKIT_NATIVE_MODULE, m) {
 
   bind_runtime(m);
   if (PyModule_AddFunctions(m.ptr(), g_fast_methods) != 0) throw py::error_already_set();
+  if (add_launcher_type(m.ptr()) != 0) throw py::error_already_set();
 
   // The C API for other extensions; the capsule name is the attribute's full dotted name.
   static const std::string capsule_name = std::string("pygpukit.core.") +

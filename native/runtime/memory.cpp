@@ -77,6 +77,7 @@ std::uint64_t device_allocate(std::uint64_t nbytes, std::uint64_t stream) {
     int32_t rc = pgk_pool_request(pool, nbytes, stream, &release_block, &released, &decision, &oom);
     if (released.first_error != CUDA_SUCCESS) check(released.first_error, "cuMemFree");
     if (rc == PGK_OUT_OF_MEMORY) throw_oom(oom, "pool limit");
+    if (rc == PGK_OUT_OF_MEMORY_ALL_DEVICES) throw_oom(oom, "all-device limit");
     if (rc == PGK_TOO_LARGE)
       throw OutOfMemory("request of " + bytes_text(nbytes) + " is too large", nbytes, 0, 0, 0);
     if (rc != PGK_OK) throw RuntimeFailure("memory pool request failed with code " + std::to_string(rc));
@@ -141,6 +142,27 @@ void set_memory_limit(std::uint64_t bytes) {
   pgk_pool_set_limit(pool_of(device), bytes, &release_block, &released);
   if (released.first_error != CUDA_SUCCESS) check(released.first_error, "cuMemFree");
 }
+
+void set_global_memory_limit(std::uint64_t bytes) {
+  pgk_budget_set_limit(bytes);
+  if (bytes == 0) return;
+  // Release cached blocks, device by device, until the pools together are back under the limit.
+  const int current = ensure_context();
+  for (int d = 0; d < kMaxDevices; ++d) {
+    std::uint64_t limit = 0, reserved = 0;
+    pgk_budget_get(&limit, &reserved);
+    if (reserved <= bytes) break;
+    PgkPool* pool = g_pools[d].load(std::memory_order_acquire);
+    if (pool == nullptr) continue;
+    if (d != current) set_device(d);
+    ReleaseContext released;
+    pgk_pool_release_cached(pool, reserved - bytes, &release_block, &released);
+    if (d != current) set_device(current);
+    if (released.first_error != CUDA_SUCCESS) check(released.first_error, "cuMemFree");
+  }
+}
+
+void global_memory_usage(std::uint64_t* limit, std::uint64_t* reserved) { pgk_budget_get(limit, reserved); }
 
 PgkStats memory_stats() {
   PgkStats stats{};

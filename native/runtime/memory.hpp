@@ -40,6 +40,11 @@ std::uint64_t empty_cache(bool all_devices);
 void release_stream_cache(std::uint64_t stream);
 // Limit of the current device's pool in bytes (0: unlimited).
 void set_memory_limit(std::uint64_t bytes);
+// The process-wide limit over the pools of all devices together (0: unlimited); cached blocks are
+// released until the pools are under a lower limit (in-use blocks are never taken away).
+void set_global_memory_limit(std::uint64_t bytes);
+// The process-wide limit (UINT64_MAX: none) and the bytes all pools hold.
+void global_memory_usage(std::uint64_t* limit, std::uint64_t* reserved);
 PgkStats memory_stats();
 // (free, total) bytes of the current device as the driver sees them.
 void device_memory_info(std::size_t* free_bytes, std::size_t* total_bytes);

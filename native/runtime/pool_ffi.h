@@ -17,6 +17,7 @@ enum {
   PGK_DOUBLE_FREE = 4,
   PGK_ALREADY_REGISTERED = 5,
   PGK_INVALID_ARGUMENT = 6,
+  PGK_OUT_OF_MEMORY_ALL_DEVICES = 7, /* the process-wide limit over all devices refused */
 };
 
 enum { PGK_REUSE = 0, PGK_ALLOCATE = 1 };
@@ -65,6 +66,9 @@ uint64_t pgk_pool_release_stream(const PgkPool* pool, uint64_t stream, PgkReleas
 int32_t pgk_pool_set_limit(const PgkPool* pool, uint64_t limit, PgkReleaseFn release, void* context);
 int32_t pgk_pool_stats(const PgkPool* pool, PgkStats* out);
 int32_t pgk_pool_is_in_use(const PgkPool* pool, uint64_t ptr);
+/* The process-wide limit shared by every pool (0: unlimited) and the bytes all pools hold. */
+void pgk_budget_set_limit(uint64_t limit);
+int32_t pgk_budget_get(uint64_t* limit, uint64_t* reserved);
 
 #ifdef __cplusplus
 }

@@ -4,9 +4,14 @@
 //! through a callback while the lock is held; the callback must not call back into the pool.
 
 use std::ffi::c_void;
-use std::sync::Mutex;
+use std::sync::{Arc, LazyLock, Mutex};
 
+use crate::budget::SharedBudget;
 use crate::pool::{Decision, Pool, PoolError, Stats};
+
+/// The budget every pool made by `pgk_pool_new` shares: the process-wide (all-device) limit.
+static PROCESS_BUDGET: LazyLock<Arc<SharedBudget>> =
+    LazyLock::new(|| Arc::new(SharedBudget::new(None)));
 
 /// Opaque to C.
 pub struct PgkPool {
@@ -21,6 +26,8 @@ pub const PGK_UNKNOWN_POINTER: i32 = 3;
 pub const PGK_DOUBLE_FREE: i32 = 4;
 pub const PGK_ALREADY_REGISTERED: i32 = 5;
 pub const PGK_INVALID_ARGUMENT: i32 = 6;
+/// Like PGK_OUT_OF_MEMORY, but the process-wide limit over all devices refused.
+pub const PGK_OUT_OF_MEMORY_ALL_DEVICES: i32 = 7;
 
 /// Decision kinds.
 pub const PGK_REUSE: u32 = 0;
@@ -55,6 +62,9 @@ pub type PgkReleaseFn = Option<unsafe extern "C" fn(*mut c_void, u64, u64)>;
 
 fn code(error: &PoolError) -> i32 {
     match error {
+        PoolError::OutOfMemory {
+            all_devices: true, ..
+        } => PGK_OUT_OF_MEMORY_ALL_DEVICES,
         PoolError::OutOfMemory { .. } => PGK_OUT_OF_MEMORY,
         PoolError::TooLarge { .. } => PGK_TOO_LARGE,
         PoolError::UnknownPointer(_) => PGK_UNKNOWN_POINTER,
@@ -87,7 +97,7 @@ fn report(blocks: &[(u64, u64)], release: PgkReleaseFn, context: *mut c_void) {
 pub extern "C" fn pgk_pool_new(limit: u64) -> *mut PgkPool {
     let limit = (limit != 0).then_some(limit);
     Box::into_raw(Box::new(PgkPool {
-        pool: Mutex::new(Pool::new(limit)),
+        pool: Mutex::new(Pool::with_budget(limit, Arc::clone(&PROCESS_BUDGET))),
     }))
 }
 
@@ -165,6 +175,7 @@ pub unsafe extern "C" fn pgk_pool_request(
                     in_use,
                     cached,
                     limit,
+                    ..
                 },
                 false,
             ) = (&error, oom.is_null())
@@ -286,4 +297,28 @@ pub unsafe extern "C" fn pgk_pool_stats(handle: *const PgkPool, out: *mut PgkSta
 #[no_mangle]
 pub extern "C" fn pgk_pool_is_in_use(handle: *const PgkPool, ptr: u64) -> i32 {
     with_pool(handle, |pool| i32::from(pool.is_in_use(ptr))).unwrap_or(0)
+}
+
+/// Sets the process-wide limit over the pools of all devices (0: unlimited). Bytes already held
+/// stay held; the caller releases cached blocks per pool to get under a lower limit.
+#[no_mangle]
+pub extern "C" fn pgk_budget_set_limit(limit: u64) {
+    PROCESS_BUDGET.set_limit((limit != 0).then_some(limit));
+}
+
+/// The process-wide limit (`u64::MAX`: none) and the bytes all pools hold (in use, cached, pending).
+///
+/// # Safety
+/// `limit` and `reserved` must be valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn pgk_budget_get(limit: *mut u64, reserved: *mut u64) -> i32 {
+    if limit.is_null() || reserved.is_null() {
+        return PGK_INVALID_ARGUMENT;
+    }
+    // SAFETY: non-null, valid per the contract.
+    unsafe {
+        *limit = PROCESS_BUDGET.limit().unwrap_or(u64::MAX);
+        *reserved = PROCESS_BUDGET.reserved();
+    }
+    PGK_OK
 }

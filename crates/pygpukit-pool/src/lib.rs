@@ -6,8 +6,10 @@
 //! per-stream caching, least-recently-freed release, limits, statistics) in testable Rust while the
 //! memory itself really comes from the device. [`ffi`] is the C ABI the native module links.
 
+pub mod budget;
 pub mod ffi;
 pub mod pool;
 pub mod size_class;
 
+pub use budget::SharedBudget;
 pub use pool::{Decision, DevicePtr, Pool, PoolError, Stats, StreamId};

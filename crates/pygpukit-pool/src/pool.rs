@@ -7,7 +7,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::sync::Arc;
 
+use crate::budget::SharedBudget;
 use crate::size_class::{fits, round_size};
 
 /// A stream handle value; 0 is the legacy default stream.
@@ -51,6 +53,8 @@ pub enum PoolError {
         in_use: u64,
         cached: u64,
         limit: u64,
+        /// The limit that refused is the shared budget of all pools, not this pool's own.
+        all_devices: bool,
     },
     /// The request's size cannot be represented after rounding.
     TooLarge {
@@ -71,10 +75,12 @@ impl fmt::Display for PoolError {
                 in_use,
                 cached,
                 limit,
+                all_devices,
             } => write!(
                 f,
                 "out of memory: requested {requested} bytes ({rounded} after rounding), \
-                 {in_use} bytes in use, {cached} bytes cached, limit {limit} bytes"
+                 {in_use} bytes in use, {cached} bytes cached, {scope}limit {limit} bytes",
+                scope = if *all_devices { "all-device " } else { "" }
             ),
             PoolError::TooLarge { requested } => {
                 write!(f, "request of {requested} bytes is too large")
@@ -120,6 +126,8 @@ pub struct Stats {
 #[derive(Debug, Default)]
 pub struct Pool {
     limit: Option<u64>,
+    /// Shared with the pools of the other devices: their common limit.
+    budget: Option<Arc<SharedBudget>>,
     blocks: HashMap<DevicePtr, Block>,
     /// stream -> size -> pointers of cached blocks of that size
     free_lists: HashMap<StreamId, BTreeMap<u64, Vec<DevicePtr>>>,
@@ -139,6 +147,14 @@ impl Pool {
                 ..Stats::default()
             },
             ..Pool::default()
+        }
+    }
+
+    /// A pool that also reports to (and is limited by) a budget shared with other pools.
+    pub fn with_budget(limit: Option<u64>, budget: Arc<SharedBudget>) -> Self {
+        Pool {
+            budget: Some(budget),
+            ..Pool::new(limit)
         }
     }
 
@@ -185,16 +201,40 @@ impl Pool {
                 size: block_size,
             });
         }
-        let mut release = Vec::new();
+        let mut excess = 0;
         if let Some(limit) = self.limit {
             let used = self.stats.in_use_bytes + self.stats.pending_bytes;
             if rounded > limit || used + rounded > limit {
                 return Err(self.out_of_memory(size, rounded, limit));
             }
-            let excess = (self.reserved() + rounded).saturating_sub(limit);
-            release = self.release_lru(excess);
+            excess = (self.reserved() + rounded).saturating_sub(limit);
         }
+        let budget = self.budget.clone();
+        // Held until the reservation is added, so no other pool takes the bytes checked here.
+        let _guard = budget.as_deref().and_then(SharedBudget::lock_if_limited);
+        if let (Some(budget), Some(limit)) = (
+            budget.as_deref(),
+            budget.as_deref().and_then(SharedBudget::limit),
+        ) {
+            // Only this pool's cached blocks can be released here; the other pools' are theirs.
+            let held_elsewhere = budget.reserved() - self.stats.cached_bytes;
+            if rounded > limit || held_elsewhere + rounded > limit {
+                return Err(PoolError::OutOfMemory {
+                    requested: size,
+                    rounded,
+                    in_use: self.stats.in_use_bytes,
+                    cached: self.stats.cached_bytes,
+                    limit,
+                    all_devices: true,
+                });
+            }
+            excess = excess.max((budget.reserved() + rounded).saturating_sub(limit));
+        }
+        let release = self.release_lru(excess);
         self.stats.pending_bytes += rounded;
+        if let Some(budget) = budget.as_deref() {
+            budget.add(rounded);
+        }
         Ok(Decision::Allocate {
             size: rounded,
             release,
@@ -208,6 +248,7 @@ impl Pool {
             in_use: self.stats.in_use_bytes,
             cached: self.stats.cached_bytes,
             limit,
+            all_devices: false,
         }
     }
 
@@ -244,7 +285,11 @@ impl Pool {
 
     /// The device allocation for an `Allocate` decision of `size` bytes failed: drop the reservation.
     pub fn abandon(&mut self, size: u64) {
-        self.stats.pending_bytes = self.stats.pending_bytes.saturating_sub(size);
+        let pending = self.stats.pending_bytes.min(size);
+        self.stats.pending_bytes -= pending;
+        if let Some(budget) = &self.budget {
+            budget.release(pending);
+        }
     }
 
     fn mark_in_use(&mut self, size: u64) {
@@ -333,6 +378,9 @@ impl Pool {
         }
         self.stats.cached_bytes -= block.size;
         self.stats.cached_blocks -= 1;
+        if let Some(budget) = &self.budget {
+            budget.release(block.size);
+        }
         self.stats.releases += 1;
         self.stats.released_bytes += block.size;
         (ptr, block.size)
@@ -439,7 +487,8 @@ mod tests {
                 rounded: 2048,
                 in_use: 0,
                 cached: 1024,
-                limit: 4096
+                limit: 4096,
+                all_devices: false,
             }
         );
         assert!(err.to_string().contains("limit 4096 bytes"));
@@ -471,5 +520,44 @@ mod tests {
         assert_eq!(pool.set_limit(Some(0)), vec![(b, 512)]);
         assert_eq!(pool.stats().cached_bytes, 0);
         assert_eq!(pool.stats().releases, 2);
+    }
+
+    #[test]
+    fn shared_budget_limits_pools_together_and_releases_own_cache_first() {
+        let budget = Arc::new(SharedBudget::new(Some(8192)));
+        let mut a = Pool::with_budget(None, Arc::clone(&budget));
+        let mut b = Pool::with_budget(None, Arc::clone(&budget));
+        let Decision::Allocate { size, .. } = a.request(4096, 1).unwrap() else {
+            panic!("expected a new allocation")
+        };
+        a.register(0x1000, size, 1).unwrap();
+        let Decision::Allocate { size, .. } = b.request(4096, 1).unwrap() else {
+            panic!("expected a new allocation")
+        };
+        b.register(0x9000, size, 1).unwrap();
+        assert_eq!(budget.reserved(), 8192);
+        // Pool a holds nothing it could release: refused, naming the all-device limit, unchanged.
+        let before = a.stats();
+        let err = a.request(512, 1).unwrap_err();
+        assert!(matches!(
+            err,
+            PoolError::OutOfMemory {
+                all_devices: true,
+                limit: 8192,
+                ..
+            }
+        ));
+        assert!(err.to_string().contains("all-device limit 8192 bytes"));
+        assert_eq!(a.stats(), before);
+        // Once b's block is cached, b can release it to serve a request of its own.
+        b.free(0x9000).unwrap();
+        let Decision::Allocate { release, .. } = b.request(2048, 2).unwrap() else {
+            panic!("expected a new allocation")
+        };
+        assert_eq!(release, vec![(0x9000, 4096)]);
+        b.abandon(2048);
+        assert_eq!(budget.reserved(), 4096);
+        budget.set_limit(None);
+        assert!(a.request(1 << 20, 1).is_ok());
     }
 }

@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 
 use proptest::prelude::*;
-use pygpukit_pool::{Decision, Pool, PoolError};
+use std::sync::Arc;
+
+use pygpukit_pool::{Decision, Pool, PoolError, SharedBudget};
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -118,8 +120,76 @@ fn run(limit: Option<u64>, ops: Vec<Op>) {
     }
 }
 
+/// Two pools (two devices) under one shared budget: the budget always equals what both hold on their
+/// devices, a request is refused only with the shared or the pool's own limit, and the shared limit
+/// is never exceeded.
+fn run_shared(global: u64, ops: Vec<(usize, Op)>) {
+    let budget = Arc::new(SharedBudget::new(Some(global)));
+    let mut pools = [
+        Pool::with_budget(None, Arc::clone(&budget)),
+        Pool::with_budget(Some(global / 2 + 1), Arc::clone(&budget)),
+    ];
+    let mut devices = [0u64, 1].map(|d| FakeDevice {
+        next: (d + 1) << 44,
+        live: HashMap::new(),
+    });
+    let mut in_use: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
+    for (which, op) in ops {
+        let (pool, device, used) = (&mut pools[which], &mut devices[which], &mut in_use[which]);
+        match op {
+            Op::Allocate { size, stream } | Op::DeviceRefuses { size, stream } => {
+                match pool.request(size, stream) {
+                    Ok(Decision::Reuse { ptr, .. }) => used.push(ptr),
+                    Ok(Decision::Allocate { size: got, release }) => {
+                        device.release(&release);
+                        if matches!(op, Op::DeviceRefuses { .. }) {
+                            pool.abandon(got);
+                        } else {
+                            let ptr = device.allocate(got);
+                            pool.register(ptr, got, stream).unwrap();
+                            used.push(ptr);
+                        }
+                    }
+                    Err(PoolError::OutOfMemory {
+                        limit, all_devices, ..
+                    }) => {
+                        assert_eq!(limit, if all_devices { global } else { global / 2 + 1 });
+                    }
+                    Err(other) => panic!("unexpected {other:?}"),
+                }
+            }
+            Op::Free { index } => {
+                if !used.is_empty() {
+                    let ptr = used.swap_remove(index % used.len());
+                    pool.free(ptr).unwrap();
+                }
+            }
+            Op::ReleaseCached { bytes } => device.release(&pool.release_cached(bytes)),
+            Op::ReleaseStream { stream } => device.release(&pool.release_stream(stream)),
+        }
+        let held: u64 = devices.iter().flat_map(|d| d.live.values()).sum();
+        assert_eq!(
+            budget.reserved(),
+            held,
+            "the shared budget and the devices disagree"
+        );
+        assert!(
+            held <= global,
+            "{held} bytes held over the shared limit {global}"
+        );
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn pools_sharing_a_budget_never_exceed_it(
+        global in 1u64..16_000_000,
+        ops in proptest::collection::vec((0usize..2, op()), 1..200),
+    ) {
+        run_shared(global, ops);
+    }
 
     #[test]
     fn unlimited_pool_invariants(ops in proptest::collection::vec(op(), 1..200)) {

@@ -186,6 +186,27 @@ def test_memory_limit_raises_out_of_memory_with_numbers() -> None:
     assert gp.empty(16 << 20, gp.uint8).nbytes == 16 << 20  # recovered
 
 
+def test_all_device_memory_limit_applies_on_top_of_the_device_limit() -> None:
+    base = gp.memory_stats()["all_devices_reserved_bytes"]
+    gp.set_memory_limit(base + (8 << 20), all_devices=True)
+    try:
+        assert gp.memory_stats()["all_devices_limit"] == base + (8 << 20)
+        keep = gp.empty(4 << 20, gp.uint8)
+        assert gp.memory_stats()["all_devices_reserved_bytes"] >= base + (4 << 20)
+        with pytest.raises(gp.OutOfMemoryError, match="all-device limit") as caught:
+            gp.empty(16 << 20, gp.uint8)
+        assert caught.value.limit == base + (8 << 20)
+        assert keep.nbytes == 4 << 20  # untouched
+        del keep
+    finally:
+        gp.set_memory_limit(None, all_devices=True)
+    assert gp.memory_stats()["all_devices_limit"] is None
+    assert gp.empty(16 << 20, gp.uint8).nbytes == 16 << 20  # recovered
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="positive int"):
+            gp.set_memory_limit(bad, all_devices=True)  # type: ignore[arg-type]
+
+
 def test_events_time_host_or_device_work() -> None:
     start, end = gp.Event(), gp.Event()
     start.record()

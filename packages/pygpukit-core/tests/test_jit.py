@@ -132,6 +132,20 @@ def test_every_scalar_type_and_many_arguments() -> None:
     np.testing.assert_array_equal(out.to_numpy(), np.array(expected, dtype=np.float64))
     with pytest.raises(DTypeError, match="parameter 'a'"):
         kernel(out, 300, *args[1:], grid=1, block=1)  # 300 does not fit a signed char
+    # NumPy scalars take the same (native) packing path and give the same bytes.
+    numpy_args = [np.int8(-5), np.uint8(250), np.int16(-300), np.uint16(60000), np.int32(-70000),
+                  np.uint32(4000000000), np.int64(-(2**40)), np.uint64(2**50), np.float32(1.5), np.float64(2.25),
+                  np.bool_(True), np.float16(0.5), 3.0, np.int64(123456789), np.uint8(65),
+                  *map(np.int32, (1, 2, 3, 4, 5))]  # fmt: skip
+    out = gp.full(16, -1.0, gp.float64)
+    kernel(out, *numpy_args, grid=1, block=1)
+    np.testing.assert_array_equal(out.to_numpy(), np.array(expected, dtype=np.float64))
+    with pytest.raises(DTypeError, match="parameter 'e'"):
+        kernel(out, *args[:4], 1.5, *args[5:], grid=1, block=1)  # a float for an int parameter
+    with pytest.raises(DTypeError, match="parameter 'i'"):
+        kernel(out, *args[:8], "1.5", *args[9:], grid=1, block=1)  # a string for a float parameter
+    with pytest.raises(DTypeError, match="parameter 'e'"):
+        kernel(out, *args[:4], np.bool_(True), *args[5:], grid=1, block=1)  # NumPy bool for an int
 
 
 DYNAMIC_SHARED = r"""
@@ -197,6 +211,13 @@ def test_wrong_dtype_layout_or_device_at_launch() -> None:
         kernel(1.0, gp.ones(8, gp.float64), y, 8, grid=1, block=8)
     with pytest.raises(ShapeError, match="not contiguous"):
         kernel(1.0, gp.ones((4, 4)).T, y, 8, grid=1, block=8)
+    other = gp.ones(8)
+    other.buffer.device = 1  # as if it lived on a second GPU (this machine may have one)
+    try:
+        with pytest.raises(DeviceError, match="parameter 'x': the array lives on cuda:1, the kernel runs on cuda:0"):
+            kernel(1.0, other, y, 8, grid=1, block=8)
+    finally:
+        other.buffer.device = 0
     kernel(1.0, gp.ones(8), y, 8, grid=1, block=8)
     np.testing.assert_array_equal(y.to_numpy(), np.full(8, 2.0, np.float32))
 

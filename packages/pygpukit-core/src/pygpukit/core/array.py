@@ -192,10 +192,11 @@ class GPUArray:
             return np.array(self._host_view(), copy=True)
         source = self if self.is_contiguous else self.contiguous(stream=stream)
         out = np.empty(self._shape, dtype=self._dtype.numpy)
-        # Into pageable memory the driver's synchronous copy is the fastest path; it must follow the
-        # work queued on the stream, so wait for that first.
-        native.stream_synchronize((stream or current_stream()).handle)
-        native.memcpy_dtoh(out.ctypes.data, source.device_ptr, self.nbytes, 0, False)
+        # Ordered after the stream's work; large copies are staged through pinned buffers
+        # (native/runtime/staging.cpp), small ones use the driver's pageable copy.
+        native.memcpy_pageable_dtoh(
+            out.ctypes.data, source.device_ptr, self.nbytes, (stream or current_stream()).handle
+        )
         return out
 
     # -- views --------------------------------------------------------------------------------------
@@ -498,12 +499,8 @@ def from_numpy(array: Any, *, stream: Stream | None = None) -> GPUArray:
     if native is None:
         out._host_view()[...] = host
         return out
-    # From pageable memory the driver's synchronous copy is the fastest path. It runs on the legacy
-    # stream, which waits for blocking streams only, so wait for the allocation's stream first.
-    handle = (stream or current_stream()).handle
-    if handle:
-        native.stream_synchronize(handle)
-    native.memcpy_htod(out.device_ptr, host.ctypes.data, out.nbytes, 0, False)
+    # Ordered after the allocation's stream; staged through pinned buffers when large.
+    native.memcpy_pageable_htod(out.device_ptr, host.ctypes.data, out.nbytes, (stream or current_stream()).handle)
     return out
 
 

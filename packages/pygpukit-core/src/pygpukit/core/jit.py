@@ -223,6 +223,15 @@ def _array_pointer(value: Any, param: Param, device: int) -> int:
     return _pointer(value, param.name, param.element)
 
 
+def _launcher_kind(param: Param) -> str:
+    """The Launcher's code for a parameter (see native/bindings/launcher.cpp)."""
+    if param.kind == "pointer":
+        return "p"
+    if param.kind == "opaque":
+        return "o"
+    return param.format if param.format in "bBhHiIqQfd?e" and len(param.format) == 1 else "x"
+
+
 def _scalar_bytes(value: Any, fmt: str, param: str) -> bytes:
     try:
         if fmt == "bf16":
@@ -315,8 +324,9 @@ class JITKernel:
                        - struct.calcsize("@" + p.format) for i, p in enumerate(self.params)]  # fmt: skip
             self._offsets = struct.pack(f"{len(offsets)}I", *offsets)
         self._pointer_slots = [(i, p.element) for i, p in enumerate(self.params or ()) if p.kind == "pointer"]
-        self._pointer_mask = [p.kind == "pointer" for p in self.params or ()]
         self._launch_info: tuple[int, int, int, int] | None = None  # (device, function, max threads, max dyn smem)
+        self._fast: Any = None  # the bound Launcher.launch of the current device, once prepared
+        self._fast_state: Any = None  # the backend state it was made under
 
     @property
     def is_compiled(self) -> bool:
@@ -387,6 +397,7 @@ class JITKernel:
         native_module().function_set_max_dynamic_shared(function, int(nbytes))
         attributes["max_dynamic_shared_size_bytes"] = int(nbytes)
         self._launch_info = None  # re-read the limit on the next launch
+        self._fast = None
 
     def pack_arguments(self, args: Sequence[Any], device: int | None = None) -> tuple[bytes, bytes]:
         """The parameter buffer and the packed uint32 offsets for ``args`` (the general path: launches
@@ -425,6 +436,16 @@ class JITKernel:
         info = (device, function, attributes["max_threads_per_block"],
                 max(attributes["max_dynamic_shared_size_bytes"], 48 * 1024))  # fmt: skip
         self._launch_info = info
+        state = _backend._state
+        if self.params is not None and state is not None and state.native is not None:
+            # The C fast path (native/bindings/launcher.cpp): it launches when every argument is the
+            # common case and returns NotImplemented otherwise, so _launch below explains what is wrong.
+            kinds = "".join(_launcher_kind(p) for p in self.params)
+            elements = tuple(p.element or None for p in self.params)
+            launcher = state.native.Launcher(function, device, info[2], info[3], kinds, elements, _array_type,
+                                             _thread_state)  # fmt: skip
+            self._fast = launcher.launch
+            self._fast_state = state
         return info
 
     def __call__(
@@ -435,6 +456,17 @@ class JITKernel:
         shared_mem: int = 0,
         stream: Stream | None = None,
     ) -> None:
+        fast = self._fast
+        if (
+            fast is not None
+            and _backend._state is self._fast_state
+            and fast(args, grid, block, shared_mem, stream) is None
+        ):
+            return
+        self._launch(args, grid, block, shared_mem, stream)
+
+    def _launch(self, args: tuple[Any, ...], grid: Any, block: Any, shared_mem: int, stream: Stream | None) -> None:
+        """The general launch path: validates every argument and raises the typed error."""
         state = _backend._state
         if state is None or state.name != "cuda":
             state = backend_state()
@@ -442,50 +474,24 @@ class JITKernel:
                 raise DeviceError(f"launching a CUDA kernel needs the CUDA backend: {state.reason}")
         device = _thread_state.device
         info = self._launch_info
-        if info is None or info[0] != device:
+        if info is None or info[0] != device or self._fast_state is not state:
             info = self._prepare(device)
-        g = (grid, 1, 1) if type(grid) is int and grid > 0 else launch_dims(grid, "grid")
-        b = (block, 1, 1) if type(block) is int and block > 0 else launch_dims(block, "block")
+        g = launch_dims(grid, "grid")
+        b = launch_dims(block, "block")
         threads = b[0] * b[1] * b[2]
         if threads > info[2]:
             raise ShapeError(f"block {b} has {threads} threads; kernel {self.name} allows at most {info[2]} per "
                              "block on this device")  # fmt: skip
-        if shared_mem:
-            if shared_mem < 0:
-                raise ValueError(f"shared_mem must be >= 0, got {shared_mem}")
-            if shared_mem > info[3]:
-                raise ShapeError(
-                    f"shared_mem={shared_mem} exceeds the kernel's dynamic shared memory limit ({info[3]} bytes); "
-                    "call set_max_dynamic_shared_memory first"
-                )
-        packer = self._struct
-        if packer is not None and len(args) == len(self._pointer_mask):
-            # Inline fast path: every pointer argument a live, contiguous GPUArray of the declared type.
-            values = list(args)
-            array_type: Any = _array_type
-            for i, element in self._pointer_slots:
-                value: Any = values[i]
-                buffer_ = value._buffer if type(value) is array_type else None
-                if (
-                    buffer_ is not None
-                    and value._contiguous
-                    and buffer_._live
-                    and buffer_.device == device
-                    and (not element or value._dtype.ctype == element)
-                ):
-                    values[i] = buffer_.ptr + value._offset * value._dtype.itemsize
-                else:
-                    break
-            else:
-                try:
-                    buffer, offsets = packer.pack(*values), self._offsets
-                except struct.error:
-                    buffer, offsets = self.pack_arguments(args, device)
-                handle = stream._handle if stream is not None else (
-                    _thread_state.streams[-1]._handle if _thread_state.streams else 0
-                )  # fmt: skip
-                state.native.launch(info[1], g[0], g[1], g[2], b[0], b[1], b[2], shared_mem, handle, buffer, offsets)  # type: ignore[union-attr]
-                return
+        if not isinstance(shared_mem, (int, np.integer)) or isinstance(shared_mem, bool):
+            raise TypeError(f"shared_mem must be an int, got {type(shared_mem).__name__}")
+        shared_mem = int(shared_mem)
+        if shared_mem < 0:
+            raise ValueError(f"shared_mem must be >= 0, got {shared_mem}")
+        if shared_mem > info[3]:
+            raise ShapeError(
+                f"shared_mem={shared_mem} exceeds the kernel's dynamic shared memory limit ({info[3]} bytes); "
+                "call set_max_dynamic_shared_memory first"
+            )
         buffer, offsets = self.pack_arguments(args, device)
         if stream is None:
             streams = _thread_state.streams

@@ -49,21 +49,23 @@ class _CpuPool:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.limit: int | None = None
+        self.all_devices_limit: int | None = None  # the CPU backend has one "device": both caps apply
         self.stats = dict.fromkeys(
             ("in_use_bytes", "peak_in_use_bytes", "in_use_blocks", "requests", "frees", "device_allocations"), 0
         )
 
     def allocate(self, nbytes: int) -> None:
         with self.lock:
-            if self.limit is not None and self.stats["in_use_bytes"] + nbytes > self.limit:
-                raise OutOfMemoryError(
-                    f"out of memory (pool limit): requested {nbytes} bytes, in use {self.stats['in_use_bytes']} "
-                    f"bytes, cached 0 bytes, limit {self.limit} bytes",
-                    requested=nbytes,
-                    in_use=self.stats["in_use_bytes"],
-                    cached=0,
-                    limit=self.limit,
-                )
+            for what, limit in (("pool limit", self.limit), ("all-device limit", self.all_devices_limit)):
+                if limit is not None and self.stats["in_use_bytes"] + nbytes > limit:
+                    raise OutOfMemoryError(
+                        f"out of memory ({what}): requested {nbytes} bytes, in use {self.stats['in_use_bytes']} "
+                        f"bytes, cached 0 bytes, limit {limit} bytes",
+                        requested=nbytes,
+                        in_use=self.stats["in_use_bytes"],
+                        cached=0,
+                        limit=limit,
+                    )
             s = self.stats
             s["in_use_bytes"] += nbytes
             s["in_use_blocks"] += 1
@@ -183,13 +185,16 @@ def get_memory_info() -> tuple[int, int]:
 
 def memory_stats() -> dict[str, Any]:
     """The current device pool's statistics: bytes and blocks in use and cached, peak, requests,
-    reuse hits, device allocations, frees, releases, limit (None when unlimited)."""
+    reuse hits, device allocations, frees, releases, limit (None when unlimited), and for all devices
+    together ``all_devices_limit`` and ``all_devices_reserved_bytes`` (in use + cached)."""
     native = _native()
     if native is None:
         with _cpu_pool.lock:
             stats: dict[str, Any] = dict(_cpu_pool.stats)
         stats.update(cached_bytes=0, cached_blocks=0, pending_bytes=0, reuse_hits=0, releases=0, released_bytes=0)
         stats["limit"] = _cpu_pool.limit
+        stats["all_devices_limit"] = _cpu_pool.all_devices_limit
+        stats["all_devices_reserved_bytes"] = stats["in_use_bytes"]
         return stats
     return dict(native.mem_stats())
 
@@ -200,16 +205,26 @@ def empty_cache() -> int:
     return 0 if native is None else int(native.mem_empty_cache(False))
 
 
-def set_memory_limit(limit: int | None) -> None:
+def set_memory_limit(limit: int | None, *, all_devices: bool = False) -> None:
     """Cap the current device pool's in-use plus cached bytes (None: no cap). Cached blocks above a
-    lower cap are released; allocations that would exceed it raise :class:`OutOfMemoryError`."""
-    if limit is not None and limit <= 0:
-        raise ValueError(f"limit must be positive or None, got {limit}")
+    lower cap are released; allocations that would exceed it raise :class:`OutOfMemoryError`.
+
+    With ``all_devices=True`` the cap is process-wide: the pools of every device together, on top of
+    each device's own cap. An allocation over it first releases the allocating device's cached blocks.
+    """
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0):
+        raise ValueError(f"limit must be a positive int or None, got {limit!r}")
     native = _native()
     if native is None:
-        _cpu_pool.limit = limit
+        if all_devices:
+            _cpu_pool.all_devices_limit = limit
+        else:
+            _cpu_pool.limit = limit
         return
-    native.mem_set_limit(limit or 0)
+    if all_devices:
+        native.mem_set_global_limit(limit or 0)
+    else:
+        native.mem_set_limit(limit or 0)
 
 
 class PinnedBuffer:
