@@ -499,7 +499,7 @@ impl Scheduler {
         if meta.id.is_empty() {
             return Err(SchedError::invalid("id", "\"\"", "must not be empty"));
         }
-        if meta.dependencies.iter().any(|d| *d == meta.id) {
+        if meta.dependencies.contains(&meta.id) {
             return Err(SchedError::DependencyCycle {
                 cycle: vec![meta.id.clone(), meta.id.clone()],
             });

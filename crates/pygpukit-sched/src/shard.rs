@@ -8,9 +8,11 @@ use parking_lot::{Mutex, MutexGuard};
 
 const SHARDS: usize = 32;
 
+type Shard<V> = Mutex<HashMap<Arc<str>, V>>;
+
 /// A map from string ids to values, in [`SHARDS`] shards chosen by a hash of the id.
 pub(crate) struct ShardedMap<V> {
-    shards: Box<[Mutex<HashMap<Arc<str>, V>>]>,
+    shards: Box<[Shard<V>]>,
 }
 
 /// FNV-1a: cheap and good enough to spread ids over shards.
