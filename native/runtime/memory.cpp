@@ -9,6 +9,7 @@
 
 #include "context.hpp"
 #include "driver.hpp"
+#include "staging.hpp"
 
 namespace pygpukit {
 
@@ -196,6 +197,24 @@ void copy(CopyKind kind, std::uint64_t dst, std::uint64_t src, std::uint64_t nby
   const DriverApi& api = driver();
   auto s = reinterpret_cast<CUstream>(stream);
   auto n = static_cast<std::size_t>(nbytes);
+  // Large copies from or to pageable host memory go through the staging buffers (staging.cpp): the
+  // driver's own pageable path is several times slower. Such copies are synchronous either way.
+  const StagingConfig& staging = staging_config();
+  if (kind != CopyKind::DeviceToDevice && staging.min_bytes != 0 && n >= staging.min_bytes) {
+    const std::uint64_t host = kind == CopyKind::HostToDevice ? src : dst;
+    unsigned int type = 0;
+    const bool pageable = api.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                                    static_cast<CUdeviceptr>(host)) != CUDA_SUCCESS;
+    if (pageable) {
+      const std::uint64_t order = async ? stream : 0;  // synchronous copies follow the legacy stream
+      if (kind == CopyKind::HostToDevice) {
+        copy_host_to_device(dst, reinterpret_cast<const void*>(src), n, order);
+      } else {
+        copy_device_to_host(reinterpret_cast<void*>(dst), src, n, order);
+      }
+      return;
+    }
+  }
   switch (kind) {
     case CopyKind::HostToDevice:
       if (async) {

@@ -187,6 +187,7 @@ def test_memory_limit_raises_out_of_memory_with_numbers() -> None:
 
 
 def test_all_device_memory_limit_applies_on_top_of_the_device_limit() -> None:
+    gp.empty_cache()  # what is left is in use: new allocations below cannot be served from the cache
     base = gp.memory_stats()["all_devices_reserved_bytes"]
     gp.set_memory_limit(base + (8 << 20), all_devices=True)
     try:

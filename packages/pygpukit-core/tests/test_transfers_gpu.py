@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -73,3 +75,26 @@ def test_transfers_of_non_contiguous_sources_and_views() -> None:
     np.testing.assert_array_equal(gp.from_numpy(strided).to_numpy(), strided)
     device = gp.from_numpy(host)
     np.testing.assert_array_equal(device[100:1400:7, 5:].to_numpy(), host[100:1400:7, 5:])
+
+
+@pytest.mark.gpu
+def test_raw_async_copies_of_large_pageable_buffers_are_staged_and_exact() -> None:
+    nbytes = 2 * _config()["chunk_bytes"] + 777
+    rng = np.random.default_rng(3)
+    host = rng.integers(0, 256, size=nbytes, dtype=np.uint8)
+    back = np.zeros(nbytes, dtype=np.uint8)
+    device = gp.empty(nbytes, gp.uint8)
+    with gp.Stream() as stream:
+        gp.memcpy_host_to_device_async(device.device_ptr, host.ctypes.data, nbytes, stream)
+        gp.memcpy_device_to_host_async(back.ctypes.data, device.device_ptr, nbytes, stream)
+        stream.synchronize()
+    assert back.tobytes() == host.tobytes()
+    pinned = gp.pinned_malloc(nbytes)  # pinned memory keeps the driver's asynchronous path
+    try:
+        view = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(pinned))
+        view[:] = host[::-1]
+        gp.memcpy_host_to_device_async(device.device_ptr, pinned, nbytes)
+        gp.synchronize()
+        assert device.to_numpy().tobytes() == host[::-1].tobytes()
+    finally:
+        gp.pinned_free(pinned)
