@@ -245,3 +245,63 @@ def test_pinned_memory_and_raw_async_copies(rng: np.random.Generator) -> None:
     same(back.numpy(np.int64), host)
     ptr = gp.pinned_malloc(64)
     gp.pinned_free(ptr)
+
+
+class _Budget:
+    """A test AllocationScope: refuses beyond `limit` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.used, self.refunds = limit, 0, 0
+
+    def charge(self, nbytes: int) -> None:
+        if self.used + nbytes > self.limit:
+            raise gp.OutOfMemoryError(f"budget: {self.used} + {nbytes} > {self.limit}")
+        self.used += nbytes
+
+    def refund(self, nbytes: int) -> None:
+        self.used -= nbytes
+        self.refunds += 1
+
+
+def test_allocation_scope_charges_refunds_and_refuses() -> None:
+    from pygpukit.core.memory import allocation_scope, current_allocation_scope
+
+    budget = _Budget(1 << 20)
+    outside = gp.empty(2 << 20, gp.uint8)  # not charged: no scope
+    with allocation_scope(budget):
+        assert current_allocation_scope() is budget
+        a = gp.empty(1000, gp.uint8)
+        assert budget.used == 1000
+        with pytest.raises(gp.OutOfMemoryError, match="budget"):
+            gp.empty(1 << 20, gp.uint8)
+        assert budget.used == 1000  # the refused allocation left nothing behind
+        with allocation_scope(None):
+            gp.empty(4 << 20, gp.uint8)  # an inner None suspends the scope
+        assert budget.used == 1000
+    assert current_allocation_scope() is None
+    a.buffer.free()  # refunded wherever it is freed
+    assert budget.used == 0
+    assert budget.refunds == 1
+    del outside
+
+
+def test_allocation_scopes_are_per_asyncio_task() -> None:
+    import asyncio
+
+    from pygpukit.core.memory import allocation_scope
+
+    first, second = _Budget(1 << 30), _Budget(1 << 30)
+
+    async def work(budget: _Budget, nbytes: int) -> gp.GPUArray:
+        with allocation_scope(budget):
+            await asyncio.sleep(0)
+            array = gp.empty(nbytes, gp.uint8)
+            await asyncio.sleep(0)
+            return array
+
+    async def both() -> list[gp.GPUArray]:
+        return list(await asyncio.gather(work(first, 100), work(second, 300)))
+
+    arrays = asyncio.run(both())
+    assert (first.used, second.used) == (100, 300)
+    del arrays

@@ -81,8 +81,10 @@ from .errors import (
 from .graph import CudaGraph
 from .jit import JITKernel, jit
 from .memory import (
+    AllocationScope,
     DeviceBuffer,
     PinnedBuffer,
+    allocation_scope,
     empty_cache,
     get_memory_info,
     memcpy_device_to_device_async,
@@ -96,6 +98,7 @@ from .memory import (
 from .stream import Event, Stream, current_stream, synchronize
 
 __all__ = [
+    "AllocationScope",
     "BackendFallbackWarning",
     "BackendUnavailableError",
     "CompiledProgram",
@@ -122,6 +125,7 @@ __all__ = [
     "ShapeError",
     "Stream",
     "VersionMismatchError",
+    "allocation_scope",
     "arange",
     "as_dtype",
     "asarray",

@@ -9,11 +9,13 @@ memory and the same accounting is kept in Python.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import ctypes
 import os
 import threading
 import weakref
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -23,9 +25,12 @@ from .errors import InvalidPointerError, OutOfMemoryError, PyGPUkitError
 from .stream import Stream, current_stream, thread_device
 
 __all__ = [
+    "AllocationScope",
     "DeviceBuffer",
     "ExternalBuffer",
     "PinnedBuffer",
+    "allocation_scope",
+    "current_allocation_scope",
     "empty_cache",
     "get_memory_info",
     "memcpy_device_to_device_async",
@@ -83,16 +88,58 @@ class _CpuPool:
 _cpu_pool = _CpuPool()
 
 
+class AllocationScope(Protocol):
+    """Something that accounts for the device memory allocated while it is the current scope (the
+    scheduler's per-context budgets). ``charge`` runs before the allocation and refuses it by raising;
+    ``refund`` runs when the buffer is freed (from any thread, possibly during garbage collection)."""
+
+    def charge(self, nbytes: int) -> None: ...
+
+    def refund(self, nbytes: int) -> None: ...
+
+
+# A ContextVar, not a thread-local: each asyncio task sees the scope it entered.
+_scope: contextvars.ContextVar[AllocationScope | None] = contextvars.ContextVar(
+    "pygpukit_allocation_scope", default=None
+)
+
+
+@contextlib.contextmanager
+def allocation_scope(scope: AllocationScope | None) -> Iterator[AllocationScope | None]:
+    """Make ``scope`` account for every DeviceBuffer allocated inside the block (in this thread or
+    asyncio task); ``None`` suspends an outer scope."""
+    token = _scope.set(scope)
+    try:
+        yield scope
+    finally:
+        _scope.reset(token)
+
+
+def current_allocation_scope() -> AllocationScope | None:
+    return _scope.get()
+
+
 class DeviceBuffer:
     """One pool allocation of ``nbytes`` bytes for work on ``stream``; returned to the pool on free/GC."""
 
-    __slots__ = ("__weakref__", "_host", "_live", "_native", "device", "nbytes", "ptr")
+    __slots__ = ("__weakref__", "_host", "_live", "_native", "_scope", "device", "nbytes", "ptr")
 
     def __init__(self, nbytes: int, *, stream: Stream | None = None) -> None:
         if nbytes < 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
         self.nbytes = nbytes
         self._live = False
+        scope = self._scope = _scope.get()
+        if scope is not None:
+            scope.charge(nbytes)  # may refuse: nothing is allocated then
+        try:
+            self._allocate(stream)
+        except BaseException:
+            if scope is not None:
+                scope.refund(nbytes)
+            raise
+
+    def _allocate(self, stream: Stream | None) -> None:
         state = _backend._state or backend_state()
         native = state.native if state.name == "cuda" else None
         self._native = native
@@ -120,10 +167,14 @@ class DeviceBuffer:
 
     def _release(self) -> None:
         self._live = False
-        if self._native is None:
-            _cpu_pool.free(self.nbytes)
-        else:
-            self._native.mem_free(self.ptr, self.device)
+        try:
+            if self._native is None:
+                _cpu_pool.free(self.nbytes)
+            else:
+                self._native.mem_free(self.ptr, self.device)
+        finally:
+            if self._scope is not None:
+                self._scope.refund(self.nbytes)
 
     def __del__(self) -> None:
         if getattr(self, "_live", False):
