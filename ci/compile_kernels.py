@@ -39,9 +39,10 @@ def main() -> int:
         os.environ["PYGPUKIT_NVRTC_PATH"] = str(lib)
 
     import pygpukit
-    from pygpukit.core.builtins import name_expressions
+    from pygpukit.core.builtins import name_expressions as core_expressions
     from pygpukit.core.compiler import compile_source, nvrtc_status
     from pygpukit.core.errors import NvrtcError
+    from pygpukit.ops._kernels import name_expressions as ops_expressions
 
     status = nvrtc_status()
     version = ".".join(map(str, status["version"]))
@@ -59,7 +60,8 @@ def main() -> int:
         rel = src.relative_to(ROOT).as_posix()
         start = time.perf_counter()
         try:
-            expressions = name_expressions(src.relative_to(KERNELS).as_posix())
+            relative = src.relative_to(KERNELS).as_posix()
+            expressions = core_expressions(relative) or ops_expressions(relative)
             program = compile_source(
                 src.read_text(), arch=arch, name=rel, include_dirs=[src.parent], name_expressions=expressions
             )

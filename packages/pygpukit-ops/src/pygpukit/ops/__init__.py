@@ -1,7 +1,10 @@
 """pygpukit.ops: the NumPy-like op library (from the pygpukit-ops distribution).
 
-Elementwise ops, reductions, GEMM/GEMV through cuBLASLt, nn ops and attention land here; their names are
-also reachable as ``pygpukit.<op>``. Kernels live in native/kernels and are compiled by NVRTC."""
+Elementwise ops, reductions, shape ops (and later GEMM/GEMV, nn ops, attention) on GPUArrays, with
+NumPy's broadcasting and type promotion (:mod:`pygpukit.ops.promotion`). Every name in ``__all__`` is
+also reachable as ``pygpukit.<name>``. Kernels live in native/kernels/ops and are compiled by NVRTC on
+first use; on the CPU simulation backend the same ops run on NumPy with the same result dtypes.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +17,14 @@ except ImportError as exc:  # pygpukit-core (which owns pygpukit/__init__.py) is
 
 check_siblings("pygpukit-ops", required=("pygpukit-core",))
 
+from . import elementwise, promotion  # noqa: E402
+from .elementwise import *  # noqa: E402,F403
+from .promotion import can_cast, promote_types, result_type  # noqa: E402,F401
+
 __version__ = distribution_version("pygpukit-ops") or "0+unknown"
 
-__all__ = ["__version__"]
+__all__ = [
+    "__version__",
+    *elementwise.__all__,
+    *promotion.__all__,
+]

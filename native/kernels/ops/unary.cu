@@ -1,0 +1,69 @@
+// Unary elementwise kernels over a family of ops (functors.cuh: Signs, Math, Logical, Copy), with the
+// op a run-time code. Instantiated through NVRTC name expressions, e.g.
+// "pygpukit::ops::unary_contig<pygpukit::ops::Math<float>, __half, __half>":
+//
+//   unary_contig<F, T, O>(x, out, n, op)                 contiguous, 16-byte packs when aligned
+//   unary_strided<F, O>(out, x, x_code, n, layout, op)   any strides, input dtype known at run time
+//
+// unary_strided<Copy<C>, O> is the converting strided copy (astype of views, concatenate).
+#include "functors.cuh"
+#include "layout.cuh"
+
+namespace pygpukit {
+namespace ops {
+
+template <typename F, typename T, typename O>
+__global__ void unary_contig(const T* __restrict__ x, O* __restrict__ out, index_t n, int op) {
+  using C = typename F::compute;
+  using R = typename F::result;
+  constexpr int V = pack_width<T, O>();
+  const bool packed = aligned_to(x, V * sizeof(T)) && aligned_to(out, V * sizeof(O));
+  const index_t step = grid_threads() * V;
+  for (index_t base = global_thread() * V; base < n; base += step) {
+    const bool whole = packed && base + V <= n;
+    Pack<T, V> vx;
+    if (whole) {
+      vx = *reinterpret_cast<const Pack<T, V>*>(x + base);
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        if (base + j < n) vx.v[j] = x[base + j];
+      }
+    }
+    C c[V];
+    R r[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) c[j] = convert<C>(vx.v[j]);
+    F::apply(op, c, r);
+    Pack<O, V> vo;
+#pragma unroll
+    for (int j = 0; j < V; ++j) vo.v[j] = convert<O>(r[j]);
+    if (whole) {
+      *reinterpret_cast<Pack<O, V>*>(out + base) = vo;
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        if (base + j < n) out[base + j] = vo.v[j];
+      }
+    }
+  }
+}
+
+template <typename F, typename O>
+__global__ void unary_strided(O* __restrict__ out, const void* __restrict__ x, int x_code, index_t n,
+                              Layout layout, int op) {
+  using C = typename F::compute;
+  using R = typename F::result;
+  const bool small = n <= kSmallSpace;
+  for (index_t i = global_thread(); i < n; i += grid_threads()) {
+    index_t offsets[2];
+    layout_offsets<2>(layout, i, small, offsets);
+    const C c[1] = {load_as<C>(x, x_code, offsets[1])};
+    R r[1];
+    F::apply(op, c, r);
+    out[offsets[0]] = convert<O>(r[0]);
+  }
+}
+
+}  // namespace ops
+}  // namespace pygpukit
