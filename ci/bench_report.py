@@ -26,14 +26,17 @@ def main() -> int:
     for bench in data["benchmarks"]:
         groups[bench.get("group") or bench["name"]].append(bench)
     print(f"machine: {data['machine_info'].get('node')} | date: {data['datetime']}\n")
-    print("| group | library | median | min | GB/s (median) | ratio peer/pygpukit |")
+    print("| group | library | median | min | GB/s or TFLOP/s (median) | ratio peer/pygpukit |")
     print("| --- | --- | --- | --- | --- | --- |")
     for group, benches in groups.items():
         ours = next((b for b in benches if library(b["name"]) == "pygpukit"), None)
         for b in sorted(benches, key=lambda b: library(b["name"]) != "pygpukit"):
             median, low = b["stats"]["median"], b["stats"]["min"]
-            size = b.get("extra_info", {}).get("bytes")
-            gbps = f"{size / median / 1e9:.1f}" if size else ""
+            extra = b.get("extra_info", {})
+            size, flops = extra.get("bytes"), extra.get("flops")
+            gbps = (
+                f"{size / median / 1e9:.1f} GB/s" if size else f"{flops / median / 1e12:.1f} TFLOP/s" if flops else ""
+            )
             ratio = "" if ours is None or b is ours else f"{median / ours['stats']['median']:.2f}"
             unit, scale = ("ms", 1e3) if median >= 1e-3 else ("us", 1e6)
             print(f"| {group} | {library(b['name'])} | {median * scale:.2f} {unit} | {low * scale:.2f} {unit} | "

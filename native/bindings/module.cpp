@@ -9,6 +9,7 @@
 #include "../runtime/cublaslt.hpp"
 #include "../runtime/driver.hpp"
 #include "../runtime/errors.hpp"
+#include "../runtime/gemm.hpp"
 #include "../runtime/graph.hpp"
 #include "../runtime/memory.hpp"
 #include "../runtime/module.hpp"
@@ -379,6 +380,46 @@ PYBIND11_MODULE(PYGPUKIT_NATIVE_MODULE, m) {
       },
       py::arg("candidates"));
   m.def("cublaslt_status", [] { return cublaslt_status_dict(cublaslt_status()); });
+  m.def(
+      "gemm",
+      [](int a_type, int b_type, int d_type, int compute, int scale_type, bool trans_a, bool trans_b,
+         std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t lda, std::int64_t ldb, std::int64_t ldd,
+         std::int64_t batch, std::int64_t stride_a, std::int64_t stride_b, std::int64_t stride_d,
+         std::uint64_t a, std::uint64_t b, std::uint64_t d, std::uint64_t bias, int bias_type, int epilogue,
+         std::uint64_t a_scale, std::uint64_t b_scale, double alpha, double beta, std::uint64_t stream) {
+        GemmArgs g;
+        g.a_type = a_type;
+        g.b_type = b_type;
+        g.d_type = d_type;
+        g.compute = compute;
+        g.scale_type = scale_type;
+        g.trans_a = trans_a;
+        g.trans_b = trans_b;
+        g.m = m;
+        g.n = n;
+        g.k = k;
+        g.lda = lda;
+        g.ldb = ldb;
+        g.ldd = ldd;
+        g.batch = batch;
+        g.stride_a = stride_a;
+        g.stride_b = stride_b;
+        g.stride_d = stride_d;
+        g.a = a;
+        g.b = b;
+        g.d = d;
+        g.bias = bias;
+        g.bias_type = bias_type;
+        g.epilogue = epilogue;
+        g.a_scale = a_scale;
+        g.b_scale = b_scale;
+        g.alpha = alpha;
+        g.beta = beta;
+        g.stream = stream;
+        gemm(g);
+      },
+      "cuBLASLt D = alpha * op(A) op(B) + beta * D in column-major terms (see native/runtime/gemm.hpp).");
+  m.def("gemm_plan_count", &gemm_plan_count);
 
   bind_runtime(m);
   if (PyModule_AddFunctions(m.ptr(), g_fast_methods) != 0) throw py::error_already_set();

@@ -5,6 +5,7 @@
 
 #include "context.hpp"
 #include "driver.hpp"
+#include "gemm.hpp"
 #include "memory.hpp"
 
 namespace pygpukit {
@@ -40,6 +41,7 @@ std::uint64_t stream_create(int priority, bool non_blocking) {
 void stream_destroy(std::uint64_t stream) {
   ensure_context();
   check(driver().cuStreamSynchronize(as_stream(stream)), "cuStreamSynchronize");
+  gemm_release_stream(stream);  // its cuBLASLt workspace goes back to the stream's cache first
   release_stream_cache(stream);
   check(driver().cuStreamDestroy(as_stream(stream)), "cuStreamDestroy");
 }

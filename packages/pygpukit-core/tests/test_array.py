@@ -305,3 +305,12 @@ def test_allocation_scopes_are_per_asyncio_task() -> None:
     arrays = asyncio.run(both())
     assert (first.used, second.used) == (100, 300)
     del arrays
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int64", "bool"])
+def test_zero_dimensional_factories(dtype: str) -> None:
+    one = gp.ones((), dtype)
+    assert one.shape == ()
+    assert one.size == 1
+    assert one.to_numpy().item() == 1
+    assert gp.full((), 0, dtype).to_numpy().item() == 0

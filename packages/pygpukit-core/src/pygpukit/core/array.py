@@ -441,7 +441,7 @@ def full(shape: ShapeLike, fill_value: Any, dtype: Any = None, *, stream: Stream
     native = _native()
     bits = _bits(fill_value, out.dtype)
     if native is None:
-        out._host_view().view(np.uint8).reshape(-1, out.itemsize)[...] = np.frombuffer(
+        out._host_view().reshape(-1).view(np.uint8).reshape(-1, out.itemsize)[...] = np.frombuffer(
             bits.to_bytes(8, "little")[: out.itemsize], np.uint8
         )  # fmt: skip
     elif bits == 0:

@@ -1,0 +1,121 @@
+"""The GEMM used when cuBLASLt is absent or ``PYGPUKIT_NO_CUBLASLT=1``: a tiled CUDA-core kernel
+(native/kernels/ops/gemm_simt.cu) that takes any strides, batches, bias and activation."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from pygpukit.core.array import GPUArray
+from pygpukit.core.errors import PyGPUkitError
+from pygpukit.core.jit import JITKernel, Param
+from pygpukit.core.stream import Stream
+
+from . import _kernels
+
+__all__ = ["gemm_fallback", "name_expressions"]
+
+_CTYPE = {"float64": "double", "float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16",
+          "int8": "signed char", "int32": "int"}  # fmt: skip
+_ACC = {"float64": "double", "int8": "int"}  # everything else accumulates in float
+_ACTIVATION = {None: 0, "relu": 1, "gelu": 2}
+_TILE = 64
+
+
+def _expression(in_dtype: str, out_dtype: str) -> str:
+    return f"pygpukit::gemm_simt<{_CTYPE[in_dtype]}, {_CTYPE[out_dtype]}, {_ACC.get(in_dtype, 'float')}>"
+
+
+def name_expressions() -> list[str]:
+    """Every instantiation gemm_simt.cu is used with (for the compile checks of `nox -s kernels`)."""
+    pairs = [("float64", "float64"), ("float32", "float32"), ("float16", "float16"), ("bfloat16", "bfloat16"),
+             ("int8", "int32")]  # fmt: skip
+    return [_expression(i, o) for i, o in pairs]
+
+
+_FILE = "ops/gemm_simt.cu"
+_POINTER = Param("p", "void*", "pointer", "Q")
+_PARAMS = [_POINTER, _POINTER, _POINTER, _POINTER, Param("shape", "GemmShape", "opaque", "")]
+
+
+def _kernel(in_dtype: str, out_dtype: str) -> JITKernel:
+    return _kernels.group(_FILE, name_expressions()).kernel(_expression(in_dtype, out_dtype), _PARAMS)
+
+
+_kernels.register_enumerator(lambda: {_FILE: name_expressions()})
+
+
+def _strides(x: GPUArray) -> tuple[int, ...]:
+    return tuple(s // x.itemsize for s in x.strides)
+
+
+def _batch_stride(x: GPUArray, batch: tuple[int, ...]) -> int | None:
+    """One stride walking x's (broadcast) batch dims in row-major order, or None."""
+    lead, strides = x.shape[:-2], _strides(x)[:-2]
+    pad = len(batch) - len(lead)
+    eff = [0] * pad + [0 if n == 1 else s for n, s in zip(lead, strides, strict=True)]
+    stride = expected = None
+    for size, s in zip(reversed(batch), reversed(eff), strict=True):
+        if size == 1:
+            continue
+        if stride is None:
+            stride, expected = s, s * size
+        elif s != expected:
+            return None
+        else:
+            expected = s * size
+    return stride or 0
+
+
+def gemm_fallback(
+    a: GPUArray,
+    b: GPUArray,
+    d: GPUArray,
+    batch: tuple[int, ...],
+    m: int,
+    n: int,
+    k: int,
+    *,
+    bias: GPUArray | None,
+    activation: str | None,
+    scales: Any,
+    alpha: float,
+    stream: Stream | None,
+) -> None:
+    if scales is not None:
+        raise PyGPUkitError("fp8 GEMM needs cuBLASLt; there is no built-in fp8 kernel")
+    count = 1
+    for size in batch:
+        count *= size
+    sa, sb = _batch_stride(a, batch), _batch_stride(b, batch)
+    if sa is None:
+        a, sa = a.contiguous(stream=stream), None
+    if sb is None:
+        b, sb = b.contiguous(stream=stream), None
+    if sa is None or sb is None:  # contiguous copies of a partial broadcast: walk batches one by one
+        for index in range(count):
+            pos = _unravel(index, batch)
+            gemm_fallback(_at(a, pos), _at(b, pos), d.reshape(count, m, n)[index], (), m, n, k, bias=bias,
+                          activation=activation, scales=None, alpha=alpha, stream=stream)  # fmt: skip
+        return
+    a_strides, b_strides = _strides(a), _strides(b)
+    shape = struct.pack("@10q2id", m, n, k, a_strides[-2], a_strides[-1], sa, b_strides[-2], b_strides[-1], sb,
+                        m * n, _ACTIVATION[activation], int(bias is not None), alpha)  # fmt: skip
+    kernel = _kernel(a.dtype.name, d.dtype.name)
+    grid = ((n + _TILE - 1) // _TILE, (m + _TILE - 1) // _TILE, max(count, 1))
+    kernel(a, b, d, bias if bias is not None else 0, shape, grid=grid, block=256, stream=stream)
+
+
+def _unravel(index: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    out = []
+    for size in reversed(shape):
+        out.append(index % size)
+        index //= size
+    return tuple(reversed(out))
+
+
+def _at(x: GPUArray, pos: tuple[int, ...]) -> GPUArray:
+    lead = x.ndim - 2
+    pad = len(pos) - lead
+    key = tuple(0 if x.shape[i] == 1 else pos[pad + i] for i in range(lead))
+    return x[key] if key else x
