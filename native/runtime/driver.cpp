@@ -58,6 +58,11 @@ void resolve_table(void* handle, const std::string& path) {
   }
   PYGPUKIT_DRIVER_FUNCTIONS(PYGPUKIT_RESOLVE)
 #undef PYGPUKIT_RESOLVE
+  // CUDA 13.0 gave cuCtxSynchronize a context argument (PFN_cuCtxSynchronize_v13000). The table keeps
+  // the original no-argument entry point, so ask for the version that CUDA 12 defined.
+  pfn = nullptr;
+  get_proc("cuCtxSynchronize", &pfn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status);
+  g_api.cuCtxSynchronize = reinterpret_cast<decltype(g_api.cuCtxSynchronize)>(pfn);
 }
 
 }  // namespace

@@ -12,8 +12,6 @@
 namespace pygpukit {
 
 // Entry points this module uses. Adding one here is all it takes to make it callable as
-// driver().name(...); a missing entry point stays nullptr and is reported by require().
-// Entry points this module uses. Adding one here is all it takes to make it callable as
 // driver().name(...); a missing entry point stays nullptr.
 #define PYGPUKIT_DRIVER_FUNCTIONS(X) \
   X(cuInit)                          \

@@ -131,3 +131,14 @@ def test_one_gib_round_trip_is_bitwise() -> None:
     assert np.array_equal(back, host)
     del array
     gp.empty_cache()
+
+
+@pytest.mark.gpu
+def test_device_synchronize_waits_for_all_streams() -> None:
+    # cuCtxSynchronize changed its signature in CUDA 13; the cu13 module must call the original one.
+    x = gp.zeros(1 << 20)
+    with gp.Stream():
+        y = x.astype(gp.float64)
+    gp.synchronize()
+    assert float(y.to_numpy()[0]) == 0.0
+    gp.synchronize()

@@ -13,6 +13,7 @@ fp32. int8 accumulates in int32 and returns int32. fp8 needs scales: :func:`scal
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from typing import Any
@@ -24,7 +25,7 @@ from pygpukit.core.array import GPUArray
 from pygpukit.core.backend import backend_state
 from pygpukit.core.dtypes import DType, as_dtype
 from pygpukit.core.errors import DeviceError, DTypeError, PyGPUkitError, ShapeError
-from pygpukit.core.stream import Stream, current_stream
+from pygpukit.core.stream import Stream, current_stream, thread_device
 
 __all__ = [
     "bias_add_inplace",
@@ -40,7 +41,11 @@ __all__ = [
 _CUDA_TYPE = {"float32": 0, "float64": 1, "float16": 2, "int8": 3, "int32": 10, "bfloat16": 14,
               "float8_e4m3fn": 28, "float8_e5m2": 29}  # fmt: skip
 _COMPUTE_32F, _COMPUTE_TF32, _COMPUTE_64F, _COMPUTE_32I = 68, 77, 70, 72
-_EPILOGUE = {None: 1, "relu": 2, "gelu": 32}  # + 4 with a bias
+# cublasLtEpilogue_t: (activation, with bias) -> value
+_EPILOGUE = {(None, False): 1, ("relu", False): 2, ("gelu", False): 32, (None, True): 4, ("relu", True): 6,
+             ("gelu", True): 36}  # fmt: skip
+# Problems cuBLASLt had no algorithm for (int8 with sizes it does not take): the built-in kernel runs them.
+_unsupported: set[tuple[Any, ...]] = set()
 _MATMUL_DTYPES = ("float64", "float32", "float16", "bfloat16", "int8")
 
 _tf32: bool | None = None
@@ -250,10 +255,7 @@ def _gemm(
 ) -> None:
     """d (batch, m, n) row-major = a (.., m, k) @ b (.., k, n), through cuBLASLt or a built-in kernel."""
     if not _use_cublaslt():
-        from ._gemm_fallback import gemm_fallback
-
-        gemm_fallback(a, b, d, batch, m, n, k, bias=bias, activation=activation, scales=scales, alpha=alpha,
-                      stream=stream)  # fmt: skip
+        _fallback(a, b, d, batch, m, n, k, bias=bias, activation=activation, scales=scales, alpha=alpha, stream=stream)
         return
     # Row-major D (m x n) is column-major D^T (n x m) = B^T A^T: cuBLASLt's A is our b, its B our a.
     if a.dtype.name == "int8":  # integer tensor-core GEMMs exist only for the "TN" layout
@@ -275,17 +277,68 @@ def _gemm(
         compute, scale_type = _COMPUTE_TF32, _CUDA_TYPE["float32"]
     else:
         compute, scale_type = _COMPUTE_32F, _CUDA_TYPE["float32"]
-    epilogue = _EPILOGUE[activation] + (4 if bias is not None else 0)
+    epilogue = _EPILOGUE[(activation, bias is not None)]
     native = backend_state().native
     handle = (stream or current_stream()).handle
     batch_count = math.prod(batch) if batch else 1
-    native.gemm(  # type: ignore[union-attr]
+    key = (dtype, m, n, k, batch_count, trans_a, trans_b, ob.ld, oa.ld)
+    if key in _unsupported:
+        _fallback(a, b, d, batch, m, n, k, bias=bias, activation=activation, scales=scales, alpha=alpha, stream=stream)
+        return
+    try:
+        _call_gemm(native, a, b, d, ob, oa, trans_a, trans_b, compute, scale_type, m, n, k, batch_count, bias,
+                   epilogue, scales, alpha, handle)  # fmt: skip
+    except PyGPUkitError as error:
+        if dtype != "int8" or "no algorithm" not in str(error):
+            raise
+        _unsupported.add(key)
+        _fallback(a, b, d, batch, m, n, k, bias=bias, activation=activation, scales=scales, alpha=alpha, stream=stream)
+
+
+def _fallback(a: GPUArray, b: GPUArray, d: GPUArray, batch: tuple[int, ...], m: int, n: int, k: int,
+              **kwargs: Any) -> None:  # fmt: skip
+    from ._gemm_fallback import gemm_fallback
+
+    gemm_fallback(a, b, d, batch, m, n, k, **kwargs)
+
+
+def _call_gemm(
+    native: Any,
+    a: GPUArray,
+    b: GPUArray,
+    d: GPUArray,
+    ob: _Operand,
+    oa: _Operand,
+    trans_a: bool,
+    trans_b: bool,
+    compute: int,
+    scale_type: int,
+    m: int,
+    n: int,
+    k: int,
+    batch_count: int,
+    bias: GPUArray | None,
+    epilogue: int,
+    scales: tuple[GPUArray, GPUArray] | None,
+    alpha: float,
+    handle: int,
+) -> None:
+    native.gemm(
         _CUDA_TYPE[b.dtype.name], _CUDA_TYPE[a.dtype.name], _CUDA_TYPE[d.dtype.name], compute, scale_type,
         trans_a, trans_b, n, m, k, ob.ld, oa.ld, n, batch_count, ob.batch_stride, oa.batch_stride, m * n,
         ob.array.device_ptr, oa.array.device_ptr, d.device_ptr,
         bias.device_ptr if bias is not None else 0, _CUDA_TYPE[bias.dtype.name] if bias is not None else -1,
         epilogue, scales[1].device_ptr if scales else 0, scales[0].device_ptr if scales else 0, alpha, 0.0, handle,
     )  # fmt: skip
+
+
+@functools.cache
+def _compute_capability(device: int) -> tuple[int, int]:
+    """Cached: reading the device properties costs a fraction of a millisecond."""
+    from pygpukit.core.device import get_device_info
+
+    major, minor = get_device_info(device).compute_capability
+    return int(major), int(minor)
 
 
 def scaled_matmul(
@@ -329,10 +382,8 @@ def scaled_matmul(
         )
     state = backend_state()
     if state.name == "cuda":
-        from pygpukit.core.device import get_device, get_device_info
-
-        cc = get_device_info(get_device()).compute_capability
-        if tuple(cc) < (8, 9):
+        cc = _compute_capability(thread_device())
+        if cc < (8, 9):
             raise DeviceError(f"scaled_matmul needs compute capability 8.9 or newer (fp8); this GPU is {cc}")
     if bias is not None and (bias.shape != (n,) or bias.dtype != out_dt):
         raise ShapeError(f"scaled_matmul: bias must have shape ({n},) and dtype {out_dt.name}")
