@@ -193,7 +193,7 @@ constexpr int kCodeAbsent = -2;  // an optional operand that was not given (clam
 
 // Element `offset` of an array of dtype `code` at `base`, converted to C.
 template <typename C>
-__device__ __forceinline__ C load_as(const void* base, int code, index_t offset) {
+__device__ __noinline__ C load_as(const void* base, int code, index_t offset) {
   switch (code) {
     case 0:
       return convert<C>(static_cast<const double*>(base)[offset]);
@@ -225,6 +225,58 @@ __device__ __forceinline__ C load_as(const void* base, int code, index_t offset)
       return convert<C>(static_cast<const unsigned long long*>(base)[offset]);
     default:
       return convert<C>(static_cast<const bool*>(base)[offset]);
+  }
+}
+
+// Store `value` converted to dtype `code` as element `offset` of the array at `base`.
+template <typename V>
+__device__ __noinline__ void store_as(void* base, int code, index_t offset, V value) {
+  switch (code) {
+    case 0:
+      static_cast<double*>(base)[offset] = convert<double>(value);
+      break;
+    case 1:
+      static_cast<float*>(base)[offset] = convert<float>(value);
+      break;
+    case 2:
+      static_cast<__half*>(base)[offset] = convert<__half>(value);
+      break;
+    case 3:
+      static_cast<__nv_bfloat16*>(base)[offset] = convert<__nv_bfloat16>(value);
+      break;
+    case 4:
+      static_cast<__nv_fp8_e4m3*>(base)[offset] = convert<__nv_fp8_e4m3>(value);
+      break;
+    case 5:
+      static_cast<__nv_fp8_e5m2*>(base)[offset] = convert<__nv_fp8_e5m2>(value);
+      break;
+    case 6:
+      static_cast<signed char*>(base)[offset] = convert<signed char>(value);
+      break;
+    case 7:
+      static_cast<short*>(base)[offset] = convert<short>(value);
+      break;
+    case 8:
+      static_cast<int*>(base)[offset] = convert<int>(value);
+      break;
+    case 9:
+      static_cast<long long*>(base)[offset] = convert<long long>(value);
+      break;
+    case 10:
+      static_cast<unsigned char*>(base)[offset] = convert<unsigned char>(value);
+      break;
+    case 11:
+      static_cast<unsigned short*>(base)[offset] = convert<unsigned short>(value);
+      break;
+    case 12:
+      static_cast<unsigned int*>(base)[offset] = convert<unsigned int>(value);
+      break;
+    case 13:
+      static_cast<unsigned long long*>(base)[offset] = convert<unsigned long long>(value);
+      break;
+    default:
+      static_cast<bool*>(base)[offset] = convert<bool>(value);
+      break;
   }
 }
 

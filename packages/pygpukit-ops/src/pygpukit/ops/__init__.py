@@ -17,14 +17,20 @@ except ImportError as exc:  # pygpukit-core (which owns pygpukit/__init__.py) is
 
 check_siblings("pygpukit-ops", required=("pygpukit-core",))
 
-from . import elementwise, promotion  # noqa: E402
+from . import elementwise, linalg, promotion, reduction, shape  # noqa: E402
 from .elementwise import *  # noqa: E402,F403
-from .promotion import can_cast, promote_types, result_type  # noqa: E402,F401
+from .linalg import *  # noqa: E402,F403
+from .promotion import *  # noqa: E402,F403
+from .reduction import *  # noqa: E402,F403
+from .shape import *  # noqa: E402,F403
 
 __version__ = distribution_version("pygpukit-ops") or "0+unknown"
 
 __all__ = [
     "__version__",
     *elementwise.__all__,
+    *linalg.__all__,
     *promotion.__all__,
+    *reduction.__all__,
+    *shape.__all__,
 ]

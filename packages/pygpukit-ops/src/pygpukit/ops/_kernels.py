@@ -89,8 +89,9 @@ def code_param(name: str) -> Param:
     return Param(name, "int", "scalar", "i")
 
 
-def layout_param(name: str = "layout") -> Param:
-    return Param(name, "Layout", "opaque", "")
+def layout_param(name: str = "layout", ctype: str = "Layout") -> Param:
+    """A struct passed by value (packed by the caller)."""
+    return Param(name, ctype, "opaque", "")
 
 
 class KernelGroup:
@@ -163,7 +164,7 @@ def register_enumerator(enumerate_: Callable[[], dict[str, list[str]]]) -> None:
 def name_expressions(relative_path: str) -> list[str]:
     """Every template instantiation the op library uses from ``relative_path`` (e.g. ``ops/binary.cu``),
     for compile checks. Empty for files that are not op kernels."""
-    from . import elementwise  # noqa: F401 - registers its enumerator
+    from . import elementwise, reduction, shape  # noqa: F401 - they register their enumerators
 
     found: dict[str, None] = {}
     for enumerate_ in _enumerators:

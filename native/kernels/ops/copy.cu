@@ -1,0 +1,64 @@
+// Copies that move elements without converting them, by element size (1, 2, 4 or 8 bytes, any dtype):
+//
+//   transpose_tiles<E>(out, x, batch, rows, cols, in_strides, ...)  out[b][c][r] = x[b][r][c] through
+//       32x32 shared-memory tiles, so reads and writes are both coalesced (permute/transpose when the
+//       last axis moves)
+//   gather<E>(out, x, n, layout)      out (contiguous) = x read with any strides (the other permutes)
+#include "layout.cuh"
+
+namespace pygpukit {
+namespace ops {
+
+constexpr int kTile = 32;
+constexpr int kTileRows = 8;
+
+struct TileLayout {
+  index_t batch_shape[kMaxDims];  // batch dimensions, C order
+  index_t batch_strides[kMaxDims];
+  int batch_ndim;
+  index_t rows;  // the input's second-to-last axis, which becomes the output's last
+  index_t cols;
+  index_t row_stride;  // input strides of those two axes
+  index_t col_stride;
+};
+
+template <typename E>
+__global__ void transpose_tiles(E* __restrict__ out, const E* __restrict__ x, TileLayout layout) {
+  __shared__ E tile[kTile][kTile + 1];
+  const index_t batch = blockIdx.z;
+  index_t in_base = 0;
+  index_t rest = batch;
+  for (int d = layout.batch_ndim - 1; d >= 0; --d) {
+    const index_t next = rest / layout.batch_shape[d];
+    in_base += (rest - next * layout.batch_shape[d]) * layout.batch_strides[d];
+    rest = next;
+  }
+  const index_t out_base = batch * layout.rows * layout.cols;
+  const index_t row0 = static_cast<index_t>(blockIdx.y) * kTile;
+  const index_t col0 = static_cast<index_t>(blockIdx.x) * kTile;
+  for (int i = threadIdx.y; i < kTile; i += kTileRows) {
+    const index_t r = row0 + i;
+    const index_t c = col0 + threadIdx.x;
+    if (r < layout.rows && c < layout.cols)
+      tile[i][threadIdx.x] = x[in_base + r * layout.row_stride + c * layout.col_stride];
+  }
+  __syncthreads();
+  for (int i = threadIdx.y; i < kTile; i += kTileRows) {
+    const index_t c = col0 + i;
+    const index_t r = row0 + threadIdx.x;
+    if (r < layout.rows && c < layout.cols) out[out_base + c * layout.rows + r] = tile[threadIdx.x][i];
+  }
+}
+
+template <typename E>
+__global__ void gather(E* __restrict__ out, const E* __restrict__ x, index_t n, Layout layout) {
+  const bool small = n <= kSmallSpace;
+  for (index_t i = global_thread(); i < n; i += grid_threads()) {
+    index_t offsets[2];
+    layout_offsets<2>(layout, i, small, offsets);
+    out[offsets[0]] = x[offsets[1]];
+  }
+}
+
+}  // namespace ops
+}  // namespace pygpukit

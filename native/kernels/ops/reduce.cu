@@ -1,0 +1,174 @@
+// Reductions over any set of axes, deterministic (no atomics: every fold follows an order fixed by
+// the shape). The host arranges the input as `rows` independent reductions of `count` elements each:
+// row m starts at the offset of m in the kept ("outer") dimensions, element k of a row sits at the
+// offset of k in the reduced ("inner") dimensions, both C-ordered. The reducer's `mode` picks its
+// variant (sum or mean, max or min, ...; reducers.cuh).
+//
+//   reduce_rows<R, T>   the reduced dimensions hold the fastest-varying input axis: a group of
+//                       `lanes` threads (4 to 256) folds one row, each thread a fixed strided subset
+//                       (16-byte packs when the row is contiguous), then a fixed tree joins them
+//   reduce_cols<R>      a kept dimension is the fastest-varying one: 32 rows per block, one per
+//                       thread column, 8 threads down each row, then a fixed tree
+//
+// Rows too long for one block are split into `chunk`-element pieces along grid.y; the first pass then
+// stores each piece's accumulator and a second reduce_rows<R, Partial> over those finishes. T is the
+// input element type, or Dynamic for a run-time dtype code (integer and bool inputs, and every
+// column reduction). The result is stored converted to the run-time dtype `out_code`.
+#include "layout.cuh"
+#include "reducers.cuh"
+
+namespace pygpukit {
+namespace ops {
+
+struct Dynamic {};  // T: the input dtype is the run-time code x_code
+struct Partial {};  // T: the input is the previous pass's accumulators
+
+constexpr int kCodeAccumulator = -3;  // out_code: store the accumulator itself (softmax statistics)
+
+struct ReduceLayout {
+  int outer_ndim;
+  int inner_ndim;
+  index_t outer_shape[kMaxDims];
+  index_t outer_strides[kMaxDims];
+  index_t inner_shape[kMaxDims];
+  index_t inner_strides[kMaxDims];
+};
+
+__device__ __forceinline__ index_t dims_offset(int ndim, const index_t* shape, const index_t* strides,
+                                               index_t linear) {
+  index_t offset = 0;
+  for (int d = ndim - 1; d >= 0; --d) {
+    const index_t next = linear / shape[d];
+    offset += (linear - next * shape[d]) * strides[d];
+    linear = next;
+  }
+  return offset;
+}
+
+__device__ __forceinline__ index_t inner_offset(const ReduceLayout& layout, index_t k) {
+  return layout.inner_ndim == 1 ? k * layout.inner_strides[0]
+                                : dims_offset(layout.inner_ndim, layout.inner_shape, layout.inner_strides, k);
+}
+
+// Element `offset` of the input as the reducer's accumulator.
+template <typename R, typename T>
+__device__ __forceinline__ typename R::acc load_element(const R& r, const void* x, int x_code, index_t offset,
+                                                        index_t k) {
+  using Value = typename R::value;
+  if constexpr (SameType<T, Partial>::value) {
+    return static_cast<const typename R::acc*>(x)[offset];
+  } else if constexpr (SameType<T, Dynamic>::value) {
+    return r.element(load_as<Value>(x, x_code, offset), k);
+  } else {
+    return r.element(convert<Value>(static_cast<const T*>(x)[offset]), k);
+  }
+}
+
+template <typename R>
+__device__ __forceinline__ void store_result(const R& r, void* out, int out_code, index_t index,
+                                             typename R::acc acc, index_t total, index_t ddof) {
+  if constexpr (R::kScalarResult) {
+    if (out_code != kCodeAccumulator) {
+      store_as(out, out_code, index, r.finish(acc, total, ddof));
+      return;
+    }
+  }
+  static_cast<typename R::acc*>(out)[index] = acc;
+}
+
+template <typename R, typename T>
+__global__ void reduce_rows(const void* __restrict__ x, int x_code, void* __restrict__ out, int out_code,
+                            index_t rows, index_t count, index_t chunk, int lanes, index_t total,
+                            index_t ddof, int mode, ReduceLayout layout) {
+  using Acc = typename R::acc;
+  using Value = typename R::value;
+  __shared__ Acc scratch[8];
+  const R r{mode};
+  const int group = threadIdx.x / lanes;
+  const int lane = threadIdx.x % lanes;
+  const index_t row = static_cast<index_t>(blockIdx.x) * (blockDim.x / lanes) + group;
+  const index_t begin = static_cast<index_t>(blockIdx.y) * chunk;
+  const index_t end = begin + chunk < count ? begin + chunk : count;
+  Acc acc = r.identity();
+  if (row < rows) {
+    const index_t base = dims_offset(layout.outer_ndim, layout.outer_shape, layout.outer_strides, row);
+    bool folded = false;
+    if constexpr (!SameType<T, Partial>::value && !SameType<T, Dynamic>::value) {
+      constexpr int V = pack_width<T, T>();
+      const T* row_start = static_cast<const T*>(x) + base;
+      if (V > 1 && layout.inner_ndim == 1 && layout.inner_strides[0] == 1) {
+        // Lane i folds packs i, i + lanes, ... of V consecutive elements, in order; whole aligned
+        // packs are one 16-byte load, the rest element loads: the same order either way.
+        const bool aligned = aligned_to(row_start, V * sizeof(T));
+        const index_t step = static_cast<index_t>(lanes) * V;
+        for (index_t start = begin + static_cast<index_t>(lane) * V; start < end; start += step) {
+          if (aligned && start + V <= end) {
+            const Pack<T, V> pack = *reinterpret_cast<const Pack<T, V>*>(row_start + start);
+#pragma unroll
+            for (int j = 0; j < V; ++j) acc = r.combine(acc, r.element(convert<Value>(pack.v[j]), start + j));
+          } else {
+            for (int j = 0; j < V && start + j < end; ++j) {
+              acc = r.combine(acc, r.element(convert<Value>(row_start[start + j]), start + j));
+            }
+          }
+        }
+        folded = true;
+      }
+    }
+    if (!folded) {
+      for (index_t k = begin + lane; k < end; k += lanes) {
+        acc = r.combine(acc, load_element<R, T>(r, x, x_code, base + inner_offset(layout, k), k));
+      }
+    }
+  }
+  acc = group_reduce<R>(r, acc, lanes, scratch);
+  if (lane == 0 && row < rows) {
+    if (gridDim.y == 1) {
+      store_result<R>(r, out, out_code, row, acc, total, ddof);
+    } else {
+      static_cast<Acc*>(out)[row * gridDim.y + blockIdx.y] = acc;
+    }
+  }
+}
+
+template <typename R>
+__global__ void reduce_cols(const void* __restrict__ x, int x_code, void* __restrict__ out, int out_code,
+                            index_t rows, index_t count, index_t chunk, index_t total, index_t ddof, int mode,
+                            ReduceLayout layout) {
+  using Acc = typename R::acc;
+  constexpr int kDown = 8;
+  __shared__ Acc partials[kDown][32];
+  const R r{mode};
+  const index_t row = static_cast<index_t>(blockIdx.x) * 32 + threadIdx.x;
+  const index_t begin = static_cast<index_t>(blockIdx.y) * chunk;
+  const index_t end = begin + chunk < count ? begin + chunk : count;
+  Acc acc = r.identity();
+  if (row < rows) {
+    const index_t base = dims_offset(layout.outer_ndim, layout.outer_shape, layout.outer_strides, row);
+    for (index_t k = begin + threadIdx.y; k < end; k += kDown) {
+      acc = r.combine(acc, load_element<R, Dynamic>(r, x, x_code, base + inner_offset(layout, k), k));
+    }
+  }
+  partials[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && row < rows) {
+    // Thread y folded positions y, y + 8, ...: join the 8 partials in a fixed binary tree.
+    Acc level[kDown];
+#pragma unroll
+    for (int y = 0; y < kDown; ++y) level[y] = partials[y][threadIdx.x];
+#pragma unroll
+    for (int width = kDown / 2; width >= 1; width /= 2) {
+#pragma unroll
+      for (int y = 0; y < width; ++y) level[y] = r.combine(level[y], level[y + width]);
+    }
+    acc = level[0];
+    if (gridDim.y == 1) {
+      store_result<R>(r, out, out_code, row, acc, total, ddof);
+    } else {
+      static_cast<Acc*>(out)[row * gridDim.y + blockIdx.y] = acc;
+    }
+  }
+}
+
+}  // namespace ops
+}  // namespace pygpukit

@@ -1,0 +1,106 @@
+// softmax and log_softmax along one axis, in float for fp16/bf16/fp8/float32 and in double for float64.
+//
+//   softmax_rows<T, A>(x, out, rows, count, lanes, log, layout)
+//       the axis is contiguous in the input: a group of `lanes` threads owns a row, folds the running
+//       maximum and sum of exponentials over it (reducers.cuh: LogSumExpR, a fixed order), then reads
+//       it again (from cache for rows that fit) and writes exp(x - max) / sum, or x - max - log(sum)
+//   softmax_apply<T, A>(out, x, stats, n, layout, log)
+//       any layout: the statistics come from reduce_rows/reduce_cols<LogSumExpR<A>>, one per row,
+//       and are broadcast along the axis (layout operand 2)
+#include "layout.cuh"
+#include "reducers.cuh"
+
+namespace pygpukit {
+namespace ops {
+
+struct SoftmaxLayout {
+  int outer_ndim;
+  index_t outer_shape[kMaxDims];
+  index_t in_outer_strides[kMaxDims];
+  index_t out_outer_strides[kMaxDims];
+};
+
+__device__ __forceinline__ index_t softmax_offset(int ndim, const index_t* shape, const index_t* strides,
+                                                  index_t linear) {
+  index_t offset = 0;
+  for (int d = ndim - 1; d >= 0; --d) {
+    const index_t next = linear / shape[d];
+    offset += (linear - next * shape[d]) * strides[d];
+    linear = next;
+  }
+  return offset;
+}
+
+template <typename A>
+__device__ __forceinline__ A softmax_value(A x, SoftmaxStats<A> stats, A log_sum, int log) {
+  return log ? x - stats.max - log_sum : m_exp(x - stats.max) / stats.sum;
+}
+
+template <typename T, typename A>
+__global__ void softmax_rows(const T* __restrict__ x, T* __restrict__ out, index_t rows, index_t count,
+                             int lanes, int log, SoftmaxLayout layout) {
+  using R = LogSumExpR<A>;
+  using Acc = typename R::acc;
+  const R r{0};
+  constexpr int V = pack_width<T, T>();
+  __shared__ Acc scratch[8];
+  const int group = threadIdx.x / lanes;
+  const int lane = threadIdx.x % lanes;
+  const index_t row = static_cast<index_t>(blockIdx.x) * (blockDim.x / lanes) + group;
+  const bool valid = row < rows;
+  const T* in_row = x;
+  T* out_row = out;
+  bool aligned = false;
+  Acc acc = r.identity();
+  if (valid) {
+    in_row = x + softmax_offset(layout.outer_ndim, layout.outer_shape, layout.in_outer_strides, row);
+    out_row = out + softmax_offset(layout.outer_ndim, layout.outer_shape, layout.out_outer_strides, row);
+    aligned = aligned_to(in_row, V * sizeof(T)) && aligned_to(out_row, V * sizeof(T));
+    for (index_t start = static_cast<index_t>(lane) * V; start < count;
+         start += static_cast<index_t>(lanes) * V) {
+      if (aligned && start + V <= count) {
+        const Pack<T, V> pack = *reinterpret_cast<const Pack<T, V>*>(in_row + start);
+#pragma unroll
+        for (int j = 0; j < V; ++j) acc = r.combine(acc, r.element(convert<A>(pack.v[j]), 0));
+      } else {
+        for (int j = 0; j < V && start + j < count; ++j) {
+          acc = r.combine(acc, r.element(convert<A>(in_row[start + j]), 0));
+        }
+      }
+    }
+  }
+  const Acc stats = group_allreduce<R>(r, acc, lanes, scratch);
+  if (!valid) return;
+  const A log_sum = log ? m_log(stats.sum) : A(0);
+  for (index_t start = static_cast<index_t>(lane) * V; start < count;
+       start += static_cast<index_t>(lanes) * V) {
+    if (aligned && start + V <= count) {
+      const Pack<T, V> pack = *reinterpret_cast<const Pack<T, V>*>(in_row + start);
+      Pack<T, V> result;
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        result.v[j] = convert<T>(softmax_value(convert<A>(pack.v[j]), stats, log_sum, log));
+      *reinterpret_cast<Pack<T, V>*>(out_row + start) = result;
+    } else {
+      for (int j = 0; j < V && start + j < count; ++j) {
+        out_row[start + j] = convert<T>(softmax_value(convert<A>(in_row[start + j]), stats, log_sum, log));
+      }
+    }
+  }
+}
+
+template <typename T, typename A>
+__global__ void softmax_apply(T* __restrict__ out, const T* __restrict__ x,
+                              const SoftmaxStats<A>* __restrict__ stats, index_t n, Layout layout, int log) {
+  const bool small = n <= kSmallSpace;
+  for (index_t i = global_thread(); i < n; i += grid_threads()) {
+    index_t offsets[3];
+    layout_offsets<3>(layout, i, small, offsets);
+    const SoftmaxStats<A> s = stats[offsets[2]];
+    const A log_sum = log ? m_log(s.sum) : A(0);
+    out[offsets[0]] = convert<T>(softmax_value(convert<A>(x[offsets[1]]), s, log_sum, log));
+  }
+}
+
+}  // namespace ops
+}  // namespace pygpukit
