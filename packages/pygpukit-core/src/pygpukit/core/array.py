@@ -16,7 +16,7 @@ import numpy as np
 from . import builtins
 from .backend import backend_state
 from .dtypes import DType, as_dtype, float32, float64, int64
-from .errors import DTypeError, InvalidPointerError, ShapeError
+from .errors import DTypeError, InvalidPointerError, MissingDistributionError, ShapeError
 from .jit import register_array_type
 from .memory import DeviceBuffer
 from .stream import Stream, current_stream
@@ -172,6 +172,112 @@ class GPUArray:
 
     def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray[Any, Any]:
         raise TypeError("implicit conversion of a GPUArray to NumPy is not allowed; call .to_numpy() explicitly")
+
+    # -- operators: thin forwards to the op library (pygpukit-ops) ---------------------------------
+    __array_ufunc__ = None  # NumPy operands defer to the reflected operators below
+
+    def __bool__(self) -> bool:
+        if self.size != 1:
+            raise ValueError(f"the truth value of an array of shape {self._shape} is ambiguous; use gp.any or gp.all")
+        return bool(self.to_numpy().reshape(()))
+
+    def __add__(self, other: Any) -> GPUArray:
+        return _op("add", self, other)
+
+    def __radd__(self, other: Any) -> GPUArray:
+        return _op("add", other, self)
+
+    def __iadd__(self, other: Any) -> GPUArray:
+        return _op("add", self, other, out=self)
+
+    def __sub__(self, other: Any) -> GPUArray:
+        return _op("sub", self, other)
+
+    def __rsub__(self, other: Any) -> GPUArray:
+        return _op("sub", other, self)
+
+    def __isub__(self, other: Any) -> GPUArray:
+        return _op("sub", self, other, out=self)
+
+    def __mul__(self, other: Any) -> GPUArray:
+        return _op("mul", self, other)
+
+    def __rmul__(self, other: Any) -> GPUArray:
+        return _op("mul", other, self)
+
+    def __imul__(self, other: Any) -> GPUArray:
+        return _op("mul", self, other, out=self)
+
+    def __truediv__(self, other: Any) -> GPUArray:
+        return _op("div", self, other)
+
+    def __rtruediv__(self, other: Any) -> GPUArray:
+        return _op("div", other, self)
+
+    def __itruediv__(self, other: Any) -> GPUArray:
+        return _op("div", self, other, out=self)
+
+    def __floordiv__(self, other: Any) -> GPUArray:
+        return _op("floor_divide", self, other)
+
+    def __rfloordiv__(self, other: Any) -> GPUArray:
+        return _op("floor_divide", other, self)
+
+    def __ifloordiv__(self, other: Any) -> GPUArray:
+        return _op("floor_divide", self, other, out=self)
+
+    def __mod__(self, other: Any) -> GPUArray:
+        return _op("mod", self, other)
+
+    def __rmod__(self, other: Any) -> GPUArray:
+        return _op("mod", other, self)
+
+    def __imod__(self, other: Any) -> GPUArray:
+        return _op("mod", self, other, out=self)
+
+    def __pow__(self, other: Any) -> GPUArray:
+        return _op("pow", self, other)
+
+    def __rpow__(self, other: Any) -> GPUArray:
+        return _op("pow", other, self)
+
+    def __ipow__(self, other: Any) -> GPUArray:
+        return _op("pow", self, other, out=self)
+
+    def __matmul__(self, other: Any) -> GPUArray:
+        return _op("matmul", self, other)
+
+    def __rmatmul__(self, other: Any) -> GPUArray:
+        return _op("matmul", other, self)
+
+    def __neg__(self) -> GPUArray:
+        return _op("neg", self)
+
+    def __pos__(self) -> GPUArray:
+        return self.clone()
+
+    def __abs__(self) -> GPUArray:
+        return _op("abs", self)
+
+    def __eq__(self, other: Any) -> GPUArray:  # type: ignore[override]
+        return _op("eq", self, other)
+
+    def __ne__(self, other: Any) -> GPUArray:  # type: ignore[override]
+        return _op("ne", self, other)
+
+    def __lt__(self, other: Any) -> GPUArray:
+        return _op("lt", self, other)
+
+    def __le__(self, other: Any) -> GPUArray:
+        return _op("le", self, other)
+
+    def __gt__(self, other: Any) -> GPUArray:
+        return _op("gt", self, other)
+
+    def __ge__(self, other: Any) -> GPUArray:
+        return _op("ge", self, other)
+
+    __hash__ = None  # type: ignore[assignment]  # arrays compare elementwise, as in NumPy
 
     # -- host transfers -----------------------------------------------------------------------------
     def _host_view(self) -> np.ndarray[Any, Any]:
@@ -350,6 +456,24 @@ class GPUArray:
 
 
 register_array_type(GPUArray)
+
+_op_library: Any = None
+
+
+def _op(name: str, *args: Any, **kwargs: Any) -> GPUArray:
+    """Call op ``name`` of pygpukit.ops, imported on the first operator use (a separate distribution)."""
+    global _op_library
+    if _op_library is None:
+        try:
+            import pygpukit.ops as op_library
+        except ImportError as exc:
+            raise MissingDistributionError(
+                "GPUArray arithmetic and comparison operators come from the pygpukit-ops distribution, which is "
+                "not installed: pip install pygpukit-ops"
+            ) from exc
+        _op_library = op_library
+    result: GPUArray = getattr(_op_library, name)(*args, **kwargs)
+    return result
 
 
 def _resolve_reshape(size: int, shape: tuple[Any, ...]) -> tuple[int, ...]:
