@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from pygpukit.core.device import get_device_info
-from pygpukit.core.dtypes import DType
 from pygpukit.core.errors import PyGPUkitError
 from pygpukit.core.jit import JITKernel, Param
 from pygpukit.core.stream import thread_device
@@ -32,6 +33,7 @@ __all__ = [
     "layout_param",
     "name_expressions",
     "pointer",
+    "precompile",
     "register_enumerator",
     "size_param",
 ]
@@ -104,21 +106,26 @@ class KernelGroup:
         self.expressions = tuple(expressions)
         self._kernels: dict[str, JITKernel] = {}
 
+    def _make(self, expression: str, params: Sequence[Param]) -> JITKernel:
+        # Same source, options and expression list: one cache entry and one module for the group.
+        return JITKernel(
+            _source(self.file),
+            expression,
+            name_expressions=self.expressions,
+            include_dirs=[str((kernel_root() / self.file).parent)],
+            cache_salt=_headers_digest(),
+            params=params,
+        )
+
     def kernel(self, expression: str, params: Sequence[Param]) -> JITKernel:
         kernel = self._kernels.get(expression)
         if kernel is None:
-            path = kernel_root() / self.file
-            # Same source, options and expression list: one cache entry and one module for the group.
-            kernel = JITKernel(
-                _source(self.file),
-                expression,
-                name_expressions=self.expressions,
-                include_dirs=[str(path.parent)],
-                cache_salt=_headers_digest(),
-                params=params,
-            )
-            self._kernels[expression] = kernel
+            kernel = self._kernels[expression] = self._make(expression, params)
         return kernel
+
+    def compile(self, arch: str | int | tuple[int, int]) -> None:
+        """Compile the group for ``arch`` into the kernel cache (memory and disk); needs no GPU."""
+        self._make(self.expressions[0], []).compile(arch)
 
 
 _groups: dict[tuple[str, tuple[str, ...]], KernelGroup] = {}
@@ -152,26 +159,61 @@ def grid_for(work: int, per_block: int = BLOCK) -> int:
     return max(1, min(blocks, _sm_count() * 16))
 
 
-# -- the compile check's enumeration ------------------------------------------------------------------
-_enumerators: list[Callable[[], dict[str, list[str]]]] = []
+# -- every group the op library launches ------------------------------------------------------------
+Groups = dict[str, list[tuple[str, ...]]]
+_enumerators: list[Callable[[], Mapping[str, Sequence[Any]]]] = []
 
 
-def register_enumerator(enumerate_: Callable[[], dict[str, list[str]]]) -> None:
-    """Register a function returning {kernel file: [every name expression an op module launches]}."""
+def register_enumerator(enumerate_: Callable[[], Mapping[str, Sequence[Any]]]) -> None:
+    """Register a function returning {kernel file: [each group of name expressions an op module
+    compiles together]}: every instantiation it can launch. A plain list of expressions for a file
+    is one group."""
     _enumerators.append(enumerate_)
+
+
+def all_groups() -> Groups:
+    """Every kernel group of the op library, per kernel file."""
+    import importlib
+    import pkgutil
+
+    # Every module of the package registers its kernels when imported.
+    for module in pkgutil.iter_modules([str(Path(__file__).parent)]):
+        importlib.import_module(f"{__package__}.{module.name}")
+
+    found: dict[str, dict[tuple[str, ...], None]] = {}
+    for enumerate_ in _enumerators:
+        for file, groups in enumerate_().items():
+            if groups and isinstance(groups[0], str):
+                groups = [tuple(groups)]
+            for expressions in groups:
+                found.setdefault(file, {})[tuple(expressions)] = None
+    return {file: list(groups) for file, groups in found.items()}
 
 
 def name_expressions(relative_path: str) -> list[str]:
     """Every template instantiation the op library uses from ``relative_path`` (e.g. ``ops/binary.cu``),
     for compile checks. Empty for files that are not op kernels."""
-    from . import elementwise, reduction, shape  # noqa: F401 - they register their enumerators
-
     found: dict[str, None] = {}
-    for enumerate_ in _enumerators:
-        for expression in enumerate_().get(relative_path, []):
+    for expressions in all_groups().get(relative_path, []):
+        for expression in expressions:
             found[expression] = None
     return list(found)
 
 
-def ctype_name(dtype: DType) -> str:
-    return dtype.ctype
+def precompile(arch: str | int | tuple[int, int] | None = None, *, jobs: int | None = None) -> int:
+    """Compile every op kernel for ``arch`` (default: the current device's) into the kernel cache, in
+    parallel, so that no op compiles on first use; returns the number of compilations. Needs NVRTC,
+    not a GPU. Later runs find the binaries in the disk cache (see docs/core.md)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    target: str | int | tuple[int, int] = (
+        arch if arch is not None else get_device_info(thread_device()).compute_capability
+    )
+    work = [(file, expressions) for file, groups in all_groups().items() for expressions in groups]
+
+    def compile_one(item: tuple[str, tuple[str, ...]]) -> None:
+        group(*item).compile(target)
+
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        list(pool.map(compile_one, work))
+    return len(work)

@@ -28,6 +28,7 @@ from . import _cpu
 from ._kernels import (
     BLOCK,
     NAMESPACE,
+    Groups,
     c_param,
     code_param,
     grid_for,
@@ -907,17 +908,17 @@ greater_equal = ge
 
 
 # -- compile-check enumeration ----------------------------------------------------------------------
-def _enumerate() -> dict[str, list[str]]:
-    files: dict[str, list[str]] = {path: [] for path in _FILES.values()}
+def _enumerate() -> Groups:
+    files: Groups = {path: [] for path in _FILES.values()}
     for op in (*BINARY_OPS, *UNARY_OPS):
         for dtype in all_dtypes():
             if op.result == "truth" or dtype.kind in op.kinds:
-                files[_FILES[op.arity]] += _Plan(op, dtype).group.expressions
+                files[_FILES[op.arity]].append(op.plan(dtype).group.expressions)
     for dtype in all_dtypes():
-        files[_FILES[1]].append(_copy_expression(dtype))
-        files[_FILES[3]] += _where_expressions(dtype)
+        files[_FILES[1]].append((_copy_expression(dtype),))
+        files[_FILES[3]].append(_where_expressions(dtype))
         if dtype.kind in _clamp_kinds:
-            files[_FILES[3]] += _clamp_expressions(dtype)
+            files[_FILES[3]].append(_clamp_expressions(dtype))
     return files
 
 

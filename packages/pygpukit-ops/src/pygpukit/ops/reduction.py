@@ -30,7 +30,17 @@ from pygpukit.core.dtypes import DType, all_dtypes, bool_, float32, float64, int
 from pygpukit.core.errors import DTypeError, ShapeError
 
 from . import _cpu
-from ._kernels import NAMESPACE, code_param, grid_for, group, layout_param, pointer, register_enumerator, size_param
+from ._kernels import (
+    NAMESPACE,
+    Groups,
+    code_param,
+    grid_for,
+    group,
+    layout_param,
+    pointer,
+    register_enumerator,
+    size_param,
+)
 from ._layout import check_devices, collapse, contiguous_strides, dtype_code, is_cuda, normalize_axes, pack_layout
 from .elementwise import compute_ctype
 
@@ -528,20 +538,13 @@ def log_softmax(x: GPUArray, axis: int = -1) -> GPUArray:
 
 
 # -- compile-check enumeration ----------------------------------------------------------------------
-def _enumerate() -> dict[str, list[str]]:
-    reduce_expressions: list[str] = []
-    for reducer in _REDUCERS:
-        for dtype in all_dtypes():
-            reduce_expressions += reducer.expressions(dtype)
-    softmax_expressions: list[str] = []
-    for dtype in _FLOAT_DTYPES:
-        reduce_expressions += _LSE.expressions(dtype)
-        softmax_expressions += _softmax_expressions(dtype)
-    scan = [_scan_expression(_sum_accumulator(d)) for d in all_dtypes()]
+def _enumerate() -> Groups:
+    reduce_groups: list[tuple[str, ...]] = [reducer.expressions(d) for reducer in _REDUCERS for d in all_dtypes()]
+    reduce_groups += [_LSE.expressions(dtype) for dtype in _FLOAT_DTYPES]
     return {
-        _REDUCE_FILE: list(dict.fromkeys(reduce_expressions)),
-        _SCAN_FILE: list(dict.fromkeys(scan)),
-        _SOFTMAX_FILE: softmax_expressions,
+        _REDUCE_FILE: reduce_groups,
+        _SCAN_FILE: [(_scan_expression(_sum_accumulator(d)),) for d in all_dtypes()],
+        _SOFTMAX_FILE: [_softmax_expressions(d) for d in _FLOAT_DTYPES],
     }
 
 

@@ -21,7 +21,7 @@ from pygpukit.core.array import GPUArray, empty
 from pygpukit.core.errors import DTypeError, ShapeError
 
 from . import _cpu
-from ._kernels import BLOCK, NAMESPACE, grid_for, group, layout_param, pointer, register_enumerator, size_param
+from ._kernels import BLOCK, NAMESPACE, Groups, grid_for, group, layout_param, pointer, register_enumerator, size_param
 from ._layout import broadcast_shapes, check_devices, collapse, is_cuda, pack_layout
 from .elementwise import copy_into
 from .promotion import result_type
@@ -204,8 +204,8 @@ def broadcast_to(x: GPUArray, shape: int | Sequence[int]) -> GPUArray:
     return GPUArray(x.buffer, target, x.dtype, strides, x._offset)
 
 
-def _enumerate() -> dict[str, list[str]]:
-    return {_FILE: [e for size in sorted(_ELEMENTS) for e in _expressions(size)]}
+def _enumerate() -> Groups:
+    return {_FILE: [_expressions(size) for size in sorted(_ELEMENTS)]}
 
 
 register_enumerator(_enumerate)
