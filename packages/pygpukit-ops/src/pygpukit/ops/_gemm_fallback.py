@@ -103,7 +103,9 @@ def gemm_fallback(
                         m * n, _ACTIVATION[activation], int(bias is not None), alpha)  # fmt: skip
     kernel = _kernel(a.dtype.name, d.dtype.name)
     grid = ((n + _TILE - 1) // _TILE, (m + _TILE - 1) // _TILE, max(count, 1))
-    kernel(a, b, d, bias if bias is not None else 0, shape, grid=grid, block=256, stream=stream)
+    # Raw addresses: the kernel reads A and B through their strides, so views need no copy.
+    kernel(a.device_ptr, b.device_ptr, d.device_ptr, bias.device_ptr if bias is not None else 0, shape, grid=grid,
+           block=256, stream=stream)  # fmt: skip
 
 
 def _unravel(index: int, shape: tuple[int, ...]) -> tuple[int, ...]:
