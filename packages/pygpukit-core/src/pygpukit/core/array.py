@@ -182,73 +182,73 @@ class GPUArray:
         return bool(self.to_numpy().reshape(()))
 
     def __add__(self, other: Any) -> GPUArray:
-        return _op("add", self, other)
+        return _op("add", self, other) if _operand(other) else NotImplemented
 
     def __radd__(self, other: Any) -> GPUArray:
-        return _op("add", other, self)
+        return _op("add", other, self) if _operand(other) else NotImplemented
 
     def __iadd__(self, other: Any) -> GPUArray:
-        return _op("add", self, other, out=self)
+        return _op("add", self, other, out=self) if _operand(other) else NotImplemented
 
     def __sub__(self, other: Any) -> GPUArray:
-        return _op("sub", self, other)
+        return _op("sub", self, other) if _operand(other) else NotImplemented
 
     def __rsub__(self, other: Any) -> GPUArray:
-        return _op("sub", other, self)
+        return _op("sub", other, self) if _operand(other) else NotImplemented
 
     def __isub__(self, other: Any) -> GPUArray:
-        return _op("sub", self, other, out=self)
+        return _op("sub", self, other, out=self) if _operand(other) else NotImplemented
 
     def __mul__(self, other: Any) -> GPUArray:
-        return _op("mul", self, other)
+        return _op("mul", self, other) if _operand(other) else NotImplemented
 
     def __rmul__(self, other: Any) -> GPUArray:
-        return _op("mul", other, self)
+        return _op("mul", other, self) if _operand(other) else NotImplemented
 
     def __imul__(self, other: Any) -> GPUArray:
-        return _op("mul", self, other, out=self)
+        return _op("mul", self, other, out=self) if _operand(other) else NotImplemented
 
     def __truediv__(self, other: Any) -> GPUArray:
-        return _op("div", self, other)
+        return _op("div", self, other) if _operand(other) else NotImplemented
 
     def __rtruediv__(self, other: Any) -> GPUArray:
-        return _op("div", other, self)
+        return _op("div", other, self) if _operand(other) else NotImplemented
 
     def __itruediv__(self, other: Any) -> GPUArray:
-        return _op("div", self, other, out=self)
+        return _op("div", self, other, out=self) if _operand(other) else NotImplemented
 
     def __floordiv__(self, other: Any) -> GPUArray:
-        return _op("floor_divide", self, other)
+        return _op("floor_divide", self, other) if _operand(other) else NotImplemented
 
     def __rfloordiv__(self, other: Any) -> GPUArray:
-        return _op("floor_divide", other, self)
+        return _op("floor_divide", other, self) if _operand(other) else NotImplemented
 
     def __ifloordiv__(self, other: Any) -> GPUArray:
-        return _op("floor_divide", self, other, out=self)
+        return _op("floor_divide", self, other, out=self) if _operand(other) else NotImplemented
 
     def __mod__(self, other: Any) -> GPUArray:
-        return _op("mod", self, other)
+        return _op("mod", self, other) if _operand(other) else NotImplemented
 
     def __rmod__(self, other: Any) -> GPUArray:
-        return _op("mod", other, self)
+        return _op("mod", other, self) if _operand(other) else NotImplemented
 
     def __imod__(self, other: Any) -> GPUArray:
-        return _op("mod", self, other, out=self)
+        return _op("mod", self, other, out=self) if _operand(other) else NotImplemented
 
     def __pow__(self, other: Any) -> GPUArray:
-        return _op("pow", self, other)
+        return _op("pow", self, other) if _operand(other) else NotImplemented
 
     def __rpow__(self, other: Any) -> GPUArray:
-        return _op("pow", other, self)
+        return _op("pow", other, self) if _operand(other) else NotImplemented
 
     def __ipow__(self, other: Any) -> GPUArray:
-        return _op("pow", self, other, out=self)
+        return _op("pow", self, other, out=self) if _operand(other) else NotImplemented
 
     def __matmul__(self, other: Any) -> GPUArray:
-        return _op("matmul", self, other)
+        return _op("matmul", self, other) if _operand(other) else NotImplemented
 
     def __rmatmul__(self, other: Any) -> GPUArray:
-        return _op("matmul", other, self)
+        return _op("matmul", other, self) if _operand(other) else NotImplemented
 
     def __neg__(self) -> GPUArray:
         return _op("neg", self)
@@ -260,22 +260,22 @@ class GPUArray:
         return _op("abs", self)
 
     def __eq__(self, other: Any) -> GPUArray:  # type: ignore[override]
-        return _op("eq", self, other)
+        return _op("eq", self, other) if _operand(other) else NotImplemented
 
     def __ne__(self, other: Any) -> GPUArray:  # type: ignore[override]
-        return _op("ne", self, other)
+        return _op("ne", self, other) if _operand(other) else NotImplemented
 
     def __lt__(self, other: Any) -> GPUArray:
-        return _op("lt", self, other)
+        return _op("lt", self, other) if _operand(other) else NotImplemented
 
     def __le__(self, other: Any) -> GPUArray:
-        return _op("le", self, other)
+        return _op("le", self, other) if _operand(other) else NotImplemented
 
     def __gt__(self, other: Any) -> GPUArray:
-        return _op("gt", self, other)
+        return _op("gt", self, other) if _operand(other) else NotImplemented
 
     def __ge__(self, other: Any) -> GPUArray:
-        return _op("ge", self, other)
+        return _op("ge", self, other) if _operand(other) else NotImplemented
 
     __hash__ = None  # type: ignore[assignment]  # arrays compare elementwise, as in NumPy
 
@@ -458,6 +458,11 @@ class GPUArray:
 register_array_type(GPUArray)
 
 _op_library: Any = None
+
+
+def _operand(value: Any) -> bool:
+    """Whether an operator takes ``value`` (else NotImplemented lets Python try the other side)."""
+    return isinstance(value, (GPUArray, int, float, np.generic, np.ndarray))
 
 
 def _op(name: str, *args: Any, **kwargs: Any) -> GPUArray:

@@ -304,8 +304,15 @@ def _reduce(reducer: _Reducer, x: Any, axis: Any, keepdims: bool, ddof: int = 0)
     return out
 
 
+def _cpu_numbers(x: GPUArray, accumulator: str) -> np.ndarray[Any, Any]:
+    """The CPU backend's values to reduce: float accumulation in float64 (NumPy's sums along
+    non-contiguous axes are plain loops, which float32 would make visibly less accurate than the GPU)."""
+    wide = "double" if accumulator == "float" else accumulator
+    return _cpu.host(x).astype(_cpu.compute_numpy(wide))
+
+
 def _cpu_reduce(reducer: _Reducer, x: GPUArray, axes: tuple[int, ...], out: GPUArray, ddof: int) -> None:
-    values = _cpu.host(x).astype(_cpu.compute_numpy(reducer.accumulator(x.dtype)))
+    values = _cpu_numbers(x, reducer.accumulator(x.dtype))
     with np.errstate(all="ignore"):
         if reducer.template == "ArgR":
             flat = values.reshape(-1) if len(axes) == x.ndim else None
@@ -421,8 +428,7 @@ def cumsum(x: GPUArray, axis: int | None = None) -> GPUArray:
         return _copy_convert(out, x)
     accumulator = _sum_accumulator(x.dtype)
     if not is_cuda():
-        values = _cpu.host(x).astype(_cpu.compute_numpy(accumulator))
-        _cpu.store(out, np.cumsum(values, axis=ax))
+        _cpu.store(out, np.cumsum(_cpu_numbers(x, accumulator), axis=ax))
         return out
     kept = [a for a in range(x.ndim) if a != ax]
     out_strides = contiguous_strides(x.shape)
@@ -492,7 +498,7 @@ def _softmax(name: str, x: Any, axis: int, log: bool) -> GPUArray:
     if out.size == 0:
         return out
     if not is_cuda():
-        values = _cpu.host(x).astype(_cpu.compute_numpy(compute_ctype(x.dtype)))
+        values = _cpu_numbers(x, compute_ctype(x.dtype))
         with np.errstate(all="ignore"):
             shifted = values - values.max(axis=ax, keepdims=True)
             exp = np.exp(shifted)

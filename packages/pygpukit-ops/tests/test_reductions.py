@@ -1,0 +1,353 @@
+"""Reductions, cumsum and softmax against float64 / exact NumPy references, and their determinism.
+
+Sums, products, cumulative sums and the extremes use integer-valued data, so the exact result is known
+and the comparison is exact after one rounding to the result dtype; var, std, mean and softmax compare
+with tolerances. Each size runs full reductions (contiguous and strided), long rows, short rows, column
+reductions, transposed views and tuple axes. CI runs small sizes on the CPU backend; the ``gpu`` tests
+use 1, 3, 1023 and 2**20 + 7 and check that ten runs give bitwise identical results.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from ops_testing import (
+    DTYPES,
+    FLOATS,
+    SIZES,
+    SMALL_SIZES,
+    Array,
+    assert_matches,
+    poison_pool,
+    sample,
+    tolerance,
+    upload,
+)
+
+import pygpukit as gp
+from pygpukit.core.dtypes import DType
+from pygpukit.core.errors import DTypeError, ShapeError
+from pygpukit.testing import assert_bitwise_equal
+
+F64 = np.float64
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(request.node.name.encode()))
+
+
+def sum_dtype(dtype: DType) -> DType:
+    if dtype.is_floating:
+        return dtype
+    return gp.uint64 if dtype.kind == "u" else gp.int64
+
+
+def mean_dtype(dtype: DType) -> DType:
+    return dtype if dtype.is_floating else gp.float64
+
+
+def _wide(x: Array, dtype: DType) -> Array:
+    """Exact values: float64 for floats, int64/uint64 for integers and bool."""
+    if dtype.is_floating:
+        return x.astype(F64)
+    return x.astype(np.uint64 if dtype.kind == "u" else np.int64)
+
+
+# name: (function, result dtype, data(rng, shape, dtype), reference(exact values, axis, keepdims), ulps)
+def _small_integers(rng: np.random.Generator, shape: Any, dtype: DType) -> Array:
+    wide = dtype in (gp.float32, gp.float64) or (dtype.kind in "iu" and dtype.itemsize > 1)
+    low, high = (-8, 8) if wide else (-1, 1)
+    return sample(rng, shape, dtype, 0 if dtype.kind == "u" else low, high, integral=True)
+
+
+def _signs(rng: np.random.Generator, shape: Any, dtype: DType) -> Array:
+    if dtype.kind in "bu":
+        return np.ones(shape, dtype.numpy)
+    values = rng.choice(np.array([-1, 1]), size=shape).astype(dtype.numpy)
+    flat = values.reshape(-1)
+    flat[rng.integers(0, flat.size, 3)] = 2  # a product of a few 2s stays exact
+    return values
+
+
+def _spread(rng: np.random.Generator, shape: Any, dtype: DType) -> Array:
+    return sample(rng, shape, dtype, 0 if dtype.kind == "u" else -50, 50)
+
+
+def _ties(rng: np.random.Generator, shape: Any, dtype: DType) -> Array:
+    return sample(rng, shape, dtype, 0 if dtype.kind == "u" else -3, 3, integral=True)
+
+
+def _sparse(rng: np.random.Generator, shape: Any, dtype: DType) -> Array:
+    return (rng.random(shape) < 0.02).astype(dtype.numpy)
+
+
+def _dense(rng: np.random.Generator, shape: Any, dtype: DType) -> Array:
+    return (rng.random(shape) < 0.999).astype(dtype.numpy)
+
+
+def _argmax_reference(fn: Callable[..., Any]) -> Callable[[Array, Any, bool], Array]:
+    def reference(x: Array, axis: Any, keepdims: bool) -> Array:
+        if isinstance(axis, tuple):
+            raise AssertionError("argmax takes one axis")
+        return fn(x, axis=axis, keepdims=keepdims)  # type: ignore[no-any-return]
+
+    return reference
+
+
+REDUCTIONS: dict[str, tuple[Callable[..., gp.GPUArray], Callable[[DType], DType], Any, Any, float]] = {
+    "sum": (gp.sum, sum_dtype, _small_integers, np.sum, 0),
+    "prod": (gp.prod, sum_dtype, _signs, np.prod, 0),
+    "max": (gp.max, lambda d: d, _spread, np.max, 0),
+    "min": (gp.min, lambda d: d, _spread, np.min, 0),
+    "argmax": (gp.argmax, lambda d: gp.int64, _ties, _argmax_reference(np.argmax), 0),
+    "argmin": (gp.argmin, lambda d: gp.int64, _ties, _argmax_reference(np.argmin), 0),
+    "any": (gp.any, lambda d: gp.bool_, _sparse, np.any, 0),
+    "all": (gp.all, lambda d: gp.bool_, _dense, np.all, 0),
+    "mean": (gp.mean, mean_dtype, _small_integers, np.mean, 2),
+    "var": (gp.var, mean_dtype, _spread, np.var, 2000),
+    "std": (gp.std, mean_dtype, _spread, np.std, 2000),
+}
+
+
+def _layouts(n: int) -> list[tuple[str, tuple[int, ...], Any, str]]:
+    """(label, host shape, axis, how to view the device array)."""
+    return [
+        ("full", (n,), None, "plain"),
+        ("full strided", (2 * n,), None, "every other"),
+        ("long rows", (3, n), 1, "plain"),
+        ("long rows keepdims", (3, n), -1, "keepdims"),
+        ("columns", (n, 3), 0, "plain"),
+        ("short rows", (n, 3), 1, "plain"),
+        ("transposed", (3, n), 0, "transpose"),
+        ("tuple axis", (2, n, 3), (0, 2), "plain"),
+    ]
+
+
+def check_reduction(name: str, dtype: DType, sizes: list[int], rng: np.random.Generator) -> None:
+    fn, result, data, reference, ulps = REDUCTIONS[name]
+    result_dtype = result(dtype)
+    for n in sizes:
+        for label, shape, axis, view in _layouts(n):
+            if name in ("argmax", "argmin") and isinstance(axis, tuple):
+                continue
+            host = data(rng, shape, dtype)
+            device = upload(host)
+            keepdims = view == "keepdims"
+            if view == "every other":
+                host, device = host[::2], device[::2]
+            elif view == "transpose":
+                host, device = host.T, device.T
+            with np.errstate(all="ignore"):
+                expected = np.asarray(reference(_wide(host, dtype), axis=axis, keepdims=keepdims))
+            poison_pool(expected.shape, result_dtype)
+            got = fn(device, axis=axis, keepdims=keepdims)
+            what = f"{name} {dtype} n={n} {label}"
+            assert got.shape == expected.shape, what
+            assert_matches(got.to_numpy(), expected, result_dtype, ulps, what)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", list(REDUCTIONS))
+def test_reduction(name: str, dtype: DType, rng: np.random.Generator) -> None:
+    check_reduction(name, dtype, SMALL_SIZES, rng)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", list(REDUCTIONS))
+def test_reduction_gpu(name: str, dtype: DType, rng: np.random.Generator) -> None:
+    check_reduction(name, dtype, SIZES, rng)
+
+
+def check_nan_and_float_sums(dtype: DType, sizes: list[int], rng: np.random.Generator) -> None:
+    for n in sizes:
+        x = sample(rng, n, dtype, -50, 50)
+        x[n // 2] = np.nan
+        device = upload(x)
+        assert np.isnan(gp.max(device).to_numpy())
+        assert np.isnan(gp.min(device).to_numpy())
+        assert gp.argmax(device).to_numpy() == n // 2 == gp.argmin(device).to_numpy()
+        # Random (not integer) data: the blocked pairwise float sum against float64 (the mean for
+        # narrow types, whose range a sum of a million values exceeds).
+        y = sample(rng, (2, n), dtype, 0, 1)
+        narrow = dtype not in (gp.float32, gp.float64)
+        exact = y.astype(F64).mean(axis=1) if narrow else y.astype(F64).sum(axis=1)
+        got = (gp.mean if narrow else gp.sum)(upload(y), axis=1).to_numpy().astype(F64)
+        rtol, _ = tolerance(dtype, 256)  # 256 compute ulps: runs of <= 128 elements and trees above them
+        bound = rtol * np.abs(exact)
+        assert np.all(np.abs(got - exact) <= bound + 1e-300), (dtype, n, got, exact)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_nan_and_float_sums(dtype: DType, rng: np.random.Generator) -> None:
+    check_nan_and_float_sums(dtype, SMALL_SIZES, rng)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_nan_and_float_sums_gpu(dtype: DType, rng: np.random.Generator) -> None:
+    check_nan_and_float_sums(dtype, SIZES, rng)
+
+
+# -- cumsum -----------------------------------------------------------------------------------------
+def check_cumsum(dtype: DType, sizes: list[int], rng: np.random.Generator) -> None:
+    result_dtype = sum_dtype(dtype)
+    for n in sizes:
+        for label, shape, axis in (("flat", (n,), None), ("long rows", (3, n), 1), ("columns", (n, 3), 0),
+                                   ("short rows", (n, 3), 1)):  # fmt: skip
+            low = 0 if dtype.kind == "u" else -2
+            host = sample(rng, shape, dtype, low, 2, integral=True)
+            expected = np.cumsum(_wide(host, dtype), axis=axis)
+            poison_pool(expected.shape, result_dtype)
+            got = gp.cumsum(upload(host), axis=axis)
+            assert_matches(got.to_numpy(), expected, result_dtype, 0, f"cumsum {dtype} n={n} {label}")
+        strided_host = sample(rng, (4, n), dtype, low, 2, integral=True)
+        got = gp.cumsum(upload(strided_host)[::2], axis=1)
+        assert_matches(got.to_numpy(), np.cumsum(_wide(strided_host[::2], dtype), axis=1), result_dtype, 0,
+                       f"cumsum {dtype} n={n} strided rows")  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cumsum(dtype: DType, rng: np.random.Generator) -> None:
+    check_cumsum(dtype, SMALL_SIZES, rng)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cumsum_gpu(dtype: DType, rng: np.random.Generator) -> None:
+    check_cumsum(dtype, SIZES, rng)
+
+
+# -- softmax ----------------------------------------------------------------------------------------
+def softmax_reference(x: Array, axis: int, log: bool) -> Array:
+    shifted = x - x.max(axis=axis, keepdims=True)
+    total = np.exp(shifted).sum(axis=axis, keepdims=True)
+    result: Array = shifted - np.log(total) if log else np.exp(shifted) / total
+    return result
+
+
+def _softmax_layouts(n: int) -> list[tuple[str, tuple[int, ...], int, str]]:
+    return [("row", (n,), -1, "plain"), ("rows", (3, n), -1, "plain"), ("columns", (n, 3), 0, "plain"),
+            ("strided rows", (3, 2 * n), 1, "every other"), ("transposed", (3, n), 0, "transpose")]  # fmt: skip
+
+
+def check_softmax(dtype: DType, sizes: list[int], rng: np.random.Generator) -> None:
+    for n in sizes:
+        for label, shape, axis, view in _softmax_layouts(n):
+            host = sample(rng, shape, dtype, -8, 8)
+            device = upload(host)
+            if view == "every other":
+                host, device = host[:, ::2], device[:, ::2]
+            elif view == "transpose":
+                host, device = host.T, device.T
+            for log, fn in ((False, gp.softmax), (True, gp.log_softmax)):
+                poison_pool(host.shape, dtype)
+                expected = softmax_reference(host.astype(F64), axis, log)
+                assert_matches(fn(device, axis=axis).to_numpy(), expected, dtype, 16,
+                               f"{fn.__name__} {dtype} n={n} {label}")  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_softmax(dtype: DType, rng: np.random.Generator) -> None:
+    check_softmax(dtype, SMALL_SIZES, rng)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_softmax_gpu(dtype: DType, rng: np.random.Generator) -> None:
+    check_softmax(dtype, SIZES, rng)
+
+
+# -- determinism ------------------------------------------------------------------------------------
+DETERMINISM_CASES: list[tuple[str, Callable[[gp.GPUArray], gp.GPUArray]]] = [
+    ("sum", lambda x: gp.sum(x)),
+    ("sum rows", lambda x: gp.sum(x, axis=-1)),
+    ("sum columns", lambda x: gp.sum(x, axis=0)),
+    ("mean", lambda x: gp.mean(x)),
+    ("var", lambda x: gp.var(x, axis=-1)),
+    ("std", lambda x: gp.std(x)),
+    ("argmax", lambda x: gp.argmax(x, axis=-1)),
+    ("softmax", lambda x: gp.softmax(x, axis=-1)),
+    ("log_softmax columns", lambda x: gp.log_softmax(x, axis=0)),
+    ("cumsum", lambda x: gp.cumsum(x, axis=-1)),
+]
+
+
+def check_determinism(dtype: DType, shapes: list[tuple[int, ...]], rng: np.random.Generator) -> None:
+    for shape in shapes:
+        device = upload(sample(rng, shape, dtype, -1, 1))
+        for label, fn in DETERMINISM_CASES:
+            first = fn(device).to_numpy()
+            for _ in range(9):
+                poison_pool(first.shape, first.dtype)
+                assert_bitwise_equal(fn(device).to_numpy(), first)
+            assert first.size, label
+
+
+@pytest.mark.parametrize("dtype", [gp.float32, gp.float16], ids=str)
+def test_determinism(dtype: DType, rng: np.random.Generator) -> None:
+    check_determinism(dtype, [(5, 301)], rng)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_determinism_gpu(dtype: DType, rng: np.random.Generator) -> None:
+    check_determinism(dtype, [(2**20 + 7,), (37, 2**16 + 3), (2**14 + 1, 61)], rng)
+
+
+# -- dtypes, shapes and bad input ---------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_result_dtypes_follow_numpy(dtype: DType) -> None:
+    x = gp.zeros((2, 3), dtype)
+    host = np.zeros((2, 3), dtype.numpy if dtype.numpy.kind != "V" else np.float32)
+    if dtype in (gp.bfloat16, gp.float8_e4m3fn, gp.float8_e5m2):
+        assert gp.sum(x).dtype == dtype
+        assert gp.mean(x).dtype == dtype
+    else:
+        assert gp.sum(x).dtype.numpy == np.sum(host).dtype
+        assert gp.prod(x).dtype.numpy == np.prod(host).dtype
+        assert gp.mean(x).dtype.numpy == np.mean(host).dtype
+        assert gp.var(x).dtype.numpy == np.var(host).dtype
+        assert gp.cumsum(x).dtype.numpy == np.cumsum(host).dtype
+    assert gp.max(x).dtype == dtype
+    assert gp.min(x).dtype == dtype
+    assert gp.argmax(x).dtype == gp.int64
+    assert gp.any(x).dtype == gp.bool_
+    assert gp.sum(x, axis=1, keepdims=True).shape == (2, 1)
+    assert gp.sum(x, axis=(0, 1)).shape == ()
+    assert gp.sum_axis(x, 0).shape == (3,)
+
+
+def test_empty_reductions_follow_numpy() -> None:
+    empty = gp.zeros((0, 4))
+    assert gp.sum(empty).to_numpy() == 0
+    assert gp.prod(empty).to_numpy() == 1
+    assert gp.sum(empty, axis=0).to_numpy().tolist() == [0, 0, 0, 0]
+    assert np.isnan(gp.mean(empty).to_numpy())
+    assert not gp.any(empty).to_numpy()
+    assert gp.all(empty).to_numpy()
+    assert gp.max(empty, axis=1).shape == (0,)
+    for fn in (gp.max, gp.min, gp.argmax, gp.argmin):
+        with pytest.raises(ShapeError, match="empty"):
+            fn(empty)
+
+
+def test_reduction_errors() -> None:
+    x = gp.zeros((2, 3))
+    with pytest.raises(ShapeError, match="out of bounds"):
+        gp.sum(x, axis=2)
+    with pytest.raises(ShapeError, match="repeated"):
+        gp.sum(x, axis=(0, 0))
+    with pytest.raises(TypeError, match="axis"):
+        gp.argmax(x, axis=(0, 1))
+    with pytest.raises(ValueError, match="ddof"):
+        gp.var(x, ddof=-1)
+    with pytest.raises(DTypeError, match="int32"):
+        gp.softmax(gp.zeros(3, gp.int32))
+    with pytest.raises(DTypeError, match="GPUArray"):
+        gp.sum(np.zeros(3))  # type: ignore[arg-type]
