@@ -721,6 +721,15 @@ impl AdmissionController {
     /// Reserves for `id` (which must not hold a reservation), preempting best-effort reservations
     /// when the request is Guaranteed or Burstable and only those stand in the way.
     pub fn try_admit(&self, id: &str, req: &ResourceRequest) -> Result<AdmissionDecision> {
+        self.try_admit_shared(&Arc::from(id), req)
+    }
+
+    /// [`AdmissionController::try_admit`] with an id the caller already holds shared.
+    pub fn try_admit_shared(
+        &self,
+        id: &Arc<str>,
+        req: &ResourceRequest,
+    ) -> Result<AdmissionDecision> {
         let (mem, mem_limit, bw, bw_limit) = match self.validate_request(req)? {
             Ok(v) => v,
             Err(reason) => {
@@ -728,20 +737,22 @@ impl AdmissionController {
                 return Ok(AdmissionDecision::Rejected(reason));
             }
         };
-        if self.grants.shard(id).contains_key(id) {
-            return Err(SchedError::duplicate("reservation", id));
-        }
         let class = req.class;
         let mut preempted = Vec::new();
         let outcome = if class == QosClass::BestEffort {
             let mut holders = self.best_effort.lock();
-            let r = self.reserve_both(class, mem, bw);
-            if r.is_ok() {
+            self.reserve_both(class, mem, bw).map(|()| {
                 let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-                holders.insert(seq, Arc::from(id));
-                self.insert_grant(id, class, mem, 0, bw, 0, seq);
-            }
-            r
+                holders.insert(seq, Arc::clone(id));
+                GrantUnits {
+                    class,
+                    mem,
+                    mem_burst: 0,
+                    bw,
+                    bw_burst: 0,
+                    seq,
+                }
+            })
         } else {
             match self.reserve_both(class, mem, bw) {
                 Err(Shortfall::Preempt) => {
@@ -749,30 +760,49 @@ impl AdmissionController {
                 }
                 other => other,
             }
-            .inspect(|_| {
-                let mem_burst = if class == QosClass::Burstable {
-                    self.memory.burst(mem_limit - mem)
+            .map(|()| {
+                let (mem_burst, bw_burst) = if class == QosClass::Burstable {
+                    (
+                        self.memory.burst(mem_limit - mem),
+                        self.bandwidth.burst(bw_limit - bw),
+                    )
                 } else {
-                    0
+                    (0, 0)
                 };
-                let bw_burst = if class == QosClass::Burstable {
-                    self.bandwidth.burst(bw_limit - bw)
-                } else {
-                    0
-                };
-                self.insert_grant(id, class, mem, mem_burst, bw, bw_burst, 0);
+                GrantUnits {
+                    class,
+                    mem: mem + mem_burst,
+                    mem_burst,
+                    bw: bw + bw_burst,
+                    bw_burst,
+                    seq: 0,
+                }
             })
         };
         match outcome {
-            Ok(()) => {
+            Ok(units) => {
+                // Insert under the shard lock; a concurrent admission of the same id loses here.
+                let inserted = {
+                    let mut shard = self.grants.shard(id);
+                    if shard.contains_key(id.as_ref()) {
+                        false
+                    } else {
+                        shard.insert(Arc::clone(id), units);
+                        true
+                    }
+                };
+                if !inserted {
+                    if class == QosClass::BestEffort {
+                        self.best_effort.lock().remove(&units.seq);
+                    }
+                    self.release_units(&units);
+                    return Err(SchedError::duplicate("reservation", id));
+                }
                 self.admitted.fetch_add(1, Ordering::Relaxed);
-                let grant = self
-                    .grants
-                    .shard(id)
-                    .get(id)
-                    .map(GrantUnits::public)
-                    .ok_or_else(|| SchedError::unknown("reservation", id))?;
-                Ok(AdmissionDecision::Admitted { grant, preempted })
+                Ok(AdmissionDecision::Admitted {
+                    grant: units.public(),
+                    preempted,
+                })
             }
             Err(Shortfall::Reject(reason)) | Err(Shortfall::Never(reason)) => {
                 self.rejected.fetch_add(1, Ordering::Relaxed);
@@ -785,30 +815,6 @@ impl AdmissionController {
                 ))
             }
         }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn insert_grant(
-        &self,
-        id: &str,
-        class: QosClass,
-        mem: u64,
-        mem_burst: u64,
-        bw: u64,
-        bw_burst: u64,
-        seq: u64,
-    ) {
-        self.grants.shard(id).insert(
-            Arc::from(id),
-            GrantUnits {
-                class,
-                mem: mem + mem_burst,
-                mem_burst,
-                bw: bw + bw_burst,
-                bw_burst,
-                seq,
-            },
-        );
     }
 
     /// Reserves memory then bandwidth, undoing the first when the second fails.

@@ -9,6 +9,7 @@
 //! - [`transfer`]: H2D / D2H / D2D copy queues with priorities on dedicated streams.
 //! - [`dispatch`]: kernel launches with per-stream in-flight limits and futures resolved by events.
 //! - [`memory`]: a quota-bounded pool of device blocks with LRU eviction to host and restore.
+//! - [`workload`]: a reproducible mixed-QoS workload reporting per-class wait percentiles.
 //!
 //! Every device action goes through [`device::DeviceOps`]; [`device::HostDevice`] implements it
 //! over host memory for tests and the CPU backend, and the Python bindings implement it over
@@ -26,6 +27,7 @@ pub mod qos;
 pub mod scheduler;
 mod shard;
 pub mod transfer;
+pub mod workload;
 
 pub use admission::{
     AdmissionConfig, AdmissionController, AdmissionDecision, AdmissionStats, Grant, RejectReason,

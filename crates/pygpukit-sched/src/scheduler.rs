@@ -18,8 +18,9 @@
 //! small ones either.
 //!
 //! Concurrency: task records live in a sharded map and ready queues are sharded; reservations are
-//! atomic counters. Only [`Scheduler::admit`] rounds are serialized with each other (they share the
-//! stride state); submit, start, complete, fail and cancel never wait for a round.
+//! atomic counters; each class's ready queue has its own lock. Only [`Scheduler::admit`] rounds are
+//! serialized with each other (they share the stride state); submit, start, complete, fail and
+//! cancel never wait for a round.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet};
@@ -343,49 +344,33 @@ struct Entry {
     id: Arc<str>,
 }
 
-const QUEUE_SHARDS: usize = 4;
-
+/// The ready queue of one class: a heap behind its own lock (classes never share one).
 struct ClassQueue {
-    shards: [Mutex<BinaryHeap<Reverse<Entry>>>; QUEUE_SHARDS],
+    heap: Mutex<BinaryHeap<Reverse<Entry>>>,
     len: AtomicUsize,
 }
 
 impl ClassQueue {
     fn new() -> Self {
         ClassQueue {
-            shards: Default::default(),
+            heap: Mutex::new(BinaryHeap::new()),
             len: AtomicUsize::new(0),
         }
     }
 
     fn push(&self, entry: Entry) {
-        let shard = (entry.seq as usize) % QUEUE_SHARDS;
-        self.shards[shard].lock().push(Reverse(entry));
+        self.heap.lock().push(Reverse(entry));
         self.len.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Removes and returns the entry with the smallest key over all shards.
+    /// Removes and returns the entry with the smallest key.
     fn pop(&self) -> Option<Entry> {
         if self.len.load(Ordering::Acquire) == 0 {
             return None;
         }
-        loop {
-            let mut best: Option<(usize, (i64, u64))> = None;
-            for (i, shard) in self.shards.iter().enumerate() {
-                if let Some(Reverse(e)) = shard.lock().peek() {
-                    let k = (e.key, e.seq);
-                    if best.map_or(true, |(_, b)| k < b) {
-                        best = Some((i, k));
-                    }
-                }
-            }
-            let (i, _) = best?;
-            // Another round may have emptied the shard meanwhile; then look again.
-            if let Some(Reverse(e)) = self.shards[i].lock().pop() {
-                self.len.fetch_sub(1, Ordering::AcqRel);
-                return Some(e);
-            }
-        }
+        let Reverse(e) = self.heap.lock().pop()?;
+        self.len.fetch_sub(1, Ordering::AcqRel);
+        Some(e)
     }
 
     fn len(&self) -> usize {
@@ -741,7 +726,7 @@ impl Scheduler {
             let Some(request) = self.ready_request(&entry) else {
                 continue; // stale: cancelled, re-queued or given a new dependency
             };
-            match self.admission.try_admit(&entry.id, &request) {
+            match self.admission.try_admit_shared(&entry.id, &request) {
                 Ok(AdmissionDecision::Admitted { preempted, .. }) => {
                     if self.mark_admitted(&entry) {
                         stride.pass[class.index()] +=
