@@ -144,9 +144,6 @@ void bind_runtime(py::module_& m) {
   m.def("get_device", &current_device);
   m.def("device_synchronize", &device_synchronize, py::call_guard<py::gil_scoped_release>());
 
-  m.def("mem_alloc", &device_allocate, py::arg("nbytes"), py::arg("stream") = 0,
-        "Allocate device memory through the pool; returns the pointer.");
-  m.def("mem_free", &device_free, py::arg("ptr"), py::arg("device") = -1);
   m.def("mem_empty_cache", &empty_cache, py::arg("all_devices") = false);
   m.def("mem_set_limit", &set_memory_limit, py::arg("bytes"));
   m.def("mem_stats", [] {
@@ -313,7 +310,55 @@ void pygpukit::set_python_error_from_exception() {
 
 namespace {
 
+// mem_alloc(nbytes, stream) -> pointer and mem_free(ptr, device=-1): the allocation hot path, without
+// the pybind11 dispatcher.
+PyObject* mem_alloc_fast(PyObject* /*self*/, PyObject* const* argv, Py_ssize_t argc) {
+  if (argc < 1 || argc > 2) {
+    PyErr_SetString(PyExc_TypeError, "mem_alloc(nbytes, stream=0)");
+    return nullptr;
+  }
+  const unsigned long long nbytes = PyLong_AsUnsignedLongLong(argv[0]);
+  if (nbytes == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return nullptr;
+  unsigned long long stream = 0;
+  if (argc == 2) {
+    stream = PyLong_AsUnsignedLongLong(argv[1]);
+    if (stream == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return nullptr;
+  }
+  try {
+    return PyLong_FromUnsignedLongLong(device_allocate(nbytes, stream));
+  } catch (...) {
+    set_python_error_from_exception();
+    return nullptr;
+  }
+}
+
+PyObject* mem_free_fast(PyObject* /*self*/, PyObject* const* argv, Py_ssize_t argc) {
+  if (argc < 1 || argc > 2) {
+    PyErr_SetString(PyExc_TypeError, "mem_free(ptr, device=-1)");
+    return nullptr;
+  }
+  const unsigned long long ptr = PyLong_AsUnsignedLongLong(argv[0]);
+  if (ptr == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return nullptr;
+  long device = -1;
+  if (argc == 2) {
+    device = PyLong_AsLong(argv[1]);
+    if (device == -1 && PyErr_Occurred()) return nullptr;
+  }
+  try {
+    device_free(ptr, static_cast<int>(device));
+  } catch (...) {
+    set_python_error_from_exception();
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
 PyMethodDef g_fast_methods[] = {
+    {"mem_alloc", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&mem_alloc_fast)),
+     METH_FASTCALL,
+     "mem_alloc(nbytes, stream=0): allocate device memory through the pool; returns the pointer"},
+    {"mem_free", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&mem_free_fast)),
+     METH_FASTCALL, "mem_free(ptr, device=-1): return a block to the pool"},
     {"launch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&launch_fast)), METH_FASTCALL,
      "launch(function, gx, gy, gz, bx, by, bz, shared, stream, args, offsets): launch a loaded kernel"},
     {nullptr, nullptr, 0, nullptr}};

@@ -22,7 +22,8 @@ import numpy as np
 from . import backend as _backend
 from .backend import backend_state
 from .errors import InvalidPointerError, OutOfMemoryError, PyGPUkitError
-from .stream import Stream, current_stream, thread_device
+from .stream import Stream, current_stream
+from .stream import _local as _thread_state
 
 __all__ = [
     "AllocationScope",
@@ -133,26 +134,27 @@ class DeviceBuffer:
         if scope is not None:
             scope.charge(nbytes)  # may refuse: nothing is allocated then
         try:
-            self._allocate(stream)
+            state = _backend._state or backend_state()
+            native = state.native if state.name == "cuda" else None
+            self._native = native
+            if native is None:
+                _cpu_pool.allocate(nbytes)
+                self._host: np.ndarray[Any, Any] | None = np.empty(max(nbytes, 1), dtype=np.uint8)
+                self.ptr = int(self._host.ctypes.data)
+                self.device = -1
+            else:
+                self._host = None
+                if stream is None:
+                    streams = _thread_state.streams
+                    handle = streams[-1]._handle if streams else 0
+                else:
+                    handle = stream._handle
+                self.ptr = native.mem_alloc(nbytes, handle)
+                self.device = _thread_state.device
         except BaseException:
             if scope is not None:
                 scope.refund(nbytes)
             raise
-
-    def _allocate(self, stream: Stream | None) -> None:
-        state = _backend._state or backend_state()
-        native = state.native if state.name == "cuda" else None
-        self._native = native
-        if native is None:
-            _cpu_pool.allocate(self.nbytes)
-            self._host: np.ndarray[Any, Any] | None = np.empty(max(self.nbytes, 1), dtype=np.uint8)
-            self.ptr = int(self._host.ctypes.data)
-            self.device = -1
-            self._live = True
-            return
-        self._host = None
-        self.ptr = native.mem_alloc(self.nbytes, (stream or current_stream())._handle)
-        self.device = thread_device()
         self._live = True
 
     @property
