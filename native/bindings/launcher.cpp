@@ -2,7 +2,8 @@
 // Python costs one call into C. It packs the arguments from the kernel's declared parameter kinds,
 // reads GPUArray attributes directly, resolves the current stream and launches.
 //
-//   launcher = Launcher(function, device, max_threads, max_shared, kinds, elements, array_type, thread_state)
+//   launcher = Launcher(function, device, max_threads, max_shared, kinds, elements, array_type, thread_state,
+//                       streams_var)
 //   launcher.launch(args, grid, block, shared_mem, stream) -> None (launched) or NotImplemented
 //
 // NotImplemented means "some argument is not the common case": the Python side then takes its general
@@ -38,7 +39,6 @@ struct Strings {
   PyObject* offset;
   PyObject* itemsize;
   PyObject* ctype;
-  PyObject* streams;
   PyObject* handle;
 };
 Strings g_str{};
@@ -53,6 +53,7 @@ struct Impl {
   std::vector<PyObject*> accepted;   // per parameter: a dtype object already checked against it; owned
   PyObject* array_type = nullptr;    // owned
   PyObject* thread_state = nullptr;  // owned
+  PyObject* streams_var = nullptr;   // owned: the ContextVar holding the current-stream stack
 };
 
 struct LauncherObject {
@@ -313,18 +314,20 @@ bool pack_one(Impl& k, std::size_t i, PyObject* arg, char* data, std::size_t* si
 bool stream_handle(Impl& k, PyObject* stream, std::uint64_t* out) {
   PyObject* owner = nullptr;
   if (stream == Py_None) {
-    PyObject* streams = attr(k.thread_state, g_str.streams);
-    if (streams == nullptr || !PyList_CheckExact(streams)) {
+    PyObject* streams = nullptr;  // the current-stream stack: a tuple, innermost last
+    if (PyContextVar_Get(k.streams_var, nullptr, &streams) != 0 || streams == nullptr ||
+        !PyTuple_CheckExact(streams)) {
+      PyErr_Clear();
       Py_XDECREF(streams);
       return false;
     }
-    const Py_ssize_t n = PyList_GET_SIZE(streams);
+    const Py_ssize_t n = PyTuple_GET_SIZE(streams);
     if (n == 0) {
       Py_DECREF(streams);
       *out = 0;
       return true;
     }
-    owner = Py_NewRef(PyList_GET_ITEM(streams, n - 1));
+    owner = Py_NewRef(PyTuple_GET_ITEM(streams, n - 1));
     Py_DECREF(streams);
   } else {
     owner = Py_NewRef(stream);
@@ -385,17 +388,18 @@ PyObject* launcher_launch(PyObject* self, PyObject* const* argv, Py_ssize_t argc
 }
 
 int launcher_init(PyObject* self, PyObject* args, PyObject* kwargs) {
-  static const char* names[] = {"function", "device",     "max_threads",  "max_shared", "kinds",
-                                "elements", "array_type", "thread_state", nullptr};
+  static const char* names[] = {"function", "device",     "max_threads",  "max_shared",  "kinds",
+                                "elements", "array_type", "thread_state", "streams_var", nullptr};
   unsigned long long function = 0;
   long device = 0, max_threads = 0, max_shared = 0;
   const char* kinds = nullptr;
   PyObject* elements = nullptr;
   PyObject* array_type = nullptr;
   PyObject* thread_state = nullptr;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KlllsO!OO", const_cast<char**>(names), &function, &device,
+  PyObject* streams_var = nullptr;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KlllsO!OO!", const_cast<char**>(names), &function, &device,
                                    &max_threads, &max_shared, &kinds, &PyTuple_Type, &elements, &array_type,
-                                   &thread_state)) {
+                                   &thread_state, &PyContextVar_Type, &streams_var)) {
     return -1;
   }
   const std::size_t n = std::strlen(kinds);
@@ -416,6 +420,7 @@ int launcher_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   }
   impl->array_type = Py_NewRef(array_type);
   impl->thread_state = Py_NewRef(thread_state);
+  impl->streams_var = Py_NewRef(streams_var);
   auto* obj = reinterpret_cast<LauncherObject*>(self);
   delete obj->impl;
   obj->impl = impl;
@@ -428,6 +433,7 @@ void release(Impl* impl) {
   for (PyObject* o : impl->accepted) Py_XDECREF(o);
   Py_XDECREF(impl->array_type);
   Py_XDECREF(impl->thread_state);
+  Py_XDECREF(impl->streams_var);
   delete impl;
 }
 
@@ -488,7 +494,6 @@ int add_launcher_type(PyObject* module) {
                         {&g_str.offset, "_offset"},
                         {&g_str.itemsize, "itemsize"},
                         {&g_str.ctype, "ctype"},
-                        {&g_str.streams, "streams"},
                         {&g_str.handle, "_handle"}};
   for (const Name& n : names) {
     if (*n.slot == nullptr) *n.slot = PyUnicode_InternFromString(n.text);

@@ -314,3 +314,31 @@ def test_zero_dimensional_factories(dtype: str) -> None:
     assert one.size == 1
     assert one.to_numpy().item() == 1
     assert gp.full((), 0, dtype).to_numpy().item() == 0
+
+
+def test_current_stream_is_per_asyncio_task_and_per_thread() -> None:
+    import asyncio
+    import threading
+
+    first, second = gp.Stream(), gp.Stream()
+    seen: dict[str, list[gp.Stream]] = {"a": [], "b": []}
+
+    async def task(name: str, stream: gp.Stream) -> None:
+        with stream:
+            for _ in range(3):
+                await asyncio.sleep(0)  # the other task runs inside its own `with` meanwhile
+                seen[name].append(gp.current_stream())
+
+    async def both() -> None:
+        await asyncio.gather(task("a", first), task("b", second))
+
+    asyncio.run(both())
+    assert seen == {"a": [first] * 3, "b": [second] * 3}
+    assert gp.current_stream() is not first
+    inner: list[gp.Stream] = []
+    with first:
+        worker = threading.Thread(target=lambda: inner.append(gp.current_stream()))
+        worker.start()
+        worker.join()
+        assert gp.current_stream() is first
+    assert inner[0] is not first  # a new thread starts on the default stream

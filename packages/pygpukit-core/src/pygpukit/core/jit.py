@@ -28,6 +28,7 @@ from .errors import DeviceError, DTypeError, InvalidPointerError, PyGPUkitError,
 from .kernel_cache import cache_key, kernel_cache
 from .stream import Stream, thread_device
 from .stream import _local as _thread_state
+from .stream import current_streams as _current_streams
 
 __all__ = ["JITKernel", "Param", "jit", "launch_dims", "parse_signature"]
 
@@ -443,7 +444,7 @@ class JITKernel:
             kinds = "".join(_launcher_kind(p) for p in self.params)
             elements = tuple(p.element or None for p in self.params)
             launcher = state.native.Launcher(function, device, info[2], info[3], kinds, elements, _array_type,
-                                             _thread_state)  # fmt: skip
+                                             _thread_state, _current_streams)  # fmt: skip
             self._fast = launcher.launch
             self._fast_state = state
         return info
@@ -494,7 +495,7 @@ class JITKernel:
             )
         buffer, offsets = self.pack_arguments(args, device)
         if stream is None:
-            streams = _thread_state.streams
+            streams = _current_streams.get()
             handle = streams[-1]._handle if streams else 0
         else:
             handle = stream._handle

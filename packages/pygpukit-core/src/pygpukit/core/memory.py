@@ -24,6 +24,7 @@ from .backend import backend_state
 from .errors import InvalidPointerError, OutOfMemoryError, PyGPUkitError
 from .stream import Stream, current_stream
 from .stream import _local as _thread_state
+from .stream import current_streams as _current_streams
 
 __all__ = [
     "AllocationScope",
@@ -145,7 +146,7 @@ class DeviceBuffer:
             else:
                 self._host = None
                 if stream is None:
-                    streams = _thread_state.streams
+                    streams = _current_streams.get()
                     handle = streams[-1]._handle if streams else 0
                 else:
                     handle = stream._handle

@@ -6,6 +6,7 @@ so streams are ordering-only tokens and events record host time.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import threading
 import time
@@ -26,10 +27,14 @@ class _ThreadState(threading.local):
 
     def __init__(self) -> None:
         self.device = 0
-        self.streams: list[Stream] = []
 
 
 _local = _ThreadState()
+
+# The current-stream stack, innermost last. A ContextVar rather than a thread-local, so that asyncio
+# tasks (each running in its own copy of the context) have their own current stream; threads still
+# start from an empty stack.
+current_streams: contextvars.ContextVar[tuple[Stream, ...]] = contextvars.ContextVar("pygpukit_streams", default=())
 
 
 def _native() -> Any:
@@ -130,11 +135,13 @@ class Stream:
             self._finalizer()
 
     def __enter__(self) -> Stream:
-        _stack().append(self)
+        current_streams.set((*current_streams.get(), self))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        _stack().pop()
+        stack = current_streams.get()
+        if stack and stack[-1] is self:
+            current_streams.set(stack[:-1])
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Stream) and other._handle == self._handle
@@ -155,16 +162,12 @@ def set_thread_device(ordinal: int) -> None:
     _local.device = ordinal
 
 
-def _stack() -> list[Stream]:
-    return _local.streams
-
-
 _NULL = Stream.null()
 
 
 def current_stream() -> Stream:
     """The calling thread's current stream (the default stream unless inside ``with stream:``)."""
-    stack = _local.streams
+    stack = current_streams.get()
     return stack[-1] if stack else _NULL
 
 
