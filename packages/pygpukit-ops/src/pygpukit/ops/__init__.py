@@ -18,6 +18,7 @@ except ImportError as exc:  # pygpukit-core (which owns pygpukit/__init__.py) is
 check_siblings("pygpukit-ops", required=("pygpukit-core",))
 
 from . import elementwise, linalg, promotion, reduction, shape  # noqa: E402
+from ._kernels import precompile  # noqa: E402
 from .elementwise import *  # noqa: E402,F403
 from .linalg import *  # noqa: E402,F403
 from .promotion import *  # noqa: E402,F403
@@ -28,6 +29,7 @@ __version__ = distribution_version("pygpukit-ops") or "0+unknown"
 
 __all__ = [
     "__version__",
+    "precompile",
     *elementwise.__all__,
     *linalg.__all__,
     *promotion.__all__,

@@ -70,7 +70,8 @@ def _materialize(view: GPUArray) -> GPUArray:
     tiles, gather = _expressions(view.dtype.itemsize)
     kernels = group(_FILE, [tiles, gather])
     batch = math.prod(dims[:-2])
-    if len(dims) >= 2 and in_strides[-2] == 1 and in_strides[-1] != 1 and batch <= 65535 and len(dims) - 2 <= 8:
+    tiled = 2 <= len(dims) <= _MAX_DIMS + 2 and in_strides[-2] == 1 and in_strides[-1] != 1
+    if tiled and batch <= 65535 and -(-dims[-1] // _TILE) <= 65535:
         rows, cols = dims[-1], dims[-2]  # the output's last axis, and the input's fastest one
         pad = [0] * (_MAX_DIMS - (len(dims) - 2))
         layout = _TILE_LAYOUT.pack(*(dims[:-2] + pad), *(in_strides[:-2] + pad), len(dims) - 2, rows, cols,
