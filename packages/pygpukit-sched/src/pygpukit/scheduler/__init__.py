@@ -1,7 +1,15 @@
 """pygpukit.scheduler: sharing one GPU between several models (from the pygpukit-sched distribution).
 
-The decisions (admission, QoS, partitions, pacing) are made by the Rust module ``_pygpukit_rust``,
-which ships in the same distribution.
+    from pygpukit.scheduler import GB, context_session, create_context, initialize
+
+    initialize(device_id=0)
+    llm = create_context("llm", max_vram=4 * GB, qos="guaranteed")
+    with context_session(llm):          # or `async with`
+        ...                             # allocations here count against llm's budget
+
+Execution contexts (budgets, QoS classes, their own streams, asyncio waiting) are defined in
+``_contexts``; the scheduling engine (task state machine, admission, QoS, partitions, pacing,
+transfer engine, dispatcher) is the Rust module ``_pygpukit_rust`` of the same distribution.
 """
 
 from __future__ import annotations
@@ -28,4 +36,7 @@ if _pygpukit_rust.__version__ != __version__:
 
 build_info = _pygpukit_rust.build_info
 
-__all__ = ["__version__", "build_info"]
+from . import _contexts  # noqa: E402
+from ._contexts import *  # noqa: E402,F403
+
+__all__ = ["__version__", "build_info", *_contexts.__all__]
