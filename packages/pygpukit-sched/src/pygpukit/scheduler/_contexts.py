@@ -363,10 +363,10 @@ class SchedulerStats:
         lines = [
             f"pygpukit scheduler on device {self.device}: capacity {_bytes(self.capacity)}, "
             f"guaranteed reservations {_bytes(self.reserved)}",
-            "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)),
+            "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip(),
             "  ".join("-" * w for w in widths),
         ]
-        lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
+        lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
         if not rows:
             lines.append("(no contexts)")
         return "\n".join(lines)
