@@ -1,7 +1,19 @@
 //! `_pygpukit_rust`: the Python module of the pygpukit-sched distribution.
 //!
-//! Thin PyO3 bindings only; the scheduling logic lives in plain Rust crates of this workspace so it
-//! can be tested with `cargo test` without a Python interpreter.
+//! Thin PyO3 bindings only; the scheduling logic lives in the `pygpukit-sched` crate so it can be
+//! tested with `cargo test` without a Python interpreter. Device actions go through pygpukit
+//! core's native C API on the CUDA backend and through host memory otherwise ([`capi`]).
+
+mod admission;
+mod capi;
+mod dispatch;
+mod errors;
+mod memory;
+mod pacing;
+mod partition;
+mod qos;
+mod sched;
+mod transfer;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -43,6 +55,29 @@ fn build_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", VERSION)?;
     m.add_function(wrap_pyfunction!(build_info, m)?)?;
+    m.add_function(wrap_pyfunction!(sched::simulate_workload, m)?)?;
+    m.add_class::<memory::PyMemoryPool>()?;
+    m.add_class::<qos::PyQosClass>()?;
+    m.add_class::<qos::PyQosTaskMeta>()?;
+    m.add_class::<qos::PyQosPolicyEvaluator>()?;
+    m.add_class::<admission::PyRejectReason>()?;
+    m.add_class::<admission::PyAdmissionDecision>()?;
+    m.add_class::<admission::PyAdmissionConfig>()?;
+    m.add_class::<admission::PyAdmissionController>()?;
+    m.add_class::<partition::PyPartitionConfig>()?;
+    m.add_class::<partition::PyPartitionLimits>()?;
+    m.add_class::<partition::PyPartitionManager>()?;
+    m.add_class::<sched::PyTaskState>()?;
+    m.add_class::<sched::PyTaskPolicy>()?;
+    m.add_class::<sched::PyTaskMeta>()?;
+    m.add_class::<sched::PyScheduler>()?;
+    m.add_class::<pacing::PyPacingConfig>()?;
+    m.add_class::<pacing::PyPacingDecision>()?;
+    m.add_class::<pacing::PyKernelPacingEngine>()?;
+    m.add_class::<transfer::PyAsyncTransferEngine>()?;
+    m.add_class::<dispatch::PyKernelState>()?;
+    m.add_class::<dispatch::PyKernelFuture>()?;
+    m.add_class::<dispatch::PyKernelDispatcher>()?;
     Ok(())
 }
 

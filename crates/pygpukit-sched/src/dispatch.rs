@@ -222,6 +222,11 @@ impl KernelDispatcher {
         })
     }
 
+    /// The in-flight limit of streams that did not set their own.
+    pub fn default_limit(&self) -> usize {
+        self.default_limit
+    }
+
     fn records(&self, id: u64) -> parking_lot::MutexGuard<'_, HashMap<u64, Record>> {
         self.records[(id as usize) % RECORD_SHARDS].lock()
     }

@@ -1,9 +1,82 @@
 """_pygpukit_rust: the Rust side of pygpukit's scheduler (PyO3 module from crates/pygpukit-sched-py).
 
 Everything is defined in the native submodule ``_pygpukit_rust._native`` and re-exported here, so
-``import _pygpukit_rust as rust; rust.build_info()`` works as the seeds show.
+``import _pygpukit_rust as rust; rust.MemoryPool(quota=..., enable_eviction=True)`` works as the
+seeds show. Exceptions live in :mod:`_pygpukit_rust.errors`.
 """
 
-from ._native import __version__, build_info
+from ._native import (
+    AdmissionConfig,
+    AdmissionController,
+    AdmissionDecision,
+    AsyncTransferEngine,
+    KernelDispatcher,
+    KernelFuture,
+    KernelPacingEngine,
+    KernelState,
+    MemoryPool,
+    PacingConfig,
+    PacingDecision,
+    PartitionConfig,
+    PartitionLimits,
+    PartitionManager,
+    QosClass,
+    QosPolicyEvaluator,
+    QosTaskMeta,
+    RejectReason,
+    Scheduler,
+    TaskMeta,
+    TaskPolicy,
+    TaskState,
+    __version__,
+    build_info,
+    simulate_workload,
+)
+from .errors import (
+    AdmissionRejectedError,
+    DependencyCycleError,
+    DeviceOperationError,
+    DuplicateIdError,
+    InvalidArgumentError,
+    InvalidTransitionError,
+    QuotaExceededError,
+    SchedulerError,
+    UnknownIdError,
+)
 
-__all__ = ["__version__", "build_info"]
+__all__ = [
+    "AdmissionConfig",
+    "AdmissionController",
+    "AdmissionDecision",
+    "AdmissionRejectedError",
+    "AsyncTransferEngine",
+    "DependencyCycleError",
+    "DeviceOperationError",
+    "DuplicateIdError",
+    "InvalidArgumentError",
+    "InvalidTransitionError",
+    "KernelDispatcher",
+    "KernelFuture",
+    "KernelPacingEngine",
+    "KernelState",
+    "MemoryPool",
+    "PacingConfig",
+    "PacingDecision",
+    "PartitionConfig",
+    "PartitionLimits",
+    "PartitionManager",
+    "QosClass",
+    "QosPolicyEvaluator",
+    "QosTaskMeta",
+    "QuotaExceededError",
+    "RejectReason",
+    "Scheduler",
+    "SchedulerError",
+    "TaskMeta",
+    "TaskPolicy",
+    "TaskState",
+    "UnknownIdError",
+    "__version__",
+    "build_info",
+    "simulate_workload",
+]
