@@ -65,9 +65,11 @@ def test_admission_controller_bandwidth_queue_and_best_effort_switch() -> None:
     assert ctrl.try_admit("b", 100 * MB, 0.3, qos=rust.QosClass.Burstable)
     d = ctrl.try_admit("c", 100 * MB, 0.3, qos="burstable")
     assert not d
-    assert d.reason is not None and d.reason.kind == "insufficient_bandwidth"
+    assert d.reason is not None
+    assert d.reason.kind == "insufficient_bandwidth"
     d = ctrl.try_admit("d", MB, qos="best_effort")
-    assert d.reason is not None and d.reason.kind == "best_effort_disabled"
+    assert d.reason is not None
+    assert d.reason.kind == "best_effort_disabled"
     ctrl.enqueue()
     ctrl.enqueue()
     with pytest.raises(rust.AdmissionRejectedError) as exc:

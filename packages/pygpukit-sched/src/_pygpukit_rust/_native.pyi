@@ -167,7 +167,12 @@ class QosPolicyEvaluator:
     """Admits QoS tasks under the class rules."""
 
     def __init__(
-        self, total_memory: int, total_bandwidth: float = 1.0, *, guaranteed_share: float = 0.5, burst_share: float = 0.25
+        self,
+        total_memory: int,
+        total_bandwidth: float = 1.0,
+        *,
+        guaranteed_share: float = 0.5,
+        burst_share: float = 0.25,
     ) -> None: ...
     def evaluate(self, task: QosTaskMeta) -> AdmissionDecision: ...
     def reserve(self, task: QosTaskMeta) -> AdmissionDecision: ...
@@ -291,7 +296,11 @@ class PacingConfig:
     """Bandwidth (units/s), bucket window, minimum interval and adaptivity of pacing."""
 
     def __init__(
-        self, total_bandwidth: float = 1.0, window_ms: float = 100.0, min_interval_ms: float = 0.0, adaptive: bool = False
+        self,
+        total_bandwidth: float = 1.0,
+        window_ms: float = 100.0,
+        min_interval_ms: float = 0.0,
+        adaptive: bool = False,
     ) -> None: ...
     @property
     def total_bandwidth(self) -> float: ...
