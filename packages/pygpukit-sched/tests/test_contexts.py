@@ -73,9 +73,9 @@ def test_async_sessions_charge_each_task_to_its_own_context() -> None:
 
 def test_guaranteed_admission_against_capacity() -> None:
     sched.create_context("a", max_vram=600 * MB, qos="guaranteed")
-    with pytest.raises(AdmissionError, match="would reserve") as caught:
+    with pytest.raises(AdmissionError, match="insufficient memory") as caught:
         sched.create_context("b", max_vram=600 * MB, qos="guaranteed")
-    assert caught.value.reason == "capacity"
+    assert caught.value.reason == "insufficient_memory"
     sched.create_context("c", max_vram=600 * MB, qos="burstable")  # reserves nothing
     assert [c.name for c in sched.list_contexts()] == ["a", "c"]
     sched.destroy_context("a")

@@ -57,7 +57,8 @@ class ContextError(PyGPUkitError):
 
 
 class AdmissionError(ContextError):
-    """A context was refused at creation; ``reason`` says why (``"capacity"``, ``"duplicate"``)."""
+    """A context was refused at creation; ``reason`` says why: the Rust evaluator's reject kind
+    (``"insufficient_memory"``, ...), ``"capacity"`` (a budget above the device) or ``"duplicate"``."""
 
     def __init__(self, message: str, *, reason: str) -> None:
         super().__init__(message)
@@ -175,14 +176,28 @@ def _stream_priority(qos: str) -> int:
 
 class _Runtime:
     def __init__(self, device: int, capacity: int) -> None:
+        import _pygpukit_rust
+
         self.device = device
         self.capacity = capacity
         self.lock = threading.Lock()
         self.contexts: dict[str, ExecutionContext] = {}
         self.created = time.monotonic()
+        # The Rust QoS evaluator decides admission: Guaranteed contexts reserve their budget (up to the
+        # whole capacity); Burstable and BestEffort ones reserve nothing and are held to their budget.
+        self.qos = _pygpukit_rust.QosPolicyEvaluator(capacity, guaranteed_share=1.0, burst_share=1.0)
+        self.rust = _pygpukit_rust
+
+    def meta(self, name: str, qos: str, max_vram: int) -> Any:
+        task = self.rust.QosTaskMeta
+        if qos == "guaranteed":
+            return task.guaranteed(name, name, max_vram)
+        if qos == "burstable":
+            return task.burstable(name, name, 0, memory_limit=max_vram)
+        return task.best_effort(name, name, 0)
 
     def reserved(self) -> int:
-        return sum(c.max_vram for c in self.contexts.values() if c.qos == "guaranteed")
+        return int(self.qos.stats()["memory_by_class"]["guaranteed"])
 
 
 _runtime: _Runtime | None = None
@@ -256,11 +271,14 @@ def create_context(name: str, max_vram: int, qos: QosClass = "burstable", priori
     with runtime.lock:
         if name in runtime.contexts:
             raise AdmissionError(f"a context named {name!r} already exists", reason="duplicate")
-        if qos == "guaranteed" and runtime.reserved() + max_vram > runtime.capacity:
+        decision = runtime.qos.reserve(runtime.meta(name, qos, max_vram))
+        if not decision:
+            reason = decision.reason
+            why, kind = (reason.message, reason.kind) if reason is not None else ("refused", "refused")
             raise AdmissionError(
-                f"context {name!r}: guaranteeing {_bytes(max_vram)} would reserve "
-                f"{_bytes(runtime.reserved() + max_vram)} of {_bytes(runtime.capacity)}",
-                reason="capacity",
+                f"context {name!r} ({qos}, {_bytes(max_vram)}) was not admitted: {why} "
+                f"(guaranteed reservations {_bytes(runtime.reserved())} of {_bytes(runtime.capacity)})",
+                reason=kind,
             )
         ctx = ExecutionContext(name, max_vram, qos, priority, runtime.device)
         runtime.contexts[name] = ctx
@@ -283,6 +301,8 @@ def destroy_context(ctx: ExecutionContext | str) -> None:
     name = ctx if isinstance(ctx, str) else ctx.name
     with runtime.lock:
         found = runtime.contexts.pop(name, None)
+        if found is not None:
+            runtime.qos.release(name)
     if found is None:
         raise ContextError(f"no context named {name!r} (already destroyed?)")
     found._destroyed = True
