@@ -52,7 +52,10 @@ _FORMATS = {
 def kernel_root() -> Path:
     """Directory holding the common/ and ops/ kernel sources."""
     here = Path(__file__).resolve().parent
-    for candidate in (here / "_kernels", here.parents[4] / "native" / "kernels"):
+    candidates = [here / "_kernels"]  # a wheel
+    if len(here.parents) > 4:  # a checkout: packages/pygpukit-ops/src/pygpukit/ops
+        candidates.append(here.parents[4] / "native" / "kernels")
+    for candidate in candidates:
         if (candidate / "ops" / "types.cuh").is_file() and (candidate / "common" / "element_types.cuh").is_file():
             return candidate
     raise PyGPUkitError(f"op kernel sources not found (looked in {here / '_kernels'})")
