@@ -7,13 +7,13 @@
 //   reduce_rows<R, T>   the reduced dimensions hold the fastest-varying input axis: a group of
 //                       `lanes` threads (4 to 256) folds one row, each thread a fixed strided subset
 //                       (16-byte packs when the row is contiguous), then a fixed tree joins them
-//   reduce_cols<R>      a kept dimension is the fastest-varying one: 32 rows per block, one per
+//   reduce_cols<R, T>   a kept dimension is the fastest-varying one: 32 rows per block, one per
 //                       thread column, 8 threads down each row, then a fixed tree
 //
 // Rows too long for one block are split into `chunk`-element pieces along grid.y; the first pass then
 // stores each piece's accumulator and a second reduce_rows<R, Partial> over those finishes. T is the
-// input element type, or Dynamic for a run-time dtype code (integer and bool inputs, and every
-// column reduction). The result is stored converted to the run-time dtype `out_code`.
+// input element type, or Dynamic for a run-time dtype code (integer and bool inputs, and reductions
+// that are rarely hot). The result is stored converted to the run-time dtype `out_code`.
 #include "layout.cuh"
 #include "reducers.cuh"
 
@@ -50,17 +50,17 @@ __device__ __forceinline__ index_t inner_offset(const ReduceLayout& layout, inde
                                 : dims_offset(layout.inner_ndim, layout.inner_shape, layout.inner_strides, k);
 }
 
-// Element `offset` of the input as the reducer's accumulator.
+// Fold element `offset` of the input (or, for Partial, a previous pass's accumulator) into `acc`.
 template <typename R, typename T>
-__device__ __forceinline__ typename R::acc load_element(const R& r, const void* x, int x_code, index_t offset,
-                                                        index_t k) {
+__device__ __forceinline__ typename R::acc fold_element(const R& r, typename R::acc acc, const void* x,
+                                                        int x_code, index_t offset, index_t k) {
   using Value = typename R::value;
   if constexpr (SameType<T, Partial>::value) {
-    return static_cast<const typename R::acc*>(x)[offset];
+    return r.combine(acc, static_cast<const typename R::acc*>(x)[offset]);
   } else if constexpr (SameType<T, Dynamic>::value) {
-    return r.element(load_as<Value>(x, x_code, offset), k);
+    return fold(r, acc, load_as<Value>(x, x_code, offset), k);
   } else {
-    return r.element(convert<Value>(static_cast<const T*>(x)[offset]), k);
+    return fold(r, acc, convert<Value>(static_cast<const T*>(x)[offset]), k);
   }
 }
 
@@ -101,15 +101,18 @@ __global__ void reduce_rows(const void* __restrict__ x, int x_code, void* __rest
         // packs are one 16-byte load, the rest element loads: the same order either way.
         const bool aligned = aligned_to(row_start, V * sizeof(T));
         const index_t step = static_cast<index_t>(lanes) * V;
-        for (index_t start = begin + static_cast<index_t>(lane) * V; start < end; start += step) {
-          if (aligned && start + V <= end) {
+        index_t start = begin + static_cast<index_t>(lane) * V;
+        if (aligned) {
+#pragma unroll 4
+          for (; start + V <= end; start += step) {
             const Pack<T, V> pack = *reinterpret_cast<const Pack<T, V>*>(row_start + start);
 #pragma unroll
-            for (int j = 0; j < V; ++j) acc = r.combine(acc, r.element(convert<Value>(pack.v[j]), start + j));
-          } else {
-            for (int j = 0; j < V && start + j < end; ++j) {
-              acc = r.combine(acc, r.element(convert<Value>(row_start[start + j]), start + j));
-            }
+            for (int j = 0; j < V; ++j) acc = fold(r, acc, convert<Value>(pack.v[j]), start + j);
+          }
+        }
+        for (; start < end; start += step) {
+          for (int j = 0; j < V && start + j < end; ++j) {
+            acc = fold(r, acc, convert<Value>(row_start[start + j]), start + j);
           }
         }
         folded = true;
@@ -117,7 +120,7 @@ __global__ void reduce_rows(const void* __restrict__ x, int x_code, void* __rest
     }
     if (!folded) {
       for (index_t k = begin + lane; k < end; k += lanes) {
-        acc = r.combine(acc, load_element<R, T>(r, x, x_code, base + inner_offset(layout, k), k));
+        acc = fold_element<R, T>(r, acc, x, x_code, base + inner_offset(layout, k), k);
       }
     }
   }
@@ -131,7 +134,7 @@ __global__ void reduce_rows(const void* __restrict__ x, int x_code, void* __rest
   }
 }
 
-template <typename R>
+template <typename R, typename T>
 __global__ void reduce_cols(const void* __restrict__ x, int x_code, void* __restrict__ out, int out_code,
                             index_t rows, index_t count, index_t chunk, index_t total, index_t ddof, int mode,
                             ReduceLayout layout) {
@@ -145,8 +148,16 @@ __global__ void reduce_cols(const void* __restrict__ x, int x_code, void* __rest
   Acc acc = r.identity();
   if (row < rows) {
     const index_t base = dims_offset(layout.outer_ndim, layout.outer_shape, layout.outer_strides, row);
-    for (index_t k = begin + threadIdx.y; k < end; k += kDown) {
-      acc = r.combine(acc, load_element<R, Dynamic>(r, x, x_code, base + inner_offset(layout, k), k));
+    if (layout.inner_ndim == 1) {
+      const index_t stride = layout.inner_strides[0];
+#pragma unroll 4
+      for (index_t k = begin + threadIdx.y; k < end; k += kDown) {
+        acc = fold_element<R, T>(r, acc, x, x_code, base + k * stride, k);
+      }
+    } else {
+      for (index_t k = begin + threadIdx.y; k < end; k += kDown) {
+        acc = fold_element<R, T>(r, acc, x, x_code, base + inner_offset(layout, k), k);
+      }
     }
   }
   partials[threadIdx.y][threadIdx.x] = acc;

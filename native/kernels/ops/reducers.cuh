@@ -161,6 +161,27 @@ struct LogSumExpR {
   __device__ acc finish(acc a, index_t, index_t) const { return a; }
 };
 
+// Fold one element into an accumulator: combine(a, element(v, k)), except for the softmax statistics,
+// where the running form needs one exponential per element instead of two.
+template <typename R>
+__device__ __forceinline__ typename R::acc fold(const R& r, typename R::acc a, typename R::value v,
+                                                index_t k) {
+  return r.combine(a, r.element(v, k));
+}
+template <typename A>
+__device__ __forceinline__ SoftmaxStats<A> fold(const LogSumExpR<A>&, SoftmaxStats<A> a, A v, index_t) {
+  if (v > a.max) {
+    a.sum = a.sum * m_exp(a.max - v) + A(1);  // the empty accumulator has sum 0 and max -inf
+    a.max = v;
+  } else if (v != v) {
+    a.max = v;
+    a.sum = v;
+  } else if (v != Limits<A>::lowest()) {
+    a.sum += m_exp(v - a.max);
+  }
+  return a;
+}
+
 // -- moving accumulators between lanes --------------------------------------------------------------
 template <typename T>
 __device__ __forceinline__ T shuffle_xor(T value, int mask) {

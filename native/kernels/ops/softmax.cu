@@ -31,9 +31,10 @@ __device__ __forceinline__ index_t softmax_offset(int ndim, const index_t* shape
   return offset;
 }
 
+// `scale` is 1 / sum for softmax and log(sum) for log_softmax.
 template <typename A>
-__device__ __forceinline__ A softmax_value(A x, SoftmaxStats<A> stats, A log_sum, int log) {
-  return log ? x - stats.max - log_sum : m_exp(x - stats.max) / stats.sum;
+__device__ __forceinline__ A softmax_value(A x, A max, A scale, int log) {
+  return log ? x - max - scale : m_exp(x - max) * scale;
 }
 
 template <typename T, typename A>
@@ -56,22 +57,23 @@ __global__ void softmax_rows(const T* __restrict__ x, T* __restrict__ out, index
     in_row = x + softmax_offset(layout.outer_ndim, layout.outer_shape, layout.in_outer_strides, row);
     out_row = out + softmax_offset(layout.outer_ndim, layout.outer_shape, layout.out_outer_strides, row);
     aligned = aligned_to(in_row, V * sizeof(T)) && aligned_to(out_row, V * sizeof(T));
-    for (index_t start = static_cast<index_t>(lane) * V; start < count;
-         start += static_cast<index_t>(lanes) * V) {
-      if (aligned && start + V <= count) {
+    const index_t step = static_cast<index_t>(lanes) * V;
+    index_t start = static_cast<index_t>(lane) * V;
+    if (aligned) {
+#pragma unroll 2
+      for (; start + V <= count; start += step) {
         const Pack<T, V> pack = *reinterpret_cast<const Pack<T, V>*>(in_row + start);
 #pragma unroll
-        for (int j = 0; j < V; ++j) acc = r.combine(acc, r.element(convert<A>(pack.v[j]), 0));
-      } else {
-        for (int j = 0; j < V && start + j < count; ++j) {
-          acc = r.combine(acc, r.element(convert<A>(in_row[start + j]), 0));
-        }
+        for (int j = 0; j < V; ++j) acc = fold(r, acc, convert<A>(pack.v[j]), 0);
       }
+    }
+    for (; start < count; start += step) {
+      for (int j = 0; j < V && start + j < count; ++j) acc = fold(r, acc, convert<A>(in_row[start + j]), 0);
     }
   }
   const Acc stats = group_allreduce<R>(r, acc, lanes, scratch);
   if (!valid) return;
-  const A log_sum = log ? m_log(stats.sum) : A(0);
+  const A scale = log ? m_log(stats.sum) : A(1) / stats.sum;
   for (index_t start = static_cast<index_t>(lane) * V; start < count;
        start += static_cast<index_t>(lanes) * V) {
     if (aligned && start + V <= count) {
@@ -79,11 +81,11 @@ __global__ void softmax_rows(const T* __restrict__ x, T* __restrict__ out, index
       Pack<T, V> result;
 #pragma unroll
       for (int j = 0; j < V; ++j)
-        result.v[j] = convert<T>(softmax_value(convert<A>(pack.v[j]), stats, log_sum, log));
+        result.v[j] = convert<T>(softmax_value(convert<A>(pack.v[j]), stats.max, scale, log));
       *reinterpret_cast<Pack<T, V>*>(out_row + start) = result;
     } else {
       for (int j = 0; j < V && start + j < count; ++j) {
-        out_row[start + j] = convert<T>(softmax_value(convert<A>(in_row[start + j]), stats, log_sum, log));
+        out_row[start + j] = convert<T>(softmax_value(convert<A>(in_row[start + j]), stats.max, scale, log));
       }
     }
   }
@@ -97,8 +99,8 @@ __global__ void softmax_apply(T* __restrict__ out, const T* __restrict__ x,
     index_t offsets[3];
     layout_offsets<3>(layout, i, small, offsets);
     const SoftmaxStats<A> s = stats[offsets[2]];
-    const A log_sum = log ? m_log(s.sum) : A(0);
-    out[offsets[0]] = convert<T>(softmax_value(convert<A>(x[offsets[1]]), s, log_sum, log));
+    const A scale = log ? m_log(s.sum) : A(1) / s.sum;
+    out[offsets[0]] = convert<T>(softmax_value(convert<A>(x[offsets[1]]), s.max, scale, log));
   }
 }
 

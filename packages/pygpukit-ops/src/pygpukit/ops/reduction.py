@@ -136,7 +136,7 @@ class _Reducer:
         return (
             f"{NAMESPACE}reduce_rows<{reducer}, {source}>",
             f"{NAMESPACE}reduce_rows<{reducer}, {NAMESPACE}Partial>",
-            f"{NAMESPACE}reduce_cols<{reducer}>",
+            f"{NAMESPACE}reduce_cols<{reducer}, {source}>",
         )
 
 
