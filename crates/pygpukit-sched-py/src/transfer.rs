@@ -37,8 +37,10 @@ fn info_dict<'py>(py: Python<'py>, t: &TransferInfo) -> PyResult<Bound<'py, PyDi
 }
 
 /// Queues copies by priority (higher first) and runs them on one stream per direction, at most
-/// `max_concurrent` in flight per direction, so they overlap compute on other streams. Device
-/// addresses are plain integers (e.g. GPUArray.device_ptr); `backend` as for MemoryPool.
+/// `max_concurrent` in flight per direction, so they overlap compute on other streams. Copies in
+/// one direction run in order; different directions are not ordered with each other (wait for a
+/// transfer before queueing one that reads what it writes). Device addresses are plain integers
+/// (e.g. GPUArray.device_ptr); `backend` as for MemoryPool.
 #[pyclass(name = "AsyncTransferEngine", module = "_pygpukit_rust", frozen)]
 pub struct PyAsyncTransferEngine {
     inner: Arc<AsyncTransferEngine>,

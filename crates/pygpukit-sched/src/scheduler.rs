@@ -511,7 +511,12 @@ impl Scheduler {
             key: self.key_for(&meta, seq),
             seq,
             state: TaskState::Pending,
-            unmet: deps.len() as u32 + 1,
+            // The extra count is released once registration with the dependencies is done.
+            unmet: if deps.is_empty() {
+                0
+            } else {
+                deps.len() as u32 + 1
+            },
             deps: deps.clone(),
             dependents: Vec::new(),
             epoch: 0,
@@ -532,6 +537,19 @@ impl Scheduler {
             shard.insert(Arc::clone(&id), record);
         }
         self.count(None, TaskState::Pending);
+        if deps.is_empty() {
+            // Ready at once. Should the task change before this push, the entry is stale and
+            // skipped when popped.
+            self.submitted.fetch_add(1, Ordering::Relaxed);
+            let key = self.key_for(&meta, seq);
+            self.ready[meta.qos.index()].push(Entry {
+                key,
+                seq,
+                epoch: 0,
+                id,
+            });
+            return Ok(());
+        }
         // Register with each dependency; satisfied ones count down right away.
         let mut satisfied = 1u32;
         let mut registered: Vec<&Arc<str>> = Vec::new();
@@ -723,27 +741,23 @@ impl Scheduler {
             let Some(entry) = self.ready[class.index()].pop() else {
                 continue;
             };
-            let Some(request) = self.ready_request(&entry) else {
-                continue; // stale: cancelled, re-queued or given a new dependency
-            };
-            match self.admission.try_admit_shared(&entry.id, &request) {
-                Ok(AdmissionDecision::Admitted { preempted, .. }) => {
-                    if self.mark_admitted(&entry) {
-                        stride.pass[class.index()] +=
-                            STRIDE_UNIT / u64::from(self.config.class_weights[class.index()]);
-                        stride.vtime = stride.pass[class.index()];
-                        report.admitted.push(entry.id.to_string());
-                    }
+            match self.try_admit_entry(&entry) {
+                None => continue, // stale: cancelled, re-queued or given a new dependency
+                Some(Ok(AdmissionDecision::Admitted { preempted, .. })) => {
+                    stride.pass[class.index()] +=
+                        STRIDE_UNIT / u64::from(self.config.class_weights[class.index()]);
+                    stride.vtime = stride.pass[class.index()];
+                    report.admitted.push(entry.id.to_string());
                     for victim in preempted {
                         self.preempt(&victim, &entry.id);
                         report.preempted.push(victim);
                     }
                 }
-                Ok(AdmissionDecision::Rejected(reason)) if reason.is_permanent() => {
+                Some(Ok(AdmissionDecision::Rejected(reason))) if reason.is_permanent() => {
                     self.finish_unadmitted(&entry.id, TaskState::Failed, reason.to_string());
                     report.failed.push(entry.id.to_string());
                 }
-                Ok(AdmissionDecision::Rejected(_)) | Err(_) => {
+                Some(Ok(AdmissionDecision::Rejected(_)) | Err(_)) => {
                     // Does not fit now: back at the head of its class, and the class holds its
                     // turn against the other non-Guaranteed class for this round.
                     self.ready[class.index()].push(entry);
@@ -778,36 +792,29 @@ impl Scheduler {
         best
     }
 
-    /// The request of a queued entry that is still valid, or None when the entry is stale.
-    fn ready_request(&self, entry: &Entry) -> Option<ResourceRequest> {
-        let shard = self.tasks.shard(&entry.id);
-        let r = shard.get(&entry.id)?;
-        (r.state == TaskState::Pending && r.unmet == 0 && r.epoch == entry.epoch)
-            .then_some(r.request)
-    }
-
-    /// Pending -> Admitted after a successful reservation; undoes the reservation when the task
-    /// changed meanwhile.
-    fn mark_admitted(&self, entry: &Entry) -> bool {
-        let ok = {
+    /// Admission of a queued entry, with its task record locked throughout so that nothing can
+    /// change it between the check and the transition: None when the entry is stale; on success
+    /// the task is Admitted and queued to run.
+    fn try_admit_entry(&self, entry: &Entry) -> Option<Result<AdmissionDecision>> {
+        let decision = {
             let mut shard = self.tasks.shard(&entry.id);
-            match shard.get_mut(&entry.id) {
-                Some(r) if r.state == TaskState::Pending && r.epoch == entry.epoch => {
-                    r.state = TaskState::Admitted;
-                    r.admitted_ns = now_ns();
-                    self.runnable.push((Arc::clone(&entry.id), r.epoch));
-                    true
-                }
-                _ => false,
+            let r = shard.get_mut(&entry.id)?;
+            if !(r.state == TaskState::Pending && r.unmet == 0 && r.epoch == entry.epoch) {
+                return None;
             }
+            let decision = self.admission.try_admit_shared(&entry.id, &r.request);
+            if let Ok(AdmissionDecision::Admitted { .. }) = decision {
+                r.state = TaskState::Admitted;
+                r.admitted_ns = now_ns();
+                self.runnable.push((Arc::clone(&entry.id), r.epoch));
+            }
+            decision
         };
-        if ok {
+        if let Ok(AdmissionDecision::Admitted { .. }) = decision {
             self.count(Some(TaskState::Pending), TaskState::Admitted);
             self.admission.dequeue();
-        } else {
-            let _ = self.admission.release(&entry.id);
         }
-        ok
+        Some(decision)
     }
 
     /// A best-effort task lost its reservation to `by`: back to Pending if it had not started,

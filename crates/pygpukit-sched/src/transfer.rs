@@ -8,7 +8,9 @@
 //! is detected by querying the second, and the pair gives the copy's place on a device timeline
 //! (milliseconds since the engine's reference event) and the lane's achieved bandwidth.
 //!
-//! Lanes are locked independently; nothing is shared between directions.
+//! Lanes are locked independently; nothing is shared between directions. For the same reason copies
+//! in different directions are not ordered with each other (as on any two CUDA streams): wait for a
+//! transfer before queueing one in another direction that reads what it writes.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
