@@ -98,6 +98,9 @@ def gemm_fallback(
             gemm_fallback(_at(a, pos), _at(b, pos), d.reshape(count, m, n)[index], (), m, n, k, bias=bias,
                           activation=activation, scales=None, alpha=alpha, stream=stream)  # fmt: skip
         return
+    if a.dtype.name in ("float16", "bfloat16") and _tensor_cores(a, b, d, count, m, n, k, bias, activation, alpha,
+                                                                 stream):  # fmt: skip
+        return
     a_strides, b_strides = _strides(a), _strides(b)
     shape = struct.pack("@10q2id", m, n, k, a_strides[-2], a_strides[-1], sa, b_strides[-2], b_strides[-1], sb,
                         m * n, _ACTIVATION[activation], int(bias is not None), alpha)  # fmt: skip
@@ -106,6 +109,41 @@ def gemm_fallback(
     # Raw addresses: the kernel reads A and B through their strides, so views need no copy.
     kernel(a.device_ptr, b.device_ptr, d.device_ptr, bias.device_ptr if bias is not None else 0, shape, grid=grid,
            block=256, stream=stream)  # fmt: skip
+
+
+def _tensor_cores(
+    a: GPUArray,
+    b: GPUArray,
+    d: GPUArray,
+    count: int,
+    m: int,
+    n: int,
+    k: int,
+    bias: GPUArray | None,
+    activation: str | None,
+    alpha: float,
+    stream: Stream | None,
+) -> bool:
+    """float16/bfloat16 on the built-in tensor-core kernel (``_builtin_gemm.gemm_mma``), batch by batch;
+    False when an operand's layout is one it does not take (then the CUDA-core kernel runs)."""
+    from pygpukit.core.errors import ShapeError
+
+    from . import _builtin_gemm
+
+    act = {None: None, "relu": "relu", "gelu": "gelu_tanh"}[activation]
+    batch = tuple(d.shape[:-2])
+    out = d.reshape(max(count, 1), m, n)
+    try:
+        for index in range(max(count, 1)):
+            pos = _unravel(index, batch) if batch else ()
+            a2, b2 = _at(a, pos), _at(b, pos)
+            _builtin_gemm.gemm_mma(a2.reshape(m, k) if a2.ndim != 2 else a2, b2.reshape(k, n) if b2.ndim != 2 else b2,
+                                   out[index], alpha=alpha, bias=bias, activation=act, stream=stream)  # fmt: skip
+    except ShapeError:
+        if count > 1:
+            raise  # some batches were written already; layouts do not change between batches
+        return False
+    return True
 
 
 def _unravel(index: int, shape: tuple[int, ...]) -> tuple[int, ...]:
