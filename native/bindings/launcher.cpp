@@ -397,7 +397,7 @@ int launcher_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   PyObject* array_type = nullptr;
   PyObject* thread_state = nullptr;
   PyObject* streams_var = nullptr;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KlllsO!OO!", const_cast<char**>(names), &function, &device,
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KlllsO!OOO!", const_cast<char**>(names), &function, &device,
                                    &max_threads, &max_shared, &kinds, &PyTuple_Type, &elements, &array_type,
                                    &thread_state, &PyContextVar_Type, &streams_var)) {
     return -1;
