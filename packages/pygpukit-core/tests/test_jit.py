@@ -263,3 +263,22 @@ def test_allocation_churn_with_random_sizes() -> None:
     stats = gp.memory_stats()
     assert stats["in_use_blocks"] >= len(live)
     assert stats["reuse_hits"] > 0
+
+
+def test_native_launcher_is_constructible_and_declines_unusual_arguments() -> None:
+    """The C fast path (native/bindings/launcher.cpp) builds without a GPU; it returns NotImplemented
+    (the general Python path then validates) for anything it does not handle, before touching CUDA."""
+    native = pytest.importorskip("pygpukit.core._native_cu13")
+    from pygpukit.core.array import GPUArray
+    from pygpukit.core.stream import _local, current_streams
+
+    launcher = native.Launcher(1, 0, 1024, 48 * 1024, "pqf", ("float", None, None), GPUArray, _local, current_streams)
+    assert launcher.kinds == "pqf"
+    assert launcher.launch((1, 2), 1, 32, 0, None) is NotImplemented  # wrong count
+    assert launcher.launch((1, 2, 3.0), 1, 2048, 0, None) is NotImplemented  # too many threads
+    assert launcher.launch((1, 2, 3.0), (1, 1, 1, 1), 32, 0, None) is NotImplemented  # bad grid
+    assert launcher.launch((1, 2, 3.0), 1, 32, 10**6, None) is NotImplemented  # too much shared memory
+    assert launcher.launch(("x", 2, 3.0), 1, 32, 0, None) is NotImplemented  # not a pointer
+    assert launcher.launch((1, 2**70, 3.0), 1, 32, 0, None) is NotImplemented  # out of range
+    with pytest.raises(TypeError, match="argument 9"):
+        native.Launcher(1, 0, 1024, 0, "p", (None,), GPUArray, _local, _local)
