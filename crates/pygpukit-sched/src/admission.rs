@@ -739,65 +739,76 @@ impl AdmissionController {
         };
         let class = req.class;
         let mut preempted = Vec::new();
+        // Records the grant under its shard lock; a concurrent admission of the same id loses.
+        let insert = |units: GrantUnits| -> bool {
+            let mut shard = self.grants.shard(id);
+            if shard.contains_key(id.as_ref()) {
+                return false;
+            }
+            shard.insert(Arc::clone(id), units);
+            true
+        };
         let outcome = if class == QosClass::BestEffort {
+            // Reserve, record and register as a preemption candidate under the best-effort lock,
+            // so a preemption never sees a holder without its grant.
             let mut holders = self.best_effort.lock();
-            self.reserve_both(class, mem, bw).map(|()| {
-                let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-                holders.insert(seq, Arc::clone(id));
-                GrantUnits {
-                    class,
-                    mem,
-                    mem_burst: 0,
-                    bw,
-                    bw_burst: 0,
-                    seq,
-                }
-            })
-        } else {
             match self.reserve_both(class, mem, bw) {
+                Ok(()) => {
+                    let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+                    let units = GrantUnits {
+                        class,
+                        mem,
+                        mem_burst: 0,
+                        bw,
+                        bw_burst: 0,
+                        seq,
+                    };
+                    if insert(units) {
+                        holders.insert(seq, Arc::clone(id));
+                        Ok(units)
+                    } else {
+                        drop(holders);
+                        self.undo_units(&units);
+                        return Err(SchedError::duplicate("reservation", id));
+                    }
+                }
+                Err(e) => Err(e),
+            }
+        } else {
+            match match self.reserve_both(class, mem, bw) {
                 Err(Shortfall::Preempt) => {
                     self.admit_with_preemption(class, mem, bw, &mut preempted)
                 }
                 other => other,
-            }
-            .map(|()| {
-                let (mem_burst, bw_burst) = if class == QosClass::Burstable {
-                    (
-                        self.memory.burst(mem_limit - mem),
-                        self.bandwidth.burst(bw_limit - bw),
-                    )
-                } else {
-                    (0, 0)
-                };
-                GrantUnits {
-                    class,
-                    mem: mem + mem_burst,
-                    mem_burst,
-                    bw: bw + bw_burst,
-                    bw_burst,
-                    seq: 0,
+            } {
+                Ok(()) => {
+                    let (mem_burst, bw_burst) = if class == QosClass::Burstable {
+                        (
+                            self.memory.burst(mem_limit - mem),
+                            self.bandwidth.burst(bw_limit - bw),
+                        )
+                    } else {
+                        (0, 0)
+                    };
+                    let units = GrantUnits {
+                        class,
+                        mem: mem + mem_burst,
+                        mem_burst,
+                        bw: bw + bw_burst,
+                        bw_burst,
+                        seq: 0,
+                    };
+                    if !insert(units) {
+                        self.undo_units(&units);
+                        return Err(SchedError::duplicate("reservation", id));
+                    }
+                    Ok(units)
                 }
-            })
+                Err(e) => Err(e),
+            }
         };
         match outcome {
             Ok(units) => {
-                // Insert under the shard lock; a concurrent admission of the same id loses here.
-                let inserted = {
-                    let mut shard = self.grants.shard(id);
-                    if shard.contains_key(id.as_ref()) {
-                        false
-                    } else {
-                        shard.insert(Arc::clone(id), units);
-                        true
-                    }
-                };
-                if !inserted {
-                    if class == QosClass::BestEffort {
-                        self.best_effort.lock().remove(&units.seq);
-                    }
-                    self.release_units(&units);
-                    return Err(SchedError::duplicate("reservation", id));
-                }
                 self.admitted.fetch_add(1, Ordering::Relaxed);
                 Ok(AdmissionDecision::Admitted {
                     grant: units.public(),
@@ -874,11 +885,16 @@ impl AdmissionController {
     }
 
     fn release_units(&self, g: &GrantUnits) {
+        self.undo_units(g);
+        self.released.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Gives a reservation's amounts back to the ledgers without counting it as released.
+    fn undo_units(&self, g: &GrantUnits) {
         self.memory
             .release(g.class, g.mem - g.mem_burst, g.mem_burst);
         self.bandwidth
             .release(g.class, g.bw - g.bw_burst, g.bw_burst);
-        self.released.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Releases `id`'s reservation and returns what it held.
