@@ -7,7 +7,9 @@
 // All of them are bound by reading W, so every W element is read exactly once, 16 bytes per load
 // with L1 bypassed, several loads in flight per thread, and each W chunk serves every row of x.
 //
-// gemv_nk / gemv_kn (float FMAs; float weights, and one row of x in 16 bits):
+// gemv_nk / gemv_kn (float FMAs; float weights, and one row of x in 16 bits). Their launch bounds
+// ask for one resident block only so that ptxas keeps all U loads of a thread in flight: aiming at
+// full occupancy it would otherwise cap the registers and issue each load just before its use.
 //   gemv_nk: each warp owns R consecutive rows of W and walks their K extent, lanes striding over
 //   16-byte chunks; the dot products end with a warp-shuffle reduction.
 //   gemv_kn: a block owns 32 chunks of columns (one warp-wide row segment of W); its 8 warps take
@@ -79,10 +81,22 @@ struct Pack<__half> {
 // W is streamed: each byte is used once, so keep it out of L1.
 __device__ __forceinline__ uint4 load_weights(const void* p) {
   uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
   return v;
+}
+
+// Waits here for N loaded chunks, all issued before the first wait (load_weights is volatile and so
+// keeps its order against these volatile statements), so that N loads are in flight per thread.
+// The loops below also use row 0 of x unconditionally (the kernels run only with m >= 1): a W
+// chunk used only under `if (i < m)` lets ptxas sink its load into that branch, next to the use.
+template <int N>
+__device__ __forceinline__ void await_loads(uint4* values) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    asm volatile("" : "+r"(values[i].x), "+r"(values[i].y), "+r"(values[i].z), "+r"(values[i].w));
+  }
 }
 
 // x is small and read by every block: the ordinary read-only path, which caches it.
@@ -140,7 +154,7 @@ __device__ __forceinline__ void emit(T* __restrict__ y, const T* __restrict__ bi
 
 // Rows handled per block by gemv_nk: kWarps * R. Grid: (ceil(n / (kWarps * R)), splits).
 template <typename T, int MT, int R, int U>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
     gemv_nk(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, const T* __restrict__ bias,
             int m, int n, int k, long long ldx, long long ldw, long long ldy, int activation, int splits,
             float* partial, unsigned* counters, int vector) {
@@ -177,6 +191,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int r = 0; r < R; ++r) wv[u][r] = load_weights(rows[r] + static_cast<long long>(c + u * 32) * E);
       }
+      await_loads<U * R>(&wv[0][0]);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         float wf[R][E];
@@ -184,7 +199,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int r = 0; r < R; ++r) Pack<T>::unpack(wv[u][r], wf[r]);
 #pragma unroll
         for (int i = 0; i < MT; ++i) {
-          if (i < m) {
+          if (i == 0 || i < m) {
             float xf[E];
             Pack<T>::unpack(load_activations(x + i * ldx + static_cast<long long>(c + u * 32) * E), xf);
 #pragma unroll
@@ -249,7 +264,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // Columns handled per block by gemv_kn: 32 * (16 / sizeof(T)). Grid: (ceil(n / columns), splits).
 template <typename T, int MT, int U>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
     gemv_kn(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, const T* __restrict__ bias,
             int m, int n, int k, long long ldx, long long ldw, long long ldy, int activation, int splits,
             float* partial, unsigned* counters, int vector) {
@@ -278,13 +293,14 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int u = 0; u < U; ++u)
         wv[u] = load_weights(column + static_cast<long long>(kk + u * kWarps) * ldw);
+      await_loads<U>(wv);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         float wf[E];
         Pack<T>::unpack(wv[u], wf);
 #pragma unroll
         for (int i = 0; i < MT; ++i) {
-          if (i < m) {
+          if (i == 0 || i < m) {
             const float xv = matmul::to_float(x[i * ldx + kk + u * kWarps]);
 #pragma unroll
             for (int e = 0; e < E; ++e) acc[i][e] = fmaf(xv, wf[e], acc[i][e]);
@@ -457,6 +473,8 @@ __global__ void __launch_bounds__(kThreads)
     uint4 xs[U][2];
 #pragma unroll
     for (int u = 0; u < U; ++u) load(step + u * kWarps, lo[u], hi[u], xs[u]);
+    await_loads<2 * U>(&lo[0][0]);
+    await_loads<2 * U>(&hi[0][0]);
 #pragma unroll
     for (int u = 0; u < U; ++u) consume(lo[u], hi[u], xs[u]);
   }
@@ -540,6 +558,7 @@ __global__ void __launch_bounds__(kThreads)
     unsigned xs[U][2];
 #pragma unroll
     for (int u = 0; u < U; ++u) load(step + u * kWarps, rows[u], xs[u]);
+    await_loads<4 * U>(&rows[0][0]);
 #pragma unroll
     for (int u = 0; u < U; ++u) consume(rows[u], xs[u]);
   }
