@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -254,6 +254,8 @@ def _gemm(
     alpha: float = 1.0,
 ) -> None:
     """d (batch, m, n) row-major = a (.., m, k) @ b (.., k, n), through cuBLASLt or a built-in kernel."""
+    if m <= _GEMV_ROWS and not batch and scales is None and alpha == 1.0 and _gemv(a, b, d, bias, activation, stream):
+        return
     if not _use_cublaslt():
         _fallback(a, b, d, batch, m, n, k, bias=bias, activation=activation, scales=scales, alpha=alpha, stream=stream)
         return
@@ -293,6 +295,37 @@ def _gemm(
             raise
         _unsupported.add(key)
         _fallback(a, b, d, batch, m, n, k, bias=bias, activation=activation, scales=scales, alpha=alpha, stream=stream)
+
+
+_GEMV_ROWS = 8  # up to this many rows of a, the built-in GEMV (memory-bound decode path) runs
+
+
+def _gemv(
+    a: GPUArray, b: GPUArray, d: GPUArray, bias: GPUArray | None, activation: str | None, stream: Stream | None
+) -> bool:
+    """Small-M products on the built-in GEMV kernels (native/kernels/ops/gemv.cu), which read the
+    weight once at close to the memory bandwidth. False when the layout or dtype is not one they take."""
+    if a.dtype.name not in ("float32", "float16", "bfloat16") or a.ndim != 2 or b.ndim != 2:
+        return False
+    sb = _element_strides(b)
+    layout: Literal["kn", "nk"]
+    if sb[1] == 1 and sb[0] == b.shape[1]:
+        layout, weight = "kn", b  # b stored (K, N)
+    elif sb[0] == 1 and sb[1] == b.shape[0]:
+        layout, weight = "nk", _swap_last(b)  # b is the transpose of a contiguous (N, K) weight
+    else:
+        return False
+    from . import _builtin_gemm
+
+    try:
+        _builtin_gemm.gemv(a, weight, d, w_layout=layout, bias=bias, activation=_GEMV_ACTIVATION[activation],
+                           stream=stream)  # fmt: skip
+    except (ShapeError, DTypeError):
+        return False
+    return True
+
+
+_GEMV_ACTIVATION = {None: None, "relu": "relu", "gelu": "gelu_tanh"}
 
 
 def _fallback(a: GPUArray, b: GPUArray, d: GPUArray, batch: tuple[int, ...], m: int, n: int, k: int,
