@@ -34,11 +34,18 @@ def host(array: GPUArray) -> Array:
     return array._host_view()
 
 
+_E4M3_MAX = 448.0
+
+
 def store(out: GPUArray, values: Any) -> None:
-    """Write ``values`` (any NumPy dtype) into ``out`` with a NumPy conversion."""
+    """Write ``values`` (any NumPy dtype) into ``out`` with a NumPy conversion; like the kernels,
+    float8_e4m3fn (which has no infinity) saturates out-of-range values to +-448 instead of NaN."""
     view = host(out)
     if view.size:
-        view[...] = np.asarray(values).astype(out.dtype.numpy, copy=False)
+        array = np.asarray(values)
+        if out.dtype.name == "float8_e4m3fn" and array.dtype.kind == "f":
+            array = np.clip(array, -_E4M3_MAX, _E4M3_MAX)  # NaN stays NaN
+        view[...] = array.astype(out.dtype.numpy, copy=False)
 
 
 def _power(a: Array, b: Array) -> Array:

@@ -510,7 +510,8 @@ def _softmax(name: str, x: Any, axis: int, log: bool) -> GPUArray:
     rows_expr, apply_expr = _softmax_expressions(x.dtype)
     kernels = group(_SOFTMAX_FILE, [rows_expr, apply_expr])
     out_strides = out._strides
-    if (x._strides[ax] == 1 or count == 1) and (rows >= 256 or count <= 16384):
+    rows_along_axis = (x._strides[ax] == 1 and out_strides[ax] == 1) or count == 1
+    if rows_along_axis and (rows >= 256 or count <= 16384):
         kept_strides = [[x._strides[a] for a in kept], [out_strides[a] for a in kept]]
         dims, (in_outer, out_outer) = collapse([x._shape[a] for a in kept], kept_strides)
         shape, in_strides = _dims_bytes(dims, in_outer)
