@@ -311,11 +311,11 @@ struct LogicalNot {
   __device__ bool operator()(bool x) const { return !x; }
 };
 
-#define PYGPUKIT_FLOAT_UNARY(NAME, EXPR)                             \
-  template <typename C>                                              \
-  struct NAME {                                                      \
-    using compute = C;                                               \
-    __device__ __noinline__ C operator()(C x) const { return EXPR; } \
+#define PYGPUKIT_FLOAT_UNARY(NAME, EXPR)                                \
+  template <typename C>                                                 \
+  struct NAME {                                                         \
+    using compute = C;                                                  \
+    __device__ __forceinline__ C operator()(C x) const { return EXPR; } \
   };
 PYGPUKIT_FLOAT_UNARY(Exp, m_exp(x))
 PYGPUKIT_FLOAT_UNARY(Exp2, m_exp2(x))

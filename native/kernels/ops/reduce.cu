@@ -103,7 +103,21 @@ __global__ void reduce_rows(const void* __restrict__ x, int x_code, void* __rest
         const index_t step = static_cast<index_t>(lanes) * V;
         index_t start = begin + static_cast<index_t>(lane) * V;
         if (aligned) {
-#pragma unroll 4
+          // kBatch packs at a time: their loads are in flight together, then they fold in order.
+          constexpr int kBatch = R::kBatch;
+          for (; start + (kBatch - 1) * step + V <= end; start += kBatch * step) {
+            Pack<T, V> packs[kBatch];
+#pragma unroll
+            for (int u = 0; u < kBatch; ++u) {
+              packs[u] = *reinterpret_cast<const Pack<T, V>*>(row_start + start + u * step);
+            }
+#pragma unroll
+            for (int u = 0; u < kBatch; ++u) {
+#pragma unroll
+              for (int j = 0; j < V; ++j)
+                acc = fold(r, acc, convert<Value>(packs[u].v[j]), start + u * step + j);
+            }
+          }
           for (; start + V <= end; start += step) {
             const Pack<T, V> pack = *reinterpret_cast<const Pack<T, V>*>(row_start + start);
 #pragma unroll
@@ -150,10 +164,19 @@ __global__ void reduce_cols(const void* __restrict__ x, int x_code, void* __rest
     const index_t base = dims_offset(layout.outer_ndim, layout.outer_shape, layout.outer_strides, row);
     if (layout.inner_ndim == 1) {
       const index_t stride = layout.inner_strides[0];
-#pragma unroll 4
-      for (index_t k = begin + threadIdx.y; k < end; k += kDown) {
-        acc = fold_element<R, T>(r, acc, x, x_code, base + k * stride, k);
+      index_t k = begin + threadIdx.y;
+      if constexpr (!SameType<T, Dynamic>::value && !SameType<T, Partial>::value) {
+        using Value = typename R::value;
+        const T* column = static_cast<const T*>(x) + base;
+        for (; k + 3 * kDown < end; k += 4 * kDown) {  // four loads in flight, folded in order
+          T values[4];
+#pragma unroll
+          for (int u = 0; u < 4; ++u) values[u] = column[(k + u * kDown) * stride];
+#pragma unroll
+          for (int u = 0; u < 4; ++u) acc = fold(r, acc, convert<Value>(values[u]), k + u * kDown);
+        }
       }
+      for (; k < end; k += kDown) acc = fold_element<R, T>(r, acc, x, x_code, base + k * stride, k);
     } else {
       for (index_t k = begin + threadIdx.y; k < end; k += kDown) {
         acc = fold_element<R, T>(r, acc, x, x_code, base + inner_offset(layout, k), k);

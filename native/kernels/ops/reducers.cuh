@@ -8,6 +8,8 @@
 //   combine(a, b)          a followed by b
 //   finish(a, count, ddof) the result; kScalarResult: a number stored in the output dtype, else the
 //                          accumulator itself is the result (the softmax statistics)
+//   kBatch                 16-byte loads a thread keeps in flight in the contiguous row kernels (more
+//                          for cheap folds; each costs code in every instantiation)
 // Nothing here uses atomics: every kernel folds elements in an order fixed by the shape alone, so a
 // given input and layout give bitwise the same result on every run.
 #pragma once
@@ -22,6 +24,7 @@ struct SumR {  // mode 0: sum, 1: mean
   using value = A;
   using acc = A;
   static constexpr bool kScalarResult = true;
+  static constexpr int kBatch = 4;
   int mode;
   __device__ acc identity() const { return A(0); }
   __device__ acc element(value v, index_t) const { return v; }
@@ -39,6 +42,7 @@ struct ProdR {
   using value = A;
   using acc = A;
   static constexpr bool kScalarResult = true;
+  static constexpr int kBatch = 1;
   int mode;
   __device__ acc identity() const { return A(1); }
   __device__ acc element(value v, index_t) const { return v; }
@@ -51,6 +55,7 @@ struct ExtremeR {  // mode 0: max, 1: min. NaN propagates; for bool max is any a
   using value = A;
   using acc = A;
   static constexpr bool kScalarResult = true;
+  static constexpr int kBatch = 4;
   int mode;
   __device__ acc identity() const { return mode == 0 ? Limits<A>::lowest() : Limits<A>::highest(); }
   __device__ acc element(value v, index_t) const { return v; }
@@ -71,6 +76,7 @@ struct ArgR {
   using value = A;
   using acc = ArgAcc<A>;
   static constexpr bool kScalarResult = true;
+  static constexpr int kBatch = 2;
   int mode;
   __device__ acc identity() const {
     return {mode == 0 ? Limits<A>::lowest() : Limits<A>::highest(),
@@ -96,6 +102,7 @@ struct TruthR {  // A is bool. mode 0: any, 1: all
   using value = bool;
   using acc = bool;
   static constexpr bool kScalarResult = true;
+  static constexpr int kBatch = 1;
   int mode;
   __device__ acc identity() const { return mode == 1; }
   __device__ acc element(value v, index_t) const { return v; }
@@ -117,6 +124,7 @@ struct VarianceR {
   using value = A;
   using acc = Moments<A>;
   static constexpr bool kScalarResult = true;
+  static constexpr int kBatch = 1;
   int mode;
   __device__ acc identity() const { return {0, A(0), A(0)}; }
   __device__ acc element(value v, index_t) const { return {1, v, A(0)}; }
@@ -148,6 +156,7 @@ struct LogSumExpR {
   using value = A;
   using acc = SoftmaxStats<A>;
   static constexpr bool kScalarResult = false;
+  static constexpr int kBatch = 2;
   int mode;
   __device__ acc identity() const { return {Limits<A>::lowest(), A(0)}; }
   __device__ acc element(value v, index_t) const { return {v, A(1)}; }

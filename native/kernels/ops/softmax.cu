@@ -60,7 +60,14 @@ __global__ void softmax_rows(const T* __restrict__ x, T* __restrict__ out, index
     const index_t step = static_cast<index_t>(lanes) * V;
     index_t start = static_cast<index_t>(lane) * V;
     if (aligned) {
-#pragma unroll 2
+      for (; start + step + V <= count; start += 2 * step) {  // two loads in flight
+        const Pack<T, V> first = *reinterpret_cast<const Pack<T, V>*>(in_row + start);
+        const Pack<T, V> second = *reinterpret_cast<const Pack<T, V>*>(in_row + start + step);
+#pragma unroll
+        for (int j = 0; j < V; ++j) acc = fold(r, acc, convert<A>(first.v[j]), 0);
+#pragma unroll
+        for (int j = 0; j < V; ++j) acc = fold(r, acc, convert<A>(second.v[j]), 0);
+      }
       for (; start + V <= count; start += step) {
         const Pack<T, V> pack = *reinterpret_cast<const Pack<T, V>*>(in_row + start);
 #pragma unroll

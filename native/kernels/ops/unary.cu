@@ -2,8 +2,8 @@
 // op a run-time code. Instantiated through NVRTC name expressions, e.g.
 // "pygpukit::ops::unary_contig<pygpukit::ops::Math<float>, __half, __half>":
 //
-//   unary_contig<F, T, O>(x, out, n, op)                 contiguous, 16-byte packs when aligned
-//   unary_strided<F, O>(out, x, x_code, n, layout, op)   any strides, input dtype known at run time
+//   unary_contig<F, T, O>(x, out, n, op)                 contiguous, 16-byte packs (two per step) when
+//   aligned unary_strided<F, O>(out, x, x_code, n, layout, op)   any strides, input dtype known at run time
 //
 // unary_strided<Copy<C>, O> is the converting strided copy (astype of views, concatenate).
 #include "functors.cuh"
@@ -19,17 +19,22 @@ __global__ void unary_contig(const T* __restrict__ x, O* __restrict__ out, index
   constexpr int V = pack_width<T, O>();
   const bool packed = aligned_to(x, V * sizeof(T)) && aligned_to(out, V * sizeof(O));
   const index_t step = grid_threads() * V;
-  for (index_t base = global_thread() * V; base < n; base += step) {
-    const bool whole = packed && base + V <= n;
-    Pack<T, V> vx;
-    if (whole) {
-      vx = *reinterpret_cast<const Pack<T, V>*>(x + base);
+  auto load = [&](index_t at, Pack<T, V>& vx) {
+    if (packed && at + V <= n) {
+      vx = *reinterpret_cast<const Pack<T, V>*>(x + at);
     } else {
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        if (base + j < n) vx.v[j] = x[base + j];
+        if (at + j < n) vx.v[j] = x[at + j];
       }
     }
+  };
+  index_t at = global_thread() * V;
+  Pack<T, V> vx;
+  if (at < n) load(at, vx);
+  for (; at < n; at += step) {
+    Pack<T, V> next;  // requested before this step is computed: two loads in flight
+    if (at + step < n) load(at + step, next);
     C c[V];
     R r[V];
 #pragma unroll
@@ -38,14 +43,15 @@ __global__ void unary_contig(const T* __restrict__ x, O* __restrict__ out, index
     Pack<O, V> vo;
 #pragma unroll
     for (int j = 0; j < V; ++j) vo.v[j] = convert<O>(r[j]);
-    if (whole) {
-      *reinterpret_cast<Pack<O, V>*>(out + base) = vo;
+    if (packed && at + V <= n) {
+      *reinterpret_cast<Pack<O, V>*>(out + at) = vo;
     } else {
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        if (base + j < n) out[base + j] = vo.v[j];
+        if (at + j < n) out[at + j] = vo.v[j];
       }
     }
+    vx = next;
   }
 }
 

@@ -479,17 +479,46 @@ def copy_into(dst: GPUArray, src: GPUArray) -> None:
                              block=BLOCK)  # fmt: skip
 
 
+def _float_cast_expression(source: DType, target: DType) -> str:
+    compute = "double" if float64 in (source, target) else "float"
+    return f"{NAMESPACE}unary_contig<{NAMESPACE}Copy<{compute}>, {source.ctype}, {target.ctype}>"
+
+
+_FLOAT_DTYPES = tuple(d for d in all_dtypes() if d.is_floating)
+_float_casts: dict[tuple[DType, DType], JITKernel] = {}
+
+
+def _float_cast(source: DType, target: DType) -> JITKernel:
+    """The vectorized contiguous conversion between two float dtypes (the casts models use)."""
+    kernel = _float_casts.get((source, target))
+    if kernel is None:
+        expression = _float_cast_expression(source, target)
+        params = [pointer("x"), pointer("out"), size_param("n"), code_param("op")]
+        kernel = _float_casts[source, target] = group(_FILES[1], [expression]).kernel(expression, params)
+    return kernel
+
+
 def astype(x: GPUArray, dtype: Any) -> GPUArray:
     """A new contiguous array of ``x`` converted to ``dtype`` (NumPy's conversion rules, one rounding).
 
-    Unlike ``GPUArray.astype``, a non-contiguous ``x`` is read in place by a strided kernel, not
-    compacted first. Every dtype converts to every dtype.
+    Contiguous float-to-float conversions use a vectorized kernel; a non-contiguous ``x`` is read in
+    place by a strided kernel, not compacted first. Every dtype converts to every dtype.
     """
     if not isinstance(x, GPUArray):
         raise DTypeError(f"astype needs a GPUArray, got {type(x).__name__}")
     target = as_dtype(dtype)
     check_devices("astype", [x])
-    if x._contiguous or target == x._dtype:
+    source = x._dtype
+    if target == source:
+        return x.clone()
+    if x._contiguous and source.is_floating and target.is_floating and is_cuda():
+        out = empty(x._shape, target)
+        n = out.size
+        if n:
+            width = 16 // max(source.itemsize, target.itemsize)
+            _float_cast(source, target)(x, out, n, 0, grid=grid_for(-(-n // width)), block=BLOCK)
+        return out
+    if x._contiguous:
         return x.astype(target)
     out = empty(x._shape, target)
     copy_into(out, x)
@@ -914,6 +943,10 @@ def _enumerate() -> Groups:
         for dtype in all_dtypes():
             if op.result == "truth" or dtype.kind in op.kinds:
                 files[_FILES[op.arity]].append(op.plan(dtype).group.expressions)
+    for source in _FLOAT_DTYPES:
+        for target in _FLOAT_DTYPES:
+            if source != target:
+                files[_FILES[1]].append((_float_cast_expression(source, target),))
     for dtype in all_dtypes():
         files[_FILES[1]].append((_copy_expression(dtype),))
         files[_FILES[3]].append(_where_expressions(dtype))

@@ -235,7 +235,7 @@ def _launch_reduce(
     if smallest_kept is None or smallest_reduced <= smallest_kept:
         contiguous = len(inner[0]) == 1 and inner[1][0] == 1 and dtype.is_floating and reducer.typed
         width = 16 // dtype.itemsize if contiguous else 1
-        lanes = _pow2_between(-(-count // (4 * width)), 4, _BLOCK)
+        lanes = _pow2_between(-(-count // (8 * width)), 4, _BLOCK)  # about 8 packs per thread
         row_blocks = -(-rows // (_BLOCK // lanes))
         chunks = 1
         if lanes == _BLOCK and row_blocks < 1024:
@@ -518,7 +518,7 @@ def _softmax(name: str, x: Any, axis: int, log: bool) -> GPUArray:
         _, outs = _dims_bytes(dims, out_outer)
         layout = _SOFTMAX_LAYOUT.pack(len(dims), *shape, *in_strides, *outs)
         width = 16 // x.dtype.itemsize
-        lanes = _pow2_between(-(-count // (4 * width)), 4, _BLOCK)
+        lanes = _pow2_between(-(-count // (8 * width)), 4, _BLOCK)  # about 8 packs per thread
         kernels.kernel(rows_expr, _SOFTMAX_PARAMS)(x.device_ptr, out.device_ptr, rows, count, lanes, int(log), layout,
                                                    grid=-(-rows // (_BLOCK // lanes)), block=_BLOCK)  # fmt: skip
         return out
