@@ -4,22 +4,14 @@
 // absent or disabled, for the dtypes the tensor-core kernel does not cover (float64, float32, int8)
 // and for shapes it does not take. Instantiated per type triple through NVRTC name expressions:
 // "pygpukit::gemm_simt<float, float, float>".
-#include "../common/element_types.cuh"
+#include "types.cuh"
 
 namespace pygpukit {
 
 namespace simt {
-template <typename A, typename B>
-struct Same {
-  static constexpr bool value = false;
-};
-template <typename A>
-struct Same<A, A> {
-  static constexpr bool value = true;
-};
 template <typename T>
 struct Floating {
-  static constexpr bool value = Same<T, float>::value || Same<T, double>::value;
+  static constexpr bool value = ops::SameType<T, float>::value || ops::SameType<T, double>::value;
 };
 }  // namespace simt
 
@@ -47,9 +39,9 @@ __device__ __forceinline__ Acc load_acc(const T* p) {
 
 template <typename Out, typename Acc>
 __device__ __forceinline__ Out store_from(Acc v) {
-  if constexpr (simt::Same<Out, __half>::value) {
+  if constexpr (ops::SameType<Out, __half>::value) {
     return __float2half_rn(static_cast<float>(v));
-  } else if constexpr (simt::Same<Out, __nv_bfloat16>::value) {
+  } else if constexpr (ops::SameType<Out, __nv_bfloat16>::value) {
     return __float2bfloat16_rn(static_cast<float>(v));
   } else {
     return static_cast<Out>(v);
