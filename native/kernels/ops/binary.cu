@@ -9,8 +9,8 @@
 //                                                      any strides, broadcasting, mixed input dtypes
 //                                                      (run-time codes), one operand may be the scalar
 //
-// The contiguous kernel moves 16-byte packs per operand when every pointer is aligned to its pack
-// (element accesses otherwise, and for a partial pack); grid-stride, loading one step ahead.
+// The contiguous kernel moves one 16-byte pack per operand and step when every pointer is aligned to
+// its pack (element accesses otherwise, and for the last partial pack); its loop is grid-stride.
 #include "functors.cuh"
 #include "layout.cuh"
 
@@ -28,29 +28,22 @@ __global__ void binary_contig(const T* __restrict__ a, const T* __restrict__ b, 
   const bool packed =
       aligned_to(a, V * sizeof(T)) && aligned_to(b, V * sizeof(T)) && aligned_to(out, V * sizeof(O));
   const index_t step = grid_threads() * V;
-  auto load = [&](index_t at, Pack<T, V>& va, Pack<T, V>& vb) {
-    if (packed && at + V <= n) {
-      if (load_a) va = *reinterpret_cast<const Pack<T, V>*>(a + at);
-      if (load_b) vb = *reinterpret_cast<const Pack<T, V>*>(b + at);
+  for (index_t base = global_thread() * V; base < n; base += step) {
+    const bool whole = packed && base + V <= n;
+    Pack<T, V> va;
+    Pack<T, V> vb;
+    if (whole) {
+      if (load_a) va = *reinterpret_cast<const Pack<T, V>*>(a + base);
+      if (load_b) vb = *reinterpret_cast<const Pack<T, V>*>(b + base);
     } else {
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        if (at + j < n) {
-          if (load_a) va.v[j] = a[at + j];
-          if (load_b) vb.v[j] = b[at + j];
+        if (base + j < n) {
+          if (load_a) va.v[j] = a[base + j];
+          if (load_b) vb.v[j] = b[base + j];
         }
       }
     }
-  };
-  index_t at = global_thread() * V;
-  Pack<T, V> va;
-  Pack<T, V> vb;
-  if (at < n) load(at, va, vb);
-  for (; at < n; at += step) {
-    // The next step's packs are requested before this one is computed: two loads in flight.
-    Pack<T, V> next_a;
-    Pack<T, V> next_b;
-    if (at + step < n) load(at + step, next_a, next_b);
     C x[V];
     C y[V];
     R r[V];
@@ -63,16 +56,14 @@ __global__ void binary_contig(const T* __restrict__ a, const T* __restrict__ b, 
     Pack<O, V> vo;
 #pragma unroll
     for (int j = 0; j < V; ++j) vo.v[j] = convert<O>(r[j]);
-    if (packed && at + V <= n) {
-      *reinterpret_cast<Pack<O, V>*>(out + at) = vo;
+    if (whole) {
+      *reinterpret_cast<Pack<O, V>*>(out + base) = vo;
     } else {
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        if (at + j < n) out[at + j] = vo.v[j];
+        if (base + j < n) out[base + j] = vo.v[j];
       }
     }
-    va = next_a;
-    vb = next_b;
   }
 }
 
