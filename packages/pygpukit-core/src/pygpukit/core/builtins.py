@@ -21,7 +21,10 @@ __all__ = ["builtin_kernel", "cast_kernel", "kernel_root", "name_expressions"]
 def kernel_root() -> Path:
     """Directory holding common/ and core/ kernel sources."""
     here = Path(__file__).resolve().parent
-    for candidate in (here / "_kernels", here.parents[4] / "native" / "kernels"):
+    candidates = [here / "_kernels"]  # a wheel
+    if len(here.parents) > 4:  # a checkout: packages/pygpukit-core/src/pygpukit/core
+        candidates.append(here.parents[4] / "native" / "kernels")
+    for candidate in candidates:
         if (candidate / "common" / "element_types.cuh").is_file():
             return candidate
     raise PyGPUkitError(f"built-in kernel sources not found (looked in {here / '_kernels'})")
