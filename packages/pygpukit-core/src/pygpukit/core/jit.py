@@ -446,7 +446,8 @@ class JITKernel:
             launcher = state.native.Launcher(function, device, info[2], info[3], kinds, elements, _array_type,
                                              _thread_state, _current_streams)  # fmt: skip
             self._fast = launcher.launch
-            self._fast_state = state
+        # Remembered even without a fast path, so the general path does not prepare on every launch.
+        self._fast_state = state
         return info
 
     def __call__(

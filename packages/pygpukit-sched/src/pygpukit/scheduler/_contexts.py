@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -182,7 +181,6 @@ class _Runtime:
         self.capacity = capacity
         self.lock = threading.Lock()
         self.contexts: dict[str, ExecutionContext] = {}
-        self.created = time.monotonic()
         # The Rust QoS evaluator decides admission: Guaranteed contexts reserve their budget (up to the
         # whole capacity); Burstable and BestEffort ones reserve nothing and are held to their budget.
         self.qos = _pygpukit_rust.QosPolicyEvaluator(capacity, guaranteed_share=1.0, burst_share=1.0)
