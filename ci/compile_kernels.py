@@ -27,6 +27,7 @@ def main() -> int:
     parser.add_argument("--archs", default=",".join(ARCHS), help="comma-separated, default: %(default)s")
     parser.add_argument("--report", type=Path, help="write a JSON report here")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--files", default="", help="comma-separated substrings: only kernel files whose path has one")
     args = parser.parse_args()
 
     if args.site is not None:
@@ -48,6 +49,9 @@ def main() -> int:
     version = ".".join(map(str, status["version"]))
     print(f"NVRTC {version} from {status['path']} (pygpukit {pygpukit.__version__})", flush=True)
     sources = sorted(KERNELS.rglob("*.cu"))
+    if args.files:
+        wanted = [w.strip() for w in args.files.split(",") if w.strip()]
+        sources = [s for s in sources if any(w in s.relative_to(KERNELS).as_posix() for w in wanted)]
     if not sources:
         print(f"no kernels found under {KERNELS}", file=sys.stderr)
         return 1

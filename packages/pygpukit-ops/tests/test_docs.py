@@ -1,4 +1,5 @@
-"""Every Python example in docs/api.md runs (on whichever backend is in use)."""
+"""Every Python example in the op library's pages (docs/api.md and the nn pages) runs, on whichever
+backend is in use."""
 
 from __future__ import annotations
 
@@ -7,14 +8,24 @@ from pathlib import Path
 
 import pytest
 
-DOC = Path(__file__).resolve().parents[3] / "docs" / "api.md"
-BLOCKS = [b for b in re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S) if "import pygpukit" in b]
+DOCS = Path(__file__).resolve().parents[3] / "docs"
+PAGES = ["api.md", "nn.md", "rope.md", "kv-cache.md", "moe.md", "attention.md", "sampling.md"]
 
 
-@pytest.mark.parametrize("block", [pytest.param(b, id=f"block{i}") for i, b in enumerate(BLOCKS)])
-def test_example_runs(block: str) -> None:
-    exec(compile(block, str(DOC), "exec"), {"__name__": "docs_example"})
+def _blocks(page: str) -> list[str]:
+    path = DOCS / page
+    if not path.is_file():
+        return []
+    return [b for b in re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S) if "import pygpukit" in b]
 
 
-def test_the_page_has_examples() -> None:
-    assert len(BLOCKS) >= 5
+EXAMPLES = [pytest.param(page, b, id=f"{page}-block{i}") for page in PAGES for i, b in enumerate(_blocks(page))]
+
+
+@pytest.mark.parametrize(("page", "block"), EXAMPLES)
+def test_example_runs(page: str, block: str) -> None:
+    exec(compile(block, str(DOCS / page), "exec"), {"__name__": "docs_example"})
+
+
+def test_the_api_page_has_examples() -> None:
+    assert len(_blocks("api.md")) >= 5
