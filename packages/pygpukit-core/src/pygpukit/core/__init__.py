@@ -62,6 +62,7 @@ from .dtypes import (
     uint64,
 )
 from .errors import (
+    ArgumentError,
     BackendUnavailableError,
     CublasLtError,
     CudaError,
@@ -99,6 +100,7 @@ from .stream import Event, Stream, current_stream, synchronize
 
 __all__ = [
     "AllocationScope",
+    "ArgumentError",
     "BackendFallbackWarning",
     "BackendUnavailableError",
     "CompiledProgram",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 __all__ = [
+    "ArgumentError",
     "BackendUnavailableError",
     "CublasLtError",
     "CudaError",
@@ -127,6 +128,11 @@ class QuotaExceededError(OutOfMemoryError):
 
 class ShapeError(PyGPUkitError, ValueError):
     """An argument has a shape the operation cannot accept."""
+
+
+class ArgumentError(PyGPUkitError, ValueError):
+    """An argument's value is outside what the operation accepts (a probability outside (0, 1], a
+    position past a cache's length, an unsupported head dimension)."""
 
 
 class DTypeError(PyGPUkitError, TypeError):
