@@ -9,8 +9,9 @@
 //                                                      any strides, broadcasting, mixed input dtypes
 //                                                      (run-time codes), one operand may be the scalar
 //
-// The contiguous kernel moves one 16-byte pack per operand and step when every pointer is aligned to
-// its pack (element accesses otherwise, and for the last partial pack); its loop is grid-stride.
+// The contiguous kernel moves 16-byte packs when every pointer is aligned to its pack (element accesses
+// otherwise, and in the last partial tile); each thread loads kUnroll packs per operand before using
+// any, and the loop over tiles of blockDim.x * kUnroll packs is grid-stride.
 #include "functors.cuh"
 #include "layout.cuh"
 
@@ -27,41 +28,54 @@ __global__ void binary_contig(const T* __restrict__ a, const T* __restrict__ b, 
   const bool load_b = mode != 2;
   const bool packed =
       aligned_to(a, V * sizeof(T)) && aligned_to(b, V * sizeof(T)) && aligned_to(out, V * sizeof(O));
-  const index_t step = grid_threads() * V;
-  for (index_t base = global_thread() * V; base < n; base += step) {
-    const bool whole = packed && base + V <= n;
-    Pack<T, V> va;
-    Pack<T, V> vb;
-    if (whole) {
-      if (load_a) va = *reinterpret_cast<const Pack<T, V>*>(a + base);
-      if (load_b) vb = *reinterpret_cast<const Pack<T, V>*>(b + base);
+  const index_t tile = static_cast<index_t>(blockDim.x) * V * kUnroll;
+  for (index_t first = static_cast<index_t>(blockIdx.x) * tile; first < n;
+       first += static_cast<index_t>(gridDim.x) * tile) {
+    const bool whole = packed && first + tile <= n;
+    Pack<T, V> va[kUnroll];
+    Pack<T, V> vb[kUnroll];
+    if (whole) {  // every load of the tile in flight before the first is used
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const index_t base = first + (static_cast<index_t>(u) * blockDim.x + threadIdx.x) * V;
+        if (load_a) va[u] = *reinterpret_cast<const Pack<T, V>*>(a + base);
+        if (load_b) vb[u] = *reinterpret_cast<const Pack<T, V>*>(b + base);
+      }
     } else {
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
-        if (base + j < n) {
-          if (load_a) va.v[j] = a[base + j];
-          if (load_b) vb.v[j] = b[base + j];
+      for (int u = 0; u < kUnroll; ++u) {
+        const index_t base = first + (static_cast<index_t>(u) * blockDim.x + threadIdx.x) * V;
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          if (base + j < n) {
+            if (load_a) va[u].v[j] = a[base + j];
+            if (load_b) vb[u].v[j] = b[base + j];
+          }
         }
       }
     }
-    C x[V];
-    C y[V];
-    R r[V];
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-      x[j] = load_a ? convert<C>(va.v[j]) : s;
-      y[j] = load_b ? convert<C>(vb.v[j]) : s;
-    }
-    F::apply(op, x, y, r);
-    Pack<O, V> vo;
-#pragma unroll
-    for (int j = 0; j < V; ++j) vo.v[j] = convert<O>(r[j]);
-    if (whole) {
-      *reinterpret_cast<Pack<O, V>*>(out + base) = vo;
-    } else {
+    for (int u = 0; u < kUnroll; ++u) {
+      const index_t base = first + (static_cast<index_t>(u) * blockDim.x + threadIdx.x) * V;
+      C x[V];
+      C y[V];
+      R r[V];
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        if (base + j < n) out[base + j] = vo.v[j];
+        x[j] = load_a ? convert<C>(va[u].v[j]) : s;
+        y[j] = load_b ? convert<C>(vb[u].v[j]) : s;
+      }
+      F::apply(op, x, y, r);
+      Pack<O, V> vo;
+#pragma unroll
+      for (int j = 0; j < V; ++j) vo.v[j] = convert<O>(r[j]);
+      if (whole) {
+        *reinterpret_cast<Pack<O, V>*>(out + base) = vo;
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          if (base + j < n) out[base + j] = vo.v[j];
+        }
       }
     }
   }

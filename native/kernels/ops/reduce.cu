@@ -9,6 +9,10 @@
 //                       (16-byte packs when the row is contiguous), then a fixed tree joins them
 //   reduce_cols<R, T>   a kept dimension is the fastest-varying one: 32 rows per block, one per
 //                       thread column, 8 threads down each row, then a fixed tree
+//   reduce_cols_packed<R, T>
+//                       the same order over rows stored side by side (one kept dimension of stride
+//                       1, and a reduced stride that keeps 16-byte alignment): each thread folds the
+//                       rows of one 16-byte pack, so a warp reads 512 contiguous bytes per step
 //
 // Rows too long for one block are split into `chunk`-element pieces along grid.y; the first pass then
 // stores each piece's accumulator and a second reduce_rows<R, Partial> over those finishes. T is the
@@ -200,6 +204,67 @@ __global__ void reduce_cols(const void* __restrict__ x, int x_code, void* __rest
       store_result<R>(r, out, out_code, row, acc, total, ddof);
     } else {
       static_cast<Acc*>(out)[row * gridDim.y + blockIdx.y] = acc;
+    }
+  }
+}
+
+template <typename R, typename T>
+__global__ void reduce_cols_packed(const T* __restrict__ x, void* __restrict__ out, int out_code,
+                                   index_t rows, index_t count, index_t chunk, index_t total, index_t ddof,
+                                   int mode, index_t stride) {
+  using Acc = typename R::acc;
+  using Value = typename R::value;
+  constexpr int V = pack_width<T, T>();
+  constexpr int kDown = 8;
+  __shared__ Acc partials[kDown][32 * V];
+  const R r{mode};
+  const index_t first = (static_cast<index_t>(blockIdx.x) * 32 + threadIdx.x) * V;
+  const index_t begin = static_cast<index_t>(blockIdx.y) * chunk;
+  const index_t end = begin + chunk < count ? begin + chunk : count;
+  Acc acc[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) acc[j] = r.identity();
+  if (first < rows) {  // rows is a multiple of V
+    const T* column = x + first;
+    index_t k = begin + threadIdx.y;
+    for (; k + 3 * kDown < end; k += 4 * kDown) {  // four loads in flight, folded in order
+      Pack<T, V> packs[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        packs[u] = *reinterpret_cast<const Pack<T, V>*>(column + (k + u * kDown) * stride);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) acc[j] = fold(r, acc[j], convert<Value>(packs[u].v[j]), k + u * kDown);
+      }
+    }
+    for (; k < end; k += kDown) {
+      const Pack<T, V> pack = *reinterpret_cast<const Pack<T, V>*>(column + k * stride);
+#pragma unroll
+      for (int j = 0; j < V; ++j) acc[j] = fold(r, acc[j], convert<Value>(pack.v[j]), k);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j) partials[threadIdx.y][threadIdx.x * V + j] = acc[j];
+  __syncthreads();
+  // Thread (x, y) joins the 8 partials of row x * V + y, x * V + y + 8, ... of the block in the same
+  // fixed tree as reduce_cols.
+  for (int slot = threadIdx.y; slot < V; slot += kDown) {
+    const int column = threadIdx.x * V + slot;
+    const index_t row = static_cast<index_t>(blockIdx.x) * 32 * V + column;
+    if (row >= rows) continue;
+    Acc level[kDown];
+#pragma unroll
+    for (int y = 0; y < kDown; ++y) level[y] = partials[y][column];
+#pragma unroll
+    for (int width = kDown / 2; width >= 1; width /= 2) {
+#pragma unroll
+      for (int y = 0; y < width; ++y) level[y] = r.combine(level[y], level[y + width]);
+    }
+    if (gridDim.y == 1) {
+      store_result<R>(r, out, out_code, row, level[0], total, ddof);
+    } else {
+      static_cast<Acc*>(out)[row * gridDim.y + blockIdx.y] = level[0];
     }
   }
 }

@@ -4,6 +4,10 @@
 //       the axis is contiguous in the input: a group of `lanes` threads owns a row, folds the running
 //       maximum and sum of exponentials over it (reducers.cuh: LogSumExpR, a fixed order), then reads
 //       it again (from cache for rows that fit) and writes exp(x - max) / sum, or x - max - log(sum)
+//   softmax_rows_held<T, A, P>(x, out, rows, count, lanes, log, layout)
+//       the same for rows of at most lanes * P * (16 / sizeof(T)) elements: each thread holds P packs of
+//       its row in registers, so the row is read from memory once and each element is exponentiated
+//       once; the maximum and then the sum are combined over the group in fixed trees
 //   softmax_apply<T, A>(out, x, stats, n, layout, log)
 //       any layout: the statistics come from reduce_rows/reduce_cols<LogSumExpR<A>>, one per row,
 //       and are broadcast along the axis (layout operand 2)
@@ -94,6 +98,81 @@ __global__ void softmax_rows(const T* __restrict__ x, T* __restrict__ out, index
       for (int j = 0; j < V && start + j < count; ++j) {
         out_row[start + j] = convert<T>(softmax_value(convert<A>(in_row[start + j]), stats.max, scale, log));
       }
+    }
+  }
+}
+
+template <typename T, typename A, int P>
+__global__ void softmax_rows_held(const T* __restrict__ x, T* __restrict__ out, index_t rows, index_t count,
+                                  int lanes, int log, SoftmaxLayout layout) {
+  constexpr int V = pack_width<T, T>();
+  __shared__ A scratch[32];
+  const ExtremeR<A> max_r{0};
+  const SumR<A> sum_r{0};
+  const int group = threadIdx.x / lanes;
+  const int lane = threadIdx.x % lanes;
+  const index_t row = static_cast<index_t>(blockIdx.x) * (blockDim.x / lanes) + group;
+  const bool valid = row < rows;
+  const T* in_row = x;
+  T* out_row = out;
+  bool aligned = false;
+  A values[P][V];
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) values[p][j] = Limits<A>::lowest();
+  }
+  A top = Limits<A>::lowest();
+  if (valid) {
+    in_row = x + softmax_offset(layout.outer_ndim, layout.outer_shape, layout.in_outer_strides, row);
+    out_row = out + softmax_offset(layout.outer_ndim, layout.outer_shape, layout.out_outer_strides, row);
+    aligned = aligned_to(in_row, V * sizeof(T)) && aligned_to(out_row, V * sizeof(T));
+    Pack<T, V> packs[P];
+#pragma unroll
+    for (int p = 0; p < P; ++p) {  // every load in flight before any is used
+      const index_t start = (static_cast<index_t>(p) * lanes + lane) * V;
+      if (aligned && start + V <= count) packs[p] = *reinterpret_cast<const Pack<T, V>*>(in_row + start);
+    }
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const index_t start = (static_cast<index_t>(p) * lanes + lane) * V;
+      const bool whole = aligned && start + V <= count;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        if (whole) {
+          values[p][j] = convert<A>(packs[p].v[j]);
+        } else if (start + j < count) {
+          values[p][j] = convert<A>(in_row[start + j]);
+        }  // padding stays -inf: exp(-inf - max) adds 0
+        top = max_r.combine(top, values[p][j]);
+      }
+    }
+  }
+  top = group_allreduce<ExtremeR<A>>(max_r, top, lanes, scratch);
+  A total = A(0);
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const A shifted = values[p][j] - top;
+      const A e = m_exp(shifted);
+      total += e;
+      values[p][j] = log ? shifted : e;
+    }
+  }
+  total = group_allreduce<SumR<A>>(sum_r, total, lanes, scratch);
+  if (!valid) return;
+  const A scale = log ? m_log(total) : A(1) / total;
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    const index_t start = (static_cast<index_t>(p) * lanes + lane) * V;
+    Pack<T, V> result;
+#pragma unroll
+    for (int j = 0; j < V; ++j) result.v[j] = convert<T>(log ? values[p][j] - scale : values[p][j] * scale);
+    if (aligned && start + V <= count) {
+      *reinterpret_cast<Pack<T, V>*>(out_row + start) = result;
+    } else {
+      for (int j = 0; j < V && start + j < count; ++j) out_row[start + j] = result.v[j];
     }
   }
 }

@@ -298,6 +298,9 @@ __host__ __device__ constexpr int pack_width() {
   return 16 / (sizeof(A) > sizeof(B) ? sizeof(A) : sizeof(B));
 }
 
+// Packs each thread moves per tile in the contiguous elementwise kernels (their loads in flight together).
+constexpr int kUnroll = 4;
+
 template <typename T>
 __device__ __forceinline__ bool aligned_to(const T* p, int bytes) {
   return (reinterpret_cast<unsigned long long>(p) & static_cast<unsigned long long>(bytes - 1)) == 0;

@@ -2,8 +2,9 @@
 // op a run-time code. Instantiated through NVRTC name expressions, e.g.
 // "pygpukit::ops::unary_contig<pygpukit::ops::Math<float>, __half, __half>":
 //
-//   unary_contig<F, T, O>(x, out, n, op)                 contiguous, 16-byte packs (two per step) when
-//   aligned unary_strided<F, O>(out, x, x_code, n, layout, op)   any strides, input dtype known at run time
+//   unary_contig<F, T, O>(x, out, n, op)        contiguous, kUnroll 16-byte packs per thread and step
+//                                               when aligned (element accesses otherwise)
+//   unary_strided<F, O>(out, x, x_code, n, layout, op)   any strides, input dtype known at run time
 //
 // unary_strided<Copy<C>, O> is the converting strided copy (astype of views, concatenate).
 #include "functors.cuh"
@@ -18,40 +19,43 @@ __global__ void unary_contig(const T* __restrict__ x, O* __restrict__ out, index
   using R = typename F::result;
   constexpr int V = pack_width<T, O>();
   const bool packed = aligned_to(x, V * sizeof(T)) && aligned_to(out, V * sizeof(O));
-  const index_t step = grid_threads() * V;
-  auto load = [&](index_t at, Pack<T, V>& vx) {
-    if (packed && at + V <= n) {
-      vx = *reinterpret_cast<const Pack<T, V>*>(x + at);
-    } else {
+  const index_t tile = static_cast<index_t>(blockDim.x) * V * kUnroll;
+  for (index_t first = static_cast<index_t>(blockIdx.x) * tile; first < n;
+       first += static_cast<index_t>(gridDim.x) * tile) {
+    const bool whole = packed && first + tile <= n;
+    Pack<T, V> vx[kUnroll];
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
-        if (at + j < n) vx.v[j] = x[at + j];
+    for (int u = 0; u < kUnroll; ++u) {  // every load of the tile in flight before the first is used
+      const index_t base = first + (static_cast<index_t>(u) * blockDim.x + threadIdx.x) * V;
+      if (whole) {
+        vx[u] = *reinterpret_cast<const Pack<T, V>*>(x + base);
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          if (base + j < n) vx[u].v[j] = x[base + j];
+        }
       }
     }
-  };
-  index_t at = global_thread() * V;
-  Pack<T, V> vx;
-  if (at < n) load(at, vx);
-  for (; at < n; at += step) {
-    Pack<T, V> next;  // requested before this step is computed: two loads in flight
-    if (at + step < n) load(at + step, next);
-    C c[V];
-    R r[V];
 #pragma unroll
-    for (int j = 0; j < V; ++j) c[j] = convert<C>(vx.v[j]);
-    F::apply(op, c, r);
-    Pack<O, V> vo;
+    for (int u = 0; u < kUnroll; ++u) {
+      const index_t base = first + (static_cast<index_t>(u) * blockDim.x + threadIdx.x) * V;
+      C c[V];
+      R r[V];
 #pragma unroll
-    for (int j = 0; j < V; ++j) vo.v[j] = convert<O>(r[j]);
-    if (packed && at + V <= n) {
-      *reinterpret_cast<Pack<O, V>*>(out + at) = vo;
-    } else {
+      for (int j = 0; j < V; ++j) c[j] = convert<C>(vx[u].v[j]);
+      F::apply(op, c, r);
+      Pack<O, V> vo;
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
-        if (at + j < n) out[at + j] = vo.v[j];
+      for (int j = 0; j < V; ++j) vo.v[j] = convert<O>(r[j]);
+      if (whole) {
+        *reinterpret_cast<Pack<O, V>*>(out + base) = vo;
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          if (base + j < n) out[base + j] = vo.v[j];
+        }
       }
     }
-    vx = next;
   }
 }
 

@@ -133,6 +133,7 @@ def _layouts(n: int) -> list[tuple[str, tuple[int, ...], Any, str]]:
         ("long rows", (3, n), 1, "plain"),
         ("long rows keepdims", (3, n), -1, "keepdims"),
         ("columns", (n, 3), 0, "plain"),
+        ("columns side by side", (5, n + (-n) % 16), 0, "plain"),  # whole 16-byte packs of columns
         ("short rows", (n, 3), 1, "plain"),
         ("transposed", (3, n), 0, "transpose"),
         ("tuple axis", (2, n, 3), (0, 2), "plain"),
@@ -274,6 +275,21 @@ def test_softmax_gpu(dtype: DType, rng: np.random.Generator) -> None:
     check_softmax(dtype, SIZES, rng)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [gp.float32, gp.bfloat16, gp.float16, gp.float64, gp.float8_e4m3fn], ids=str)
+def test_softmax_rows_held_in_registers_gpu(dtype: DType, rng: np.random.Generator) -> None:
+    # Row lengths that pick each register plan of softmax_rows_held (1 to 8 packs per thread, groups of
+    # 4 to 1024 threads) and the longest rows that still fit, plus ragged tails.
+    for rows, count in [(7, 5), (300, 33), (64, 1000), (260, 4097), (256, 20000), (256, 8192)]:
+        host = sample(rng, (rows, count), dtype, -8, 8)
+        device = upload(host)
+        for log, fn in ((False, gp.softmax), (True, gp.log_softmax)):
+            poison_pool(host.shape, dtype)
+            expected = softmax_reference(host.astype(np.longdouble), -1, log).astype(F64)
+            assert_matches(fn(device, axis=-1).to_numpy(), expected, dtype, 64,
+                           f"{fn.__name__} {dtype} {rows}x{count}")  # fmt: skip
+
+
 # -- determinism ------------------------------------------------------------------------------------
 DETERMINISM_CASES: list[tuple[str, Callable[[gp.GPUArray], gp.GPUArray]]] = [
     ("sum", lambda x: gp.sum(x)),
@@ -308,7 +324,7 @@ def test_determinism(dtype: DType, rng: np.random.Generator) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 def test_determinism_gpu(dtype: DType, rng: np.random.Generator) -> None:
-    check_determinism(dtype, [(2**20 + 7,), (37, 2**16 + 3), (2**14 + 1, 61)], rng)
+    check_determinism(dtype, [(2**20 + 7,), (37, 2**16 + 3), (2**14 + 1, 61), (1029, 4096)], rng)
 
 
 # -- dtypes, shapes and bad input ---------------------------------------------------------------------

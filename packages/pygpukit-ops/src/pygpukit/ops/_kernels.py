@@ -25,6 +25,8 @@ from pygpukit.core.stream import thread_device
 
 __all__ = [
     "BLOCK",
+    "TILE",
+    "UNROLL",
     "KernelGroup",
     "c_param",
     "code_param",
@@ -39,6 +41,8 @@ __all__ = [
 ]
 
 BLOCK = 256
+UNROLL = 4  # kUnroll of types.cuh: packs per thread and tile of the contiguous elementwise kernels
+TILE = BLOCK * UNROLL  # packs per block and tile of those kernels (their grid_for per_block)
 NAMESPACE = "pygpukit::ops::"
 
 # C type -> struct format of a scalar kernel parameter (jit.Param.format).

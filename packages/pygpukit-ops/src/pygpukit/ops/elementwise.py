@@ -28,6 +28,7 @@ from . import _cpu
 from ._kernels import (
     BLOCK,
     NAMESPACE,
+    TILE,
     Groups,
     c_param,
     code_param,
@@ -356,7 +357,9 @@ def _binary(op: _Op, x1: Any, x2: Any, out: Any) -> GPUArray:
                 result = empty(x1._shape, plan.out)  # type: ignore[union-attr]
                 n = result.size
                 if n:
-                    kernel(x1, x2, plan.zero, result, n, 0, op.code, grid=grid_for(-(-n // plan.width)), block=BLOCK)  # type: ignore[union-attr]
+                    kernel(
+                        x1, x2, plan.zero, result, n, 0, op.code, grid=grid_for(-(-n // plan.width), TILE), block=BLOCK
+                    )  # type: ignore[union-attr]
                 return result
     return _binary_general(op, x1, x2, out)
 
@@ -399,7 +402,7 @@ def _binary_general(op: _Op, x1: Any, x2: Any, out: Any) -> GPUArray:
         # The scalar's pointer slot gets the array too (never read), which keeps the launch fast path.
         array = a if mode != 1 else b
         contig(array if mode == 1 else a, array if mode == 2 else b, value, target, n, mode, op.code,
-               grid=grid_for(-(-n // plan.width)), block=BLOCK)  # fmt: skip
+               grid=grid_for(-(-n // plan.width), TILE), block=BLOCK)  # fmt: skip
         return _finish(target, final)
     pa, ca, sa = _operand_args(a, shape)
     pb, cb, sb = _operand_args(b, shape)
@@ -417,7 +420,7 @@ def _unary(op: _Op, x: Any, out: Any) -> GPUArray:
             result = empty(x._shape, plan.out)  # type: ignore[union-attr]
             n = result.size
             if n:
-                kernel(x, result, n, op.code, grid=grid_for(-(-n // plan.width)), block=BLOCK)  # type: ignore[union-attr]
+                kernel(x, result, n, op.code, grid=grid_for(-(-n // plan.width), TILE), block=BLOCK)  # type: ignore[union-attr]
             return result
     operand = _operand(x, op.name)
     if not isinstance(operand, GPUArray):
@@ -437,7 +440,7 @@ def _unary(op: _Op, x: Any, out: Any) -> GPUArray:
         return _finish(target, final)
     contig = plan.contig()
     if contig is not None and operand._contiguous and target._contiguous and operand._dtype is common:
-        contig(operand, target, n, op.code, grid=grid_for(-(-n // plan.width)), block=BLOCK)
+        contig(operand, target, n, op.code, grid=grid_for(-(-n // plan.width), TILE), block=BLOCK)
     else:
         layout = pack_layout(operand._shape, [target._strides, operand._strides])
         plan.strided()(target.device_ptr, operand.device_ptr, dtype_code(operand._dtype), n, layout, op.code,
@@ -516,7 +519,7 @@ def astype(x: GPUArray, dtype: Any) -> GPUArray:
         n = out.size
         if n:
             width = 16 // max(source.itemsize, target.itemsize)
-            _float_cast(source, target)(x, out, n, 0, grid=grid_for(-(-n // width)), block=BLOCK)
+            _float_cast(source, target)(x, out, n, 0, grid=grid_for(-(-n // width), TILE), block=BLOCK)
         return out
     if x._contiguous:
         return x.astype(target)

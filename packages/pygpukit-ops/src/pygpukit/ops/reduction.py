@@ -129,15 +129,19 @@ class _Reducer:
             return 2 * size
         return size
 
-    def expressions(self, dtype: DType) -> tuple[str, str, str]:
-        """(rows kernel for this input dtype, rows kernel over partials, column kernel)."""
+    def expressions(self, dtype: DType) -> tuple[str, ...]:
+        """(rows kernel for this input dtype, rows kernel over partials, column kernel[, column kernel over
+        16-byte packs of rows: sums and extremes of floats])."""
         reducer = f"{NAMESPACE}{self.template}<{self.accumulator(dtype)}>"
         source = dtype.ctype if dtype.is_floating and self.typed else f"{NAMESPACE}Dynamic"
-        return (
+        found = (
             f"{NAMESPACE}reduce_rows<{reducer}, {source}>",
             f"{NAMESPACE}reduce_rows<{reducer}, {NAMESPACE}Partial>",
             f"{NAMESPACE}reduce_cols<{reducer}, {source}>",
         )
+        if dtype.is_floating and self.template in ("SumR", "ExtremeR"):
+            found += (f"{NAMESPACE}reduce_cols_packed<{reducer}, {source}>",)
+        return found
 
 
 def _same(dtype: DType) -> DType:
@@ -176,6 +180,10 @@ _ROWS_PARAMS = [pointer("x"), code_param("x_code"), pointer("out"), code_param("
 _COLS_PARAMS = [pointer("x"), code_param("x_code"), pointer("out"), code_param("out_code"), size_param("rows"),
                 size_param("count"), size_param("chunk"), size_param("total"), size_param("ddof"), code_param("mode"),
                 layout_param("layout", "ReduceLayout")]  # fmt: skip
+
+_PACKED_COLS_PARAMS = [pointer("x"), pointer("out"), code_param("out_code"), size_param("rows"), size_param("count"),
+                       size_param("chunk"), size_param("total"), size_param("ddof"), code_param("mode"),
+                       size_param("stride")]  # fmt: skip
 
 
 def _ceil(a: int, b: int) -> int:
@@ -225,8 +233,9 @@ def _launch_reduce(
     outer, inner = _split(x, axes)
     rows = math.prod(outer[0])
     count = math.prod(inner[0])
-    rows_kernel, partial_kernel, cols_kernel = reducer.expressions(dtype)
-    kernels = group(_REDUCE_FILE, [rows_kernel, partial_kernel, cols_kernel])
+    expressions = reducer.expressions(dtype)
+    rows_kernel, partial_kernel, cols_kernel = expressions[:3]
+    kernels = group(_REDUCE_FILE, expressions)
     layout = _reduce_layout(outer, inner)
     code = dtype_code(dtype)
     # This module's max/min/sum shadow the builtins.
@@ -248,6 +257,19 @@ def _launch_reduce(
             x.device_ptr, code, target.device_ptr, out_code, rows, count, chunk, lanes, count, ddof, reducer.mode,
             layout, grid=(row_blocks, chunks), block=_BLOCK,
         )  # fmt: skip
+    elif _packed_columns(expressions, x, outer, inner):
+        width = 16 // dtype.itemsize
+        col_blocks = -(-rows // (32 * width))
+        chunks = 1
+        if col_blocks < 1024:
+            chunks = builtins.max(1, builtins.min(_ceil(count, 64), _ceil(2048, col_blocks), 4096))
+        chunk = _ceil(_ceil(count, chunks), 8) * 8
+        chunks = _ceil(count, chunk)
+        target = out if chunks == 1 else empty(rows * chunks * reducer.acc_bytes(dtype), uint8)
+        kernels.kernel(expressions[3], _PACKED_COLS_PARAMS)(
+            x.device_ptr, target.device_ptr, out_code, rows, count, chunk, count, ddof, reducer.mode, inner[1][0],
+            grid=(col_blocks, chunks), block=(32, 8),
+        )  # fmt: skip
     else:
         col_blocks = -(-rows // 32)
         chunks = 1
@@ -267,6 +289,23 @@ def _launch_reduce(
             target.device_ptr, 0, out.device_ptr, out_code, rows, chunks, chunks, lanes, count, ddof, reducer.mode,
             partial_layout, grid=-(-rows // (_BLOCK // lanes)), block=_BLOCK,
         )  # fmt: skip
+
+
+def _packed_columns(
+    expressions: tuple[str, ...], x: GPUArray, outer: tuple[list[int], list[int]], inner: tuple[list[int], list[int]]
+) -> bool:
+    """Whether reduce_cols_packed applies: kept rows side by side (one kept dimension of stride 1, a
+    whole number of 16-byte packs) and one reduced dimension whose stride keeps the packs aligned."""
+    width = 16 // x.dtype.itemsize
+    return (
+        len(expressions) == 4
+        and len(outer[0]) == 1
+        and outer[1][0] == 1
+        and outer[0][0] % width == 0
+        and len(inner[0]) == 1
+        and inner[1][0] % width == 0
+        and x.device_ptr % 16 == 0
+    )
 
 
 def _check_array(name: str, x: Any) -> GPUArray:
@@ -481,10 +520,30 @@ _SOFTMAX_PARAMS = [pointer("x"), pointer("out"), size_param("rows"), size_param(
 _APPLY_PARAMS = [pointer("out"), pointer("x"), pointer("stats"), size_param("n"), layout_param(), code_param("log")]
 
 
-def _softmax_expressions(dtype: DType) -> tuple[str, str]:
+_HELD_PACKS = (1, 2, 4, 8)  # softmax_rows_held's P: 16-byte packs of its row each thread holds
+_HELD_VALUES = 64  # at most this many values held per thread (P * elements per pack)
+_HELD_LANES = 1024  # threads per row at most (one block)
+
+
+def _softmax_expressions(dtype: DType) -> tuple[str, ...]:
     ctype = compute_ctype(dtype)
+    width = 16 // dtype.itemsize
+    held = [
+        f"{NAMESPACE}softmax_rows_held<{dtype.ctype}, {ctype}, {p}>" for p in _HELD_PACKS if p * width <= _HELD_VALUES
+    ]
     return (f"{NAMESPACE}softmax_rows<{dtype.ctype}, {ctype}>",
-            f"{NAMESPACE}softmax_apply<{dtype.ctype}, {ctype}>")  # fmt: skip
+            f"{NAMESPACE}softmax_apply<{dtype.ctype}, {ctype}>", *held)  # fmt: skip
+
+
+def _held_plan(count: int, width: int) -> tuple[int, int] | None:
+    """(lanes, packs per thread) of softmax_rows_held for rows of ``count`` elements, or None when a
+    row does not fit in the registers of one block."""
+    most = builtins.max(p for p in _HELD_PACKS if p * width <= _HELD_VALUES)
+    if count > _HELD_LANES * most * width:
+        return None
+    lanes = _pow2_between(-(-count // (most * width)), 4, _HELD_LANES)
+    packs = next(p for p in _HELD_PACKS if lanes * p * width >= count)
+    return lanes, packs
 
 
 def _softmax(name: str, x: Any, axis: int, log: bool) -> GPUArray:
@@ -507,8 +566,9 @@ def _softmax(name: str, x: Any, axis: int, log: bool) -> GPUArray:
         return out
     kept = [a for a in range(x.ndim) if a != ax]
     rows, count = math.prod(x._shape[a] for a in kept), x._shape[ax]
-    rows_expr, apply_expr = _softmax_expressions(x.dtype)
-    kernels = group(_SOFTMAX_FILE, [rows_expr, apply_expr])
+    expressions = _softmax_expressions(x.dtype)
+    rows_expr, apply_expr = expressions[:2]
+    kernels = group(_SOFTMAX_FILE, expressions)
     out_strides = out._strides
     rows_along_axis = (x._strides[ax] == 1 and out_strides[ax] == 1) or count == 1
     if rows_along_axis and (rows >= 256 or count <= 16384):
@@ -518,6 +578,15 @@ def _softmax(name: str, x: Any, axis: int, log: bool) -> GPUArray:
         _, outs = _dims_bytes(dims, out_outer)
         layout = _SOFTMAX_LAYOUT.pack(len(dims), *shape, *in_strides, *outs)
         width = 16 // x.dtype.itemsize
+        held = _held_plan(count, width)
+        if held is not None:
+            lanes, packs = held
+            block = builtins.max(_BLOCK, lanes)
+            expression = f"{NAMESPACE}softmax_rows_held<{x.dtype.ctype}, {compute_ctype(x.dtype)}, {packs}>"
+            held_kernel = kernels.kernel(expression, _SOFTMAX_PARAMS)
+            held_kernel(x.device_ptr, out.device_ptr, rows, count, lanes, int(log), layout,
+                        grid=-(-rows // (block // lanes)), block=block)  # fmt: skip
+            return out
         lanes = _pow2_between(-(-count // (8 * width)), 4, _BLOCK)  # about 8 packs per thread
         kernels.kernel(rows_expr, _SOFTMAX_PARAMS)(x.device_ptr, out.device_ptr, rows, count, lanes, int(log), layout,
                                                    grid=-(-rows // (_BLOCK // lanes)), block=_BLOCK)  # fmt: skip
