@@ -18,11 +18,14 @@ except ImportError as exc:  # pygpukit-core (which owns pygpukit/__init__.py) is
 check_siblings("pygpukit-ops", required=("pygpukit-core",))
 
 from . import elementwise, linalg, promotion, reduction, shape  # noqa: E402
+from . import kv_cache, rope  # noqa: E402
 from ._kernels import precompile  # noqa: E402
 from .elementwise import *  # noqa: E402,F403
+from .kv_cache import *  # noqa: E402,F403
 from .linalg import *  # noqa: E402,F403
 from .promotion import *  # noqa: E402,F403
 from .reduction import *  # noqa: E402,F403
+from .rope import *  # noqa: E402,F403
 from .shape import *  # noqa: E402,F403
 
 __version__ = distribution_version("pygpukit-ops") or "0+unknown"
@@ -31,8 +34,10 @@ __all__ = [
     "__version__",
     "precompile",
     *elementwise.__all__,
+    *kv_cache.__all__,
     *linalg.__all__,
     *promotion.__all__,
     *reduction.__all__,
+    *rope.__all__,
     *shape.__all__,
 ]
