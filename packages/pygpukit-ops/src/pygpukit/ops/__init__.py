@@ -17,12 +17,15 @@ except ImportError as exc:  # pygpukit-core (which owns pygpukit/__init__.py) is
 
 check_siblings("pygpukit-ops", required=("pygpukit-core",))
 
-from . import elementwise, linalg, promotion, reduction, shape  # noqa: E402
+from . import elementwise, linalg, nn, promotion, reduction, shape  # noqa: E402
 from . import kv_cache, rope  # noqa: E402
+from . import moe  # noqa: E402
 from ._kernels import precompile  # noqa: E402
 from .elementwise import *  # noqa: E402,F403
 from .kv_cache import *  # noqa: E402,F403
 from .linalg import *  # noqa: E402,F403
+from .nn import *  # noqa: E402,F403
+from .moe import *  # noqa: E402,F403
 from .promotion import *  # noqa: E402,F403
 from .reduction import *  # noqa: E402,F403
 from .rope import *  # noqa: E402,F403
@@ -36,6 +39,8 @@ __all__ = [
     *elementwise.__all__,
     *kv_cache.__all__,
     *linalg.__all__,
+    *nn.__all__,
+    *moe.__all__,
     *promotion.__all__,
     *reduction.__all__,
     *rope.__all__,
