@@ -60,7 +60,7 @@ def _gating_reference(logits: Array, k: int, renormalize: bool, scoring: str) ->
     """HF Mixtral / Qwen3-MoE routing in float64: scores over all experts, top-k with ties to the lower
     expert id, optional renormalisation."""
     values = logits.astype(np.float64)
-    tokens, experts = values.shape
+    _tokens, experts = values.shape
     index = np.broadcast_to(np.arange(experts), values.shape)
     ids = np.lexsort((index, -values), axis=-1)[:, :k]
     if scoring == "softmax":
@@ -120,10 +120,12 @@ def test_gating_matches_float64(
     logits = _random(rng, (tokens, experts), dtype, 2.0)
     out_w, out_i = _poison((tokens, k), gp.float32), _poison((tokens, k), gp.int32)
     weights, ids = gp.moe_topk_gating(gp.from_numpy(logits), k, renormalize, out_weights=out_w, out_ids=out_i)
-    assert weights is out_w and ids is out_i
+    assert weights is out_w
+    assert ids is out_i
     ref_w, ref_i = _gating_reference(logits, k, renormalize, "softmax")
     np.testing.assert_array_equal(ids.to_numpy(), ref_i)
-    assert weights.dtype == gp.float32 and ids.dtype == gp.int32
+    assert weights.dtype == gp.float32
+    assert ids.dtype == gp.int32
     np.testing.assert_allclose(weights.to_numpy(), ref_w, rtol=2e-6 * max(8, experts) ** 0.5, atol=1e-7)
 
 
@@ -170,7 +172,9 @@ def test_permute_is_a_stable_counting_sort(
     offs = _poison((experts + 1,), gp.int32)
     perm = _poison((slots,), gp.int32)
     x_perm, offsets, permutation = gp.moe_permute(gp.from_numpy(x), gp.from_numpy(ids), experts, out, offs, perm)
-    assert x_perm is out and offsets is offs and permutation is perm
+    assert x_perm is out
+    assert offsets is offs
+    assert permutation is perm
     ref_offsets, ref_perm = _stable_positions(ids, experts)
     np.testing.assert_array_equal(offsets.to_numpy(), ref_offsets)
     np.testing.assert_array_equal(permutation.to_numpy(), ref_perm)
@@ -309,7 +313,8 @@ def test_grouped_gemm_into_a_strided_out(rng: np.random.Generator) -> None:
     wide = _poison((12, 24), gp.bfloat16)
     gp.grouped_gemm(gp.from_numpy(x), gp.from_numpy(w), gp.from_numpy(offsets), out=wide[:, 8:16])
     got = wide.to_numpy().astype(np.float64)
-    assert np.isnan(got[:, :8]).all() and np.isnan(got[:, 16:]).all()
+    assert np.isnan(got[:, :8]).all()
+    assert np.isnan(got[:, 16:]).all()
     for _, (lo, hi, expected) in enumerate(_grouped_reference(x, w, offsets, "nk")):
         if hi > lo:
             assert _relative_error(got[lo:hi, 8:16], expected) <= GEMM_BOUND["bfloat16"]
@@ -362,7 +367,8 @@ def test_moe_mlp_matches_the_hf_block(
     result = gp.moe_mlp(
         gp.from_numpy(x), gp.from_numpy(logits), gate_up, gp.from_numpy(w_down), k, renormalize, out=out
     )
-    assert result is out and result.dtype == dtype
+    assert result is out
+    assert result.dtype == dtype
     assert _relative_error(out.to_numpy(), expected) <= MLP_BOUND[dtype.name], name
 
 
@@ -572,7 +578,8 @@ def test_every_launched_kernel_is_registered() -> None:
     assert len(gemm) == 4 * 2 * 2 + 2
     for tile in moe_module._TILES:
         for dtype in (gp.float16, gp.bfloat16):
-            assert tile.expression(dtype, True) in gemm and tile.expression(dtype, False) in gemm
+            assert tile.expression(dtype, True) in gemm
+            assert tile.expression(dtype, False) in gemm
 
 
 @pytest.mark.nvrtc
