@@ -274,7 +274,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int block_col = static_cast<int>(blockIdx.x) * kCols;
   const int col = block_col + lane * E;
-  const int per_split = (k + splits - 1) / splits;
+  // Whole U * kWarps-row steps per split (the host picks splits to match), so that no warp ends with
+  // a tail of single loads.
+  constexpr int kStep = U * kWarps;
+  const int per_split = ((k + splits - 1) / splits + kStep - 1) / kStep * kStep;
   const int k_begin = static_cast<int>(blockIdx.y) * per_split;
   const int k_end = min(k, k_begin + per_split);
 

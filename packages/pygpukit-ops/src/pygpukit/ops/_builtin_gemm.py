@@ -405,6 +405,11 @@ class _GemvPlan:
     per_block: int  # outputs (rows of W for "nk", columns for "kn") per block
     target: int  # blocks per SM to aim for; fewer blocks than that splits K
     split_unit: int  # K elements below which a split is not worth it
+    k_step: int = 1  # each split covers a multiple of this many K elements (gemv_kn: U * 8 warps)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 def _gemv_plan(dtype: DType, rows: int, layout: str) -> _GemvPlan:
@@ -420,7 +425,8 @@ def _gemv_plan(dtype: DType, rows: int, layout: str) -> _GemvPlan:
     if layout == "nk":
         r, u = (1, 4) if mt == 1 else (2, 2)
         return _GemvPlan(f"{ns}gemv_nk<{t}, {mt}, {r}, {u}>", 8 * r, 2, 16 // dtype.itemsize * 32 * u)
-    return _GemvPlan(f"{ns}gemv_kn<{t}, {mt}, {8 if mt == 1 else 4}>", 32 * 16 // dtype.itemsize, 2, 64)
+    u = 8 if mt == 1 else 4
+    return _GemvPlan(f"{ns}gemv_kn<{t}, {mt}, {u}>", 32 * 16 // dtype.itemsize, 2, 64, u * 8)
 
 
 def _gemv_expressions() -> list[str]:
@@ -534,6 +540,8 @@ def gemv(
     splits = 1
     if blocks < plan.target * sms and blocks <= _COUNTERS:
         splits = max(1, min(-(-plan.target * sms // blocks), k // plan.split_unit, 65535))
+        per_split = _ceil_div(_ceil_div(k, splits), plan.k_step) * plan.k_step  # as the kernel rounds it
+        splits = _ceil_div(k, per_split)
     partial_ptr = counters_ptr = 0
     if splits > 1:
         workspace = _workspace(device, stream)
