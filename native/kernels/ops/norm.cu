@@ -3,10 +3,10 @@
 // (N, C, *spatial) input). float32, fp16 and bf16 rows, statistics and arithmetic in float.
 //
 //   norm_rows<T, W, P>(args)      W: the weight/bias type (T or float)
-//       a group of args.lanes threads (a power of two, up to 1024) owns a row. P > 0: each thread
+//       a group of args.lanes threads (a power of two, up to 512) owns a row. P > 0: each thread
 //       loads its at most P 16-byte packs of the row (pack q = lane + i * lanes) into registers once,
 //       the group sums them in a fixed tree (reducers.cuh: group_allreduce), and the same registers give
-//       the output, so the row is read from memory once. P == 0 (rows longer than 1024 * 4 packs):
+//       the output, so the row is read from memory once. P == 0 (rows longer than 512 * 4 packs):
 //       the same loops stream the row from memory once per pass (two passes, three when centred).
 //
 // Statistics: rmsnorm and add_rmsnorm: inv = rsqrt(mean(x^2) + eps); l2norm: inv = 1 / max(|x|, eps);
@@ -142,7 +142,7 @@ __device__ __forceinline__ float round_to(float v) {
 }
 
 template <typename T, typename W, int P>
-__global__ void __launch_bounds__(1024) norm_rows(NormArgs a) {
+__global__ void __launch_bounds__(512) norm_rows(NormArgs a) {
   constexpr int V = 16 / sizeof(T);
   using R = SumR<float>;
   const R r{0};

@@ -199,7 +199,7 @@ def _pow2_at_least(value: int, low: int, high: int) -> int:
 # -- normalisations ---------------------------------------------------------------------------------
 _NORM_ARGS = struct.Struct("@6Q7q5if")
 _NORM_PACKS = 4  # packs per thread the register kernel holds (norm_rows<T, W, 4>)
-_NORM_MAX_LANES = 1024
+_NORM_MAX_LANES = 512  # __launch_bounds__ of norm_rows: up to 128 registers a thread
 _RMS, _LAYER, _L2, _ADD_RMS, _GROUP = 0, 1, 2, 3, 4
 
 
