@@ -214,23 +214,23 @@ def _row_major(op: str, name: str, array: GPUArray) -> int:
 
 def _output(op: str, name: str, out: Any, shape: tuple[int, ...], dtype: DType) -> GPUArray:
     """A given output: shape, dtype and contiguity checked."""
-    out = _array(op, name, out)
-    if out.shape != shape:
-        raise ShapeError(f"{op}: {name} must have shape {shape}, got {out.shape}")
-    if out.dtype != dtype:
-        raise DTypeError(f"{op}: {name} must have dtype {dtype}, got {out.dtype}")
-    if not out.is_contiguous:
-        raise ShapeError(f"{op}: {name} must be contiguous, got strides {out.strides}")
-    return out
+    array = _array(op, name, out)
+    if array.shape != shape:
+        raise ShapeError(f"{op}: {name} must have shape {shape}, got {array.shape}")
+    if array.dtype != dtype:
+        raise DTypeError(f"{op}: {name} must have dtype {dtype}, got {array.dtype}")
+    if not array.is_contiguous:
+        raise ShapeError(f"{op}: {name} must be contiguous, got strides {array.strides}")
+    return array
 
 
 def _count(op: str, name: str, value: Any, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{op}: {name} must be an int, got {type(value).__name__}")
-    value = int(value)
-    if not low <= value <= high:
-        raise ArgumentError(f"{op}: {name}={value} is outside [{low}, {high}]")
-    return value
+    number = int(value)
+    if not low <= number <= high:
+        raise ArgumentError(f"{op}: {name}={number} is outside [{low}, {high}]")
+    return number
 
 
 def _vector(*pairs: tuple[GPUArray, int]) -> int:
@@ -244,7 +244,7 @@ def _order_keys(values: Array) -> Array:
     """The kernels' total order of float32 values as uint32 keys (-0 as +0, NaN above +inf)."""
     bits = values.astype(np.float32).view(np.uint32).copy()
     bits[bits == 0x80000000] = 0
-    keys = np.where(bits & 0x80000000, ~bits, bits | 0x80000000).astype(np.uint32)
+    keys: Array = np.where(bits & 0x80000000, ~bits, bits | 0x80000000).astype(np.uint32)
     keys[np.isnan(values)] = 0xFFFFFFFF
     return keys
 
@@ -571,14 +571,17 @@ def grouped_gemm(
 
 # -- gated activation ---------------------------------------------------------------------------------
 def _activation_numpy(values: Array, code: int) -> Array:
+    result: Array
     with np.errstate(all="ignore"):
         if code == 3:
-            return values / (np.float32(1.0) + np.exp(-values))
-        if code == 2:
+            result = values / (np.float32(1.0) + np.exp(-values))
+        elif code == 2:
             inner = np.float32(0.7978845608028654) * (values + np.float32(0.044715) * values * values * values)
-            return np.float32(0.5) * values * (np.float32(1.0) + np.tanh(inner))
-        erf = np.vectorize(math.erf, otypes=[np.float64])
-        return (0.5 * values * (1.0 + erf(values.astype(np.float64) / math.sqrt(2.0)))).astype(np.float32)
+            result = np.float32(0.5) * values * (np.float32(1.0) + np.tanh(inner))
+        else:
+            erf = np.vectorize(math.erf, otypes=[np.float64])
+            result = (0.5 * values * (1.0 + erf(values.astype(np.float64) / math.sqrt(2.0)))).astype(np.float32)
+    return result
 
 
 def _glu(gate: GPUArray, up: GPUArray, h: GPUArray, code: int) -> None:
@@ -644,8 +647,8 @@ def _carve(
     return views
 
 
-def _expert_weights(op: str, name: str, w: Any, shape: tuple[int, int, int], dtype: DType) -> GPUArray:
-    w = _array(op, name, w)
+def _expert_weights(op: str, name: str, value: Any, shape: tuple[int, int, int], dtype: DType) -> GPUArray:
+    w = _array(op, name, value)
     if w.dtype != dtype:
         raise DTypeError(f"{op}: {name} must have x's dtype {dtype}, got {w.dtype}")
     if w.shape != shape:
