@@ -20,7 +20,10 @@ check_siblings("pygpukit-ops", required=("pygpukit-core",))
 from . import elementwise, linalg, nn, promotion, reduction, shape  # noqa: E402
 from . import kv_cache, rope  # noqa: E402
 from . import moe  # noqa: E402
+from . import sampling  # noqa: E402
+from . import attention  # noqa: E402
 from ._kernels import precompile  # noqa: E402
+from .attention import *  # noqa: E402,F403
 from .elementwise import *  # noqa: E402,F403
 from .kv_cache import *  # noqa: E402,F403
 from .linalg import *  # noqa: E402,F403
@@ -29,6 +32,7 @@ from .moe import *  # noqa: E402,F403
 from .promotion import *  # noqa: E402,F403
 from .reduction import *  # noqa: E402,F403
 from .rope import *  # noqa: E402,F403
+from .sampling import *  # noqa: E402,F403
 from .shape import *  # noqa: E402,F403
 
 __version__ = distribution_version("pygpukit-ops") or "0+unknown"
@@ -36,6 +40,7 @@ __version__ = distribution_version("pygpukit-ops") or "0+unknown"
 __all__ = [
     "__version__",
     "precompile",
+    *attention.__all__,
     *elementwise.__all__,
     *kv_cache.__all__,
     *linalg.__all__,
@@ -43,6 +48,7 @@ __all__ = [
     *moe.__all__,
     *promotion.__all__,
     *reduction.__all__,
+    *sampling.__all__,
     *rope.__all__,
     *shape.__all__,
 ]
