@@ -61,6 +61,54 @@ struct IsBool<bool> {
   static constexpr bool value = true;
 };
 
+// Floating types of at most 32 bits convert exactly to float, and float converts to each of them with
+// one correct rounding, so between two of them float is as exact as double and much cheaper.
+template <typename T>
+struct IsSmallFloat {
+  static constexpr bool value = false;
+};
+#define PYGPUKIT_SMALL_FLOAT(T)         \
+  template <>                           \
+  struct IsSmallFloat<T> {              \
+    static constexpr bool value = true; \
+  };
+PYGPUKIT_SMALL_FLOAT(float)
+PYGPUKIT_SMALL_FLOAT(__half)
+PYGPUKIT_SMALL_FLOAT(__nv_bfloat16)
+PYGPUKIT_SMALL_FLOAT(__nv_fp8_e4m3)
+PYGPUKIT_SMALL_FLOAT(__nv_fp8_e5m2)
+#undef PYGPUKIT_SMALL_FLOAT
+
+template <typename T>
+__device__ __forceinline__ float small_to_float(T v) {
+  return static_cast<float>(v);
+}
+template <>
+__device__ __forceinline__ float small_to_float<__half>(__half v) {
+  return __half2float(v);
+}
+template <>
+__device__ __forceinline__ float small_to_float<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+
+template <typename T>
+__device__ __forceinline__ T small_from_float(float v) {
+  return T(v);
+}
+template <>
+__device__ __forceinline__ float small_from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half small_from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 small_from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
 template <typename Src, typename Dst>
 __device__ __forceinline__ Dst convert(Src v) {
   if constexpr (IsBool<Dst>::value) {
@@ -71,17 +119,35 @@ __device__ __forceinline__ Dst convert(Src v) {
     }
   } else if constexpr (IsInteger<Src>::value && IsInteger<Dst>::value) {
     return static_cast<Dst>(v);
+  } else if constexpr (IsSmallFloat<Src>::value && IsSmallFloat<Dst>::value) {
+    return small_from_float<Dst>(small_to_float<Src>(v));
   } else {
     return Convert<Dst>::from_double(Convert<Src>::to_double(v));
   }
 }
 
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Chunk {
+  T v[N];
+};
+
+// 16-byte chunks (of the wider type) per thread when both pointers allow, then single elements.
 template <typename Src, typename Dst>
 __global__ void cast(const Src* __restrict__ src, Dst* __restrict__ dst, long long n) {
+  constexpr int N = 16 / (sizeof(Src) > sizeof(Dst) ? sizeof(Src) : sizeof(Dst));
   const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
-  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    dst[i] = convert<Src, Dst>(src[i]);
+  const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool aligned = reinterpret_cast<unsigned long long>(src) % (sizeof(Src) * N) == 0 &&
+                       reinterpret_cast<unsigned long long>(dst) % (sizeof(Dst) * N) == 0;
+  const long long chunks = aligned ? n / N : 0;
+  for (long long c = first; c < chunks; c += stride) {
+    const Chunk<Src, N> in = reinterpret_cast<const Chunk<Src, N>*>(src)[c];
+    Chunk<Dst, N> out;
+#pragma unroll
+    for (int j = 0; j < N; ++j) out.v[j] = convert<Src, Dst>(in.v[j]);
+    reinterpret_cast<Chunk<Dst, N>*>(dst)[c] = out;
   }
+  for (long long i = chunks * N + first; i < n; i += stride) dst[i] = convert<Src, Dst>(src[i]);
 }
 
 }  // namespace pygpukit

@@ -135,6 +135,30 @@ def test_astype_every_pair(rng: np.random.Generator, src: gp.DType, dst: gp.DTyp
     same(converted.to_numpy(), expected)
 
 
+CAST_PAIRS = [(gp.float32, gp.bfloat16), (gp.bfloat16, gp.float16), (gp.float16, gp.float8_e4m3fn),
+              (gp.float64, gp.float32), (gp.int64, gp.float16), (gp.uint8, gp.float32)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("src", "dst"), CAST_PAIRS, ids=str)
+def test_astype_long_and_offset_arrays(rng: np.random.Generator, src: gp.DType, dst: gp.DType) -> None:
+    # Whole 16-byte chunks and a ragged tail, from aligned and from misaligned starts.
+    host = random_array(rng, (4099,), src)
+    array = gp.from_numpy(host)
+    for start in (0, 1, 3):
+        expected = (
+            host[start:].astype(np.float64).astype(dst.numpy) if src.kind == "f" else host[start:].astype(dst.numpy)
+        )
+        same(array[start:].astype(dst).to_numpy(), expected)
+
+
+def test_astype_to_e4m3_saturates_like_the_kernel() -> None:
+    values = gp.from_numpy(np.array([1e6, -1e6, np.inf, -np.inf, np.nan, 3.0, 464.0, 470.0], np.float32))
+    got = values.astype(gp.float8_e4m3fn).to_numpy().astype(np.float32)
+    assert got[:4].tolist() == [448.0, -448.0, 448.0, -448.0]
+    assert np.isnan(got[4])
+    assert got[5:].tolist() == [3.0, 448.0, 448.0]
+
+
 def test_freed_memory_is_refused() -> None:
     array = gp.zeros(10)
     array.buffer.free()

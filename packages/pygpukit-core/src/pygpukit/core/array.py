@@ -410,11 +410,17 @@ class GPUArray:
             return out
         native = _native()
         if native is None:
-            out._host_view()[...] = source._host_view().astype(target.numpy)
+            values = source._host_view()
+            if target.name == "float8_e4m3fn" and values.dtype.kind == "f":
+                # Like the kernel (CUDA's saturating conversion): out-of-range values become +-448, not
+                # NaN (e4m3fn has no infinity); NaN stays NaN.
+                values = np.clip(values.astype(np.float32), -448.0, 448.0)
+            out._host_view()[...] = values.astype(target.numpy)
             return out
         n = out.size
+        per_thread = 16 // max(self._dtype.itemsize, target.itemsize)  # cast.cu's chunk
         builtins.cast_kernel(self._dtype, target)(
-            source.device_ptr, out.device_ptr, n, grid=_grid(n), block=_BLOCK, stream=stream
+            source.device_ptr, out.device_ptr, n, grid=_grid(-(-n // per_thread)), block=_BLOCK, stream=stream
         )
         return out
 
