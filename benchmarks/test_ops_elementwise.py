@@ -55,6 +55,10 @@ CASES: dict[str, tuple[str, int, Callable[..., Any], Callable[..., Any], Callabl
     "cast f32->f16 (allocating)": ("float32", 6, lambda a, b, out: gp.astype(a, gp.float16),
                                    lambda a, b, out: a.to(_torch().float16),
                                    lambda a, b, out: a.astype(_cupy().float16)),
+    "cast f32->bf16 (GPUArray.astype)": ("float32", 6, lambda a, b, out: a.astype(gp.bfloat16),
+                                         lambda a, b, out: a.to(_torch().bfloat16), None),
+    "cast bf16->f32 (allocating)": ("bfloat16", 6, lambda a, b, out: gp.astype(a, gp.float32),
+                                    lambda a, b, out: a.to(_torch().float32), None),
 }  # fmt: skip
 
 

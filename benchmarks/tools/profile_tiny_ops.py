@@ -1,0 +1,71 @@
+"""Where the host time of a tiny op goes: per-call cost of gp.add on 16 float32 elements and of its parts
+(allocation, launch), then a cProfile of the calls. Run on the GPU machine:
+``python benchmarks/tools/profile_tiny_ops.py``."""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+import pygpukit as gp
+from pygpukit.ops._kernels import grid_for
+
+CALLS = 20000
+
+
+def per_call(label: str, fn: Callable[[], object]) -> None:
+    for _ in range(200):
+        fn()
+    gp.synchronize()
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(CALLS):
+            fn()
+        gp.synchronize()
+        best = min(best, (time.perf_counter() - start) / CALLS)
+    print(f"{label:<40} {best * 1e6:7.2f} us")
+
+
+def main() -> None:
+    a = gp.from_numpy(np.arange(16, dtype=np.float32))
+    b = gp.from_numpy(np.ones(16, dtype=np.float32))
+    out = gp.empty(16, gp.float32)
+    gp.add(a, b)
+    per_call("gp.add(a, b)", lambda: gp.add(a, b))
+    per_call("a + b", lambda: a + b)
+    per_call("gp.add(a, b, out=out)", lambda: gp.add(a, b, out=out))
+    per_call("gp.empty(16, float32)", lambda: gp.empty(16, gp.float32))
+    per_call("grid_for(4)", lambda: grid_for(4))
+    try:
+        import cupy as cp
+
+        ca = cp.arange(16, dtype=cp.float32)
+        cb = cp.ones(16, dtype=cp.float32)
+        per_call("cupy.add(a, b)", lambda: cp.add(ca, cb))
+        per_call("cupy.empty(16)", lambda: cp.empty(16, cp.float32))
+    except ImportError:
+        pass
+    try:
+        import torch
+
+        ta = torch.arange(16, dtype=torch.float32, device="cuda")
+        tb = torch.ones(16, dtype=torch.float32, device="cuda")
+        per_call("torch.add(a, b)", lambda: torch.add(ta, tb))
+    except ImportError:
+        pass
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(CALLS):
+        gp.add(a, b)
+    profile.disable()
+    gp.synchronize()
+    pstats.Stats(profile).sort_stats("tottime").print_stats(15)
+
+
+if __name__ == "__main__":
+    main()
