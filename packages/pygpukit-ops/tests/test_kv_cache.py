@@ -450,7 +450,7 @@ def test_gpu_append_graph_replays_at_new_positions_bitwise(rng: np.random.Genera
             for layer in range(2):
                 cache.k(layer).copy_(np.zeros(cache.shape, dtype.numpy))
                 cache.v(layer).copy_(np.zeros(cache.shape, dtype.numpy))
-        k, v = gp.empty((batch, 1, heads, d), dtype), gp.empty((batch, 1, heads, d), dtype)
+        k, v = gp.zeros((batch, 1, heads, d), dtype), gp.zeros((batch, 1, heads, d), dtype)  # warm-up writes zeros
         positions = gp.from_numpy(np.zeros(batch, np.int32))
         graph_cache.append(0, k, v, positions)  # compiled before capture
         graph = gp.CudaGraph()
@@ -498,7 +498,7 @@ def test_gpu_paged_decode_graph_bitwise(rng: np.random.Generator, dtype: DType) 
     stream = gp.Stream()
     with stream:
         graph_cache, eager_cache = build(), build()
-        k, v = gp.empty((3, 1, heads, d), dtype), gp.empty((3, 1, heads, d), dtype)
+        k, v = gp.zeros((3, 1, heads, d), dtype), gp.zeros((3, 1, heads, d), dtype)
         graph_cache.append(0, k, v)
         graph_cache.advance()
         graph_cache.set_length(0, 14)
