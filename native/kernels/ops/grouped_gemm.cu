@@ -14,7 +14,8 @@
 //   grouped_gemm_mma<T, TRANS_B, BM, BN, BK, WARPS_M, WARPS_N, STAGES>   fp16 / bf16, float accumulation
 //       the main loop of gemm_mma.cu (mma.sync m16n8k16, cp.async ring of STAGES shared tiles,
 //       swizzled ldmatrix reads) on the expert's slice of a and its W, and gemm_common.cuh's epilogue.
-//       Tiles with BM = 16 serve decode: each live block streams a BN x K slice of one expert's W.
+//       Tiles with BM = 16 serve decode: each live block streams a BN x K slice of one expert's W
+//       (so every active expert's weights are read once).
 //   grouped_gemm_simt<TRANS_B>                                            float32, 64 x 64 tiles of FMAs
 #include "gemm_mma.cu"
 #include "moe_common.cuh"

@@ -125,9 +125,10 @@ class _Tile:
                 f"{self.warps_m}, {self.warps_n}, {self.stages}>")  # fmt: skip
 
 
-# Decode (a few rows per expert): 16-row tiles, every live block streams a 128 x K slice of one
-# expert's weight. Prefill: the tiles of the built-in dense GEMM (gemm_mma.cu).
-_TILE_16 = _Tile(16, 128, 64, 1, 4, 4)
+# Decode (a few rows per expert): 16-row tiles; every live block streams a 64 x K slice of one
+# expert's weight through 8 stages (56 KiB in flight), so that even the few blocks of a down
+# projection keep the memory system busy. Prefill: the tiles of the built-in dense GEMM (gemm_mma.cu).
+_TILE_16 = _Tile(16, 64, 64, 1, 4, 8)
 _TILE_64 = _Tile(64, 128, 32, 2, 2, 4)
 _TILE_128 = _Tile(128, 128, 32, 2, 2, 4)
 _TILE_256 = _Tile(128, 256, 64, 2, 4, 3)
@@ -153,7 +154,7 @@ _shared_lock = threading.Lock()
 def _mma_kernel(tile: _Tile, dtype: DType, trans_b: bool, device: int) -> JITKernel:
     expression = tile.expression(dtype, trans_b)
     kernel = group(_GEMM_FILE, (expression,)).kernel(expression, _MMA_PARAMS)
-    if tile.shared_bytes > 48 * 1024 and (expression, device) not in _shared_set:
+    if (expression, device) not in _shared_set:  # the blocks' static shared memory comes on top
         with _shared_lock:
             kernel.set_max_dynamic_shared_memory(tile.shared_bytes)
             _shared_set.add((expression, device))
