@@ -74,6 +74,7 @@ _MAX_BATCH = 65535
 _CHUNK_LIMIT = 8192  # elements of a chunk at most (the last block scans one chunk in order)
 _CHUNK_LEAST = 512
 _SCALE = np.float32(2.0**44)
+_F32_MAX = float(np.finfo(np.float32).max)
 _MASK32 = 0xFFFFFFFF
 
 # Passes and flags of sample_pass (sampling.cu).
@@ -82,6 +83,8 @@ _FINAL, _ADVANCE, _PENALTY, _TOKEN = 1, 2, 4, 8
 
 # struct SampleArgs: 10 pointers, 6 long long, 4 float, 4 int.
 _ARGS = struct.Struct("@10Q6q4f4i")
+_PASS_FLAGS = struct.Struct("@ii")
+_PASS_OFFSET = 10 * 8 + 6 * 8 + 4 * 4 + 4  # SampleArgs::pass, then flags
 _PASS_PARAMS = [pointer("logits"), layout_param("args", "SampleArgs")]
 _MARK_PARAMS = [layout_param("args", "SampleArgs")]
 _ARGMAX_PARAMS = [pointer("logits"), pointer("out"), size_param("row_stride"), size_param("vocab")]
@@ -167,7 +170,7 @@ class _Settings:
         self, batch: int, vocab: int, temperature: Any, top_k: Any, top_p: Any, min_p: Any, penalty: Any, history: Any
     ) -> None:
         self.temperature = _row_param("temperature", temperature, batch, False,
-                                      lambda t: math.isfinite(t) and t >= 0, "a finite number >= 0")  # fmt: skip
+                                      lambda t: 0 <= t <= _F32_MAX, "a finite number >= 0")  # fmt: skip
         self.top_k = _row_param("top_k", 0 if top_k is None else top_k, batch, True, lambda k: k >= 0,
                                 "an int >= 0 (0 or None: off)")  # fmt: skip
         self.top_p = _row_param("top_p", 1.0 if top_p is None else top_p, batch, False, lambda p: 0 < p <= 1,
@@ -175,7 +178,7 @@ class _Settings:
         self.min_p = _row_param("min_p", 0.0 if min_p is None else min_p, batch, False, lambda p: 0 <= p <= 1,
                                 "in [0, 1] (0 or None: off)")  # fmt: skip
         self.penalty = _row_param("repetition_penalty", 1.0 if penalty is None else penalty, batch, False,
-                                  lambda r: math.isfinite(r) and r > 0, "finite and > 0 (1 or None: off)")  # fmt: skip
+                                  lambda r: 0 < r <= _F32_MAX, "finite and > 0 (1 or None: off)")  # fmt: skip
         if history is not None:
             if not isinstance(history, GPUArray):
                 raise DTypeError(f"history must be a device int32 array (batch, n), got {type(history).__name__}")
@@ -258,9 +261,9 @@ def _keys(v: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return keys
 
 
-def _key_value(key: int) -> np.float32:
+def _key_value(key: int) -> Any:
     bits = key & 0x7FFFFFFF if key & 0x80000000 else ~key & _MASK32
-    return np.float32(np.array([bits], np.uint32).view(np.float32)[0])
+    return np.float32(struct.unpack("<f", struct.pack("<I", bits))[0])
 
 
 def _cpu_row(
@@ -425,28 +428,28 @@ class Sampler:
         base = _PENALTY if s.penalised else 0
         token = out is not None
 
-        def pack(pass_: int, flags: int) -> bytes:
-            return _ARGS.pack(
-                s.temperature.pointer(), s.top_k.pointer(), s.top_p.pointer(), s.min_p.pointer(), s.penalty.pointer(),
-                history.device_ptr if history is not None else 0, out.device_ptr if out is not None else 0,
-                probs.device_ptr if probs is not None else 0, self._state.device_ptr, self._bitmap.device_ptr,
-                logits.strides[0] // logits.itemsize, vocab, chunk, history.shape[1] if history is not None else 0,
-                history.strides[0] // history.itemsize if history is not None else 0, self._bitmap_words,
-                float(s.temperature.value), float(s.top_p.value), float(s.min_p.value), float(s.penalty.value),
-                int(s.top_k.value), pass_, flags, batch,
-            )  # fmt: skip
-
+        template = _ARGS.pack(
+            s.temperature.pointer(), s.top_k.pointer(), s.top_p.pointer(), s.min_p.pointer(), s.penalty.pointer(),
+            history.device_ptr if history is not None else 0, out.device_ptr if out is not None else 0,
+            probs.device_ptr if probs is not None else 0, self._state.device_ptr, self._bitmap.device_ptr,
+            logits.strides[0] // logits.itemsize, vocab, chunk, history.shape[1] if history is not None else 0,
+            history.strides[0] // history.itemsize if history is not None else 0, self._bitmap_words,
+            float(s.temperature.value), float(s.top_p.value), float(s.min_p.value), float(s.penalty.value),
+            min(int(s.top_k.value), vocab), _STATS, base, batch,
+        )  # fmt: skip
         if s.penalised:
             assert history is not None
-            kernels.kernel(mark_expr, _MARK_PARAMS)(pack(_STATS, base), grid=grid_for(batch * history.shape[1]),
+            kernels.kernel(mark_expr, _MARK_PARAMS)(template, grid=grid_for(batch * history.shape[1]),
                                                     block=_THREADS)  # fmt: skip
         passes = s.passes(vocab, probs is not None)
         launch = kernels.kernel(pass_expr, _PASS_PARAMS)
+        args = bytearray(template)
         for index, pass_ in enumerate(passes):
             flags = base | (_TOKEN if token else 0)
             if index == len(passes) - 1:
                 flags |= _FINAL | (_ADVANCE if token else 0)
-            launch(logits, pack(pass_, flags), grid=(chunks, batch), block=_THREADS)
+            _PASS_FLAGS.pack_into(args, _PASS_OFFSET, pass_, flags)
+            launch(logits, bytes(args), grid=(chunks, batch), block=_THREADS)
 
     def _run_cpu(self, logits: GPUArray, s: _Settings, out: GPUArray | None, probs: GPUArray | None) -> None:
         batch, vocab = logits.shape
