@@ -108,13 +108,13 @@ def _vector_param(name: str, what: str, value: Any, size: int, dtypes: Sequence[
 
 
 def _eps(name: str, eps: Any) -> float:
-    if not isinstance(eps, numbers.Real) or isinstance(eps, bool) or not math.isfinite(eps) or eps < 0:
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps < 0:
         raise ArgumentError(f"{name}: eps must be a finite number >= 0, got {eps!r}")
     return float(eps)
 
 
 def _positive(name: str, what: str, value: Any, minimum: int = 1) -> int:
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ArgumentError(f"{name}: {what} must be an integer >= {minimum}, got {value!r}")
     return int(value)
 
@@ -664,9 +664,10 @@ def position_ids(batch: int, seq: int, start: int | GPUArray = 0, out: GPUArray 
         if starts.shape != (batch,):
             raise ShapeError(f"{name}: start must have shape ({batch},), got {starts.shape}")
     else:
-        if not isinstance(start, numbers.Integral) or isinstance(start, bool):
-            raise ArgumentError(f"{name}: start must be an int or a device array, got {type(start).__name__}")
-        value = int(start)
+        given: Any = start
+        if isinstance(given, bool) or not isinstance(given, numbers.Integral):
+            raise ArgumentError(f"{name}: start must be an int or a device array, got {type(given).__name__}")
+        value = int(given)
         if value < -_INT32_MAX - 1 or value + max(seq - 1, 0) > _INT32_MAX:
             raise ArgumentError(f"{name}: positions {value}..{value + seq - 1} do not fit in int32")
     result = _output(name, "out", out, (batch, seq), int32)
@@ -822,7 +823,7 @@ def _cpu_conv1d(x: GPUArray, weight: GPUArray, bias: GPUArray | None, stride: in
 
 # -- compile-check enumeration ----------------------------------------------------------------------
 def _enumerate() -> Groups:
-    norms = [_norm_expressions(d, w) for d in _FLOATS for w in dict.fromkeys(_weight_dtypes(d))]
+    norms: list[tuple[str, ...]] = [_norm_expressions(d, w) for d in _FLOATS for w in dict.fromkeys(_weight_dtypes(d))]
     return {
         _NORM_FILE: norms,
         _GATED_FILE: [(_gated_expression(d),) for d in _FLOATS],
