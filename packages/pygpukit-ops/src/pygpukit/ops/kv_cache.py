@@ -25,6 +25,7 @@ import numpy as np
 from pygpukit.core.array import GPUArray, empty, full
 from pygpukit.core.dtypes import DType, as_dtype, bfloat16, float16, float32, int32
 from pygpukit.core.errors import ArgumentError, DTypeError, OutOfMemoryError, ShapeError
+from pygpukit.core.jit import JITKernel
 
 from . import _cpu
 from ._kernels import (
@@ -94,7 +95,7 @@ def _check_kv(op: str, k: Any, v: Any, dtype: DType, heads: int, head_dim: int) 
             raise DTypeError(f"{op}: {name} must be a GPUArray, got {type(x).__name__}")
         if x.ndim != 4:
             raise ShapeError(f"{op}: {name} must be (batch, seq, num_kv_heads, head_dim), got shape {x.shape}")
-        if x.dtype != dtype:
+        if x._dtype.name != dtype.name:
             raise DTypeError(f"{op}: {name} is {x.dtype} but the cache holds {dtype}")
         if x.shape[2] != heads:
             raise ShapeError(f"{op}: {name} has {x.shape[2]} kv heads (shape {x.shape}), the cache has {heads}")
@@ -137,9 +138,15 @@ def _shape_bytes(k: GPUArray, v: GPUArray, pos_stride: int, max_seq: int, start:
                        slot, max_blocks, num_blocks, 0)  # fmt: skip
 
 
+_kernels: dict[tuple[str, str, int], JITKernel] = {}
+
+
 def _launch_write(kernel_name: str, params: Any, dtype: DType, width: int, args: Sequence[Any], units: int) -> None:
-    expression = f"{NAMESPACE}{kernel_name}<{dtype.ctype}, {width}>"
-    kernel = group(_FILE, _write_expressions(dtype)).kernel(expression, params)
+    key = (kernel_name, dtype.name, width)
+    kernel = _kernels.get(key)
+    if kernel is None:
+        expression = f"{NAMESPACE}{kernel_name}<{dtype.ctype}, {width}>"
+        kernel = _kernels[key] = group(_FILE, _write_expressions(dtype)).kernel(expression, params)
     kernel(*args, grid=max(1, min(-(-units // BLOCK), 1 << 20)), block=BLOCK)
 
 
@@ -221,7 +228,7 @@ class KVCache:
         raise ArgumentError on the CPU backend; on the GPU the kernel skips those writes."""
         index = _check_layer(layer, self.num_layers)
         k, v = self._activations("append", k, v)
-        if not isinstance(positions, GPUArray) or positions.dtype != int32:
+        if not isinstance(positions, GPUArray) or positions._dtype.name != "int32":
             found = positions.dtype if isinstance(positions, GPUArray) else type(positions).__name__
             raise DTypeError(f"append: positions must be an int32 GPUArray, got {found}")
         batch, seq = k.shape[:2]

@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from pygpukit.core.array import GPUArray, from_numpy
-from pygpukit.core.dtypes import DType, as_dtype, bfloat16, float16, float32, int32
+from pygpukit.core.dtypes import DType, as_dtype, bfloat16, float16, float32
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
+from pygpukit.core.jit import JITKernel
 
 from . import _cpu
 from ._kernels import BLOCK, NAMESPACE, Groups, group, layout_param, pointer, register_enumerator, size_param
@@ -33,6 +34,7 @@ __all__ = ["RotaryEmbedding", "apply_rope", "rope_cos_sin", "rope_inv_freq"]
 _FILE = "ops/rope.cu"
 _SHAPE = struct.Struct("@8q6i")  # RopeShape in rope.cu
 _DTYPES = (float32, float16, bfloat16)
+_NAMES = frozenset(d.name for d in _DTYPES)  # name checks: DType equality is a dataclass comparison
 _STYLES = {"neox": 0, "gptj": 1}
 _ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
 _PARAMS = [pointer("q"), pointer("k"), pointer("cos"), pointer("sin"), pointer("positions"), size_param("units"),
@@ -197,12 +199,24 @@ def _expressions(dtype: DType, table: DType) -> tuple[str, ...]:
                  for gptj in (0, 1) for width in (16 // dtype.itemsize, 1))  # fmt: skip
 
 
+_kernels: dict[tuple[str, str, int, int], JITKernel] = {}
+
+
+def _kernel(dtype: DType, table: DType, gptj: int, width: int) -> JITKernel:
+    key = (dtype.name, table.name, gptj, width)
+    kernel = _kernels.get(key)
+    if kernel is None:
+        expression = f"{NAMESPACE}rope_apply<{dtype.ctype}, {table.ctype}, {gptj}, {width}>"
+        kernel = _kernels[key] = group(_FILE, _expressions(dtype, table)).kernel(expression, _PARAMS)
+    return kernel
+
+
 def _check_activation(name: str, x: Any, ndim: int = 4) -> GPUArray:
     if not isinstance(x, GPUArray):
         raise DTypeError(f"apply_rope: {name} must be a GPUArray, got {type(x).__name__}")
     if x.ndim != ndim:
         raise ShapeError(f"apply_rope: {name} must be (batch, seq, heads, head_dim), got shape {x.shape}")
-    if x.dtype not in _DTYPES:
+    if x._dtype.name not in _NAMES:
         raise DTypeError(f"apply_rope: {name} must be float32, float16 or bfloat16, got {x.dtype}")
     if x._strides[-1] != 1 and x._shape[-1] > 1:
         raise ShapeError(f"apply_rope: the last dimension of {name} must be contiguous (element stride 1), got "
@@ -216,7 +230,7 @@ def _check_args(
     q = _check_activation("q", q)
     if k is not None:
         k = _check_activation("k", k)
-        if k.dtype != q.dtype:
+        if k._dtype.name != q._dtype.name:
             raise DTypeError(f"apply_rope: q and k must have one dtype, got {q.dtype} and {k.dtype}")
         if k.shape[:2] != q.shape[:2] or k.shape[3] != q.shape[3]:
             raise ShapeError(f"apply_rope: k {k.shape} must match q {q.shape} in batch, seq and head_dim")
@@ -228,9 +242,9 @@ def _check_args(
         if table.ndim != 2 or not table.is_contiguous:
             raise ShapeError(f"apply_rope: {name} must be a contiguous (max_positions, rotary_dim // 2) table, "
                              f"got shape {table.shape} with byte strides {table.strides}")  # fmt: skip
-        if table.dtype not in (float32, q.dtype):
+        if table._dtype.name not in ("float32", q._dtype.name):
             raise DTypeError(f"apply_rope: {name} must be float32 or q's dtype {q.dtype}, got {table.dtype}")
-    if cos.shape != sin.shape or cos.dtype != sin.dtype:
+    if cos.shape != sin.shape or cos._dtype.name != sin._dtype.name:
         raise ShapeError(f"apply_rope: cos {cos.shape} {cos.dtype} and sin {sin.shape} {sin.dtype} differ")
     max_positions, half = cos.shape
     if max_positions < 1 or half < 1:
@@ -244,7 +258,7 @@ def _check_args(
         raise ShapeError(f"apply_rope: rotary_dim {dim} (tables {cos.shape}) exceeds head_dim {head_dim}")
     if not isinstance(positions, GPUArray):
         raise DTypeError(f"apply_rope: positions must be an int32 GPUArray, got {type(positions).__name__}")
-    if positions.dtype != int32:
+    if positions._dtype.name != "int32":
         raise DTypeError(f"apply_rope: positions must be int32, got {positions.dtype}")
     batch, seq = q.shape[:2]
     if positions.shape not in ((batch, seq), (seq,)):
@@ -292,9 +306,7 @@ def apply_rope(
     vector = half % width == 0 and _aligned(q, width) and (k is None or _aligned(k, width))
     vector = vector and cos.device_ptr % 16 == 0 and sin.device_ptr % 16 == 0
     w = width if vector else 1
-    expressions = _expressions(q.dtype, cos.dtype)
-    expression = f"{NAMESPACE}rope_apply<{q.dtype.ctype}, {cos.dtype.ctype}, {_STYLES[style]}, {w}>"
-    kernel = group(_FILE, expressions).kernel(expression, _PARAMS)
+    kernel = _kernel(q.dtype, cos.dtype, _STYLES[style], w)
     k_strides = k._strides[:3] if k is not None else (0, 0, 0)
     pos_strides = positions._strides if positions.ndim == 2 else (0, positions._strides[0])
     shape = _SHAPE.pack(*q._strides[:3], *k_strides, *pos_strides, batch, seq, q_heads, k_heads, half, max_positions)
