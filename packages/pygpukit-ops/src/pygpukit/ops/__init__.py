@@ -27,8 +27,8 @@ from .attention import *  # noqa: E402,F403
 from .elementwise import *  # noqa: E402,F403
 from .kv_cache import *  # noqa: E402,F403
 from .linalg import *  # noqa: E402,F403
-from .nn import *  # noqa: E402,F403
 from .moe import *  # noqa: E402,F403
+from .nn import *  # noqa: E402,F403
 from .promotion import *  # noqa: E402,F403
 from .reduction import *  # noqa: E402,F403
 from .rope import *  # noqa: E402,F403
