@@ -3,11 +3,11 @@
 // k and v in one launch; and the decode step's context-length update of the paged cache.
 //
 //   kv_write<T, W>(k_cache, v_cache, k, v, positions, units, shape)
-//       token (b, s) goes to cache position positions[b * pos_stride] + s, or start + s when
-//       positions is null. Positions outside [0, max_seq) are skipped: nothing is written.
+//       token (b, s) goes to cache position positions[b * pos_stride] + start + s (positions[...]
+//       counting as 0 when positions is null). Positions outside [0, max_seq) are skipped.
 //   paged_kv_write<T, W>(k_blocks, v_blocks, k, v, block_table, context_lens, units, shape)
 //       row b of the activations belongs to sequence slot (shape.slot + b); token s goes to position
-//       context_lens[slot] + s, or start + s when context_lens is null, i.e. to block
+//       context_lens[slot] + start + s (context_lens[...] counting as 0 when null), i.e. to block
 //       block_table[slot][position / block_size] at offset position % block_size. Positions that
 //       are negative, past the table's row or whose block id is not in [0, num_blocks) (-1 marks an
 //       unallocated entry) are skipped.
@@ -29,8 +29,8 @@ struct KVWriteShape {
   int seq;
   int heads;
   int head_dim;
-  int max_seq;  // fixed cache: max_seq_len; paged cache: block_size
-  int start;
+  int max_seq;     // fixed cache: max_seq_len; paged cache: block_size
+  int start;       // added to every position
   int slot;        // paged: the slot of row 0
   int max_blocks;  // paged: columns of the block table
   int num_blocks;  // paged
@@ -87,8 +87,8 @@ __global__ void kv_write(T* __restrict__ k_cache, T* __restrict__ v_cache, const
   const int packs = shape.head_dim / W;
   for (index_t u = global_thread(); u < units; u += grid_threads()) {
     const KVUnit w = kv_unit(u, small, shape, packs);
-    const int base = positions != nullptr ? positions[w.b * shape.pos_stride] : shape.start;
-    const long long position = static_cast<long long>(base) + w.s;
+    const long long base = positions != nullptr ? positions[w.b * shape.pos_stride] : 0;
+    const long long position = base + shape.start + w.s;
     if (position < 0 || position >= shape.max_seq) continue;
     const index_t* stride = shape.src_stride[w.kv];
     const T* src = (w.kv ? v : k) + w.b * stride[0] + w.s * stride[1] + w.head * stride[2] +
@@ -110,8 +110,8 @@ __global__ void paged_kv_write(T* __restrict__ k_blocks, T* __restrict__ v_block
   for (index_t u = global_thread(); u < units; u += grid_threads()) {
     const KVUnit w = kv_unit(u, small, shape, packs);
     const int slot = shape.slot + w.b;
-    const int base = context_lens != nullptr ? context_lens[slot] : shape.start;
-    const long long position = static_cast<long long>(base) + w.s;
+    const long long base = context_lens != nullptr ? context_lens[slot] : 0;
+    const long long position = base + shape.start + w.s;
     if (position < 0) continue;
     const long long index = position / shape.max_seq;
     if (index >= shape.max_blocks) continue;

@@ -4,7 +4,7 @@
 //       q: (batch, seq, q_heads, head_dim) and k: (batch, seq, k_heads, head_dim) of T, the last
 //       dimension contiguous, the other strides arbitrary (shape.q_stride / k_stride, in elements);
 //       k may be null when k_heads is 0. cos/sin: (max_positions, half) tables of C, contiguous.
-//       positions: int32, element (b, s) at b * pos_stride[0] + s * pos_stride[1].
+//       positions: int32, element (b, s) at b * pos_stride[0] + s * pos_stride[1], plus shape.offset.
 //       The first 2 * half dimensions of every head are rotated, the rest are left alone.
 //       NeoX style (kGptj = 0) pairs dimension i with i + half; GPT-J style (kGptj = 1) pairs 2i
 //       with 2i + 1; both use frequency i of the table.
@@ -28,6 +28,8 @@ struct RopeShape {
   int k_heads;
   int half;  // rotary_dim / 2: pairs per head, columns of the tables
   int max_positions;
+  int offset;  // added to every position
+  int pad;
 };
 
 // N consecutive table entries (N-aligned) widened to float, in loads of at most 16 bytes.
@@ -68,7 +70,8 @@ __global__ void rope_apply(T* __restrict__ q, T* __restrict__ k, const C* __rest
     }
     const int b = token / shape.seq;
     const int s = token - b * shape.seq;
-    int p = positions[b * shape.pos_stride[0] + s * shape.pos_stride[1]];
+    long long p =
+        static_cast<long long>(positions[b * shape.pos_stride[0] + s * shape.pos_stride[1]]) + shape.offset;
     p = p < 0 ? 0 : (p >= shape.max_positions ? shape.max_positions - 1 : p);
     T* row;
     if (head < shape.q_heads) {
@@ -76,7 +79,7 @@ __global__ void rope_apply(T* __restrict__ q, T* __restrict__ k, const C* __rest
     } else {
       row = k + b * shape.k_stride[0] + s * shape.k_stride[1] + (head - shape.q_heads) * shape.k_stride[2];
     }
-    const index_t entry = static_cast<index_t>(p) * shape.half + static_cast<index_t>(pack) * W;
+    const index_t entry = p * shape.half + static_cast<index_t>(pack) * W;
     float c[W], sn[W];
     rope_table<C, W>(cos_table + entry, c);
     rope_table<C, W>(sin_table + entry, sn);

@@ -104,6 +104,21 @@ def test_append_of_several_tokens(rng: np.random.Generator) -> None:
     assert_cache(cache, ks, vs)
 
 
+def test_append_with_an_offset_takes_a_lengths_buffer(rng: np.random.Generator) -> None:
+    cache = gp.KVCache(1, 3, 2, 16, 8, gp.bfloat16)
+    ks, vs = poisoned_cache(cache, rng)
+    lens = np.array([1, 9, 16], np.int32)  # counts the new token
+    hk, hv = kv(rng, (3, 1, 2, 8), gp.bfloat16), kv(rng, (3, 1, 2, 8), gp.bfloat16)
+    cache.append(0, gp.from_numpy(hk), gp.from_numpy(hv), gp.from_numpy(lens), offset=-1)
+    for b in range(3):
+        ks[0][b, :, lens[b] - 1] = hk[b, 0]
+        vs[0][b, :, lens[b] - 1] = hv[b, 0]
+    assert_cache(cache, ks, vs)
+    with pytest.raises(ArgumentError, match="offset must be an int32"):
+        cache.append(0, gp.from_numpy(hk), gp.from_numpy(hv), gp.from_numpy(lens), offset=2**40)
+    assert_cache(cache, ks, vs)
+
+
 def test_strided_activations_from_a_fused_qkv_buffer(rng: np.random.Generator) -> None:
     batch, seq, hq, hk_heads, d = 2, 5, 4, 2, 64
     host = kv(rng, (batch, seq, hq + 2 * hk_heads, d), gp.bfloat16)
@@ -372,6 +387,43 @@ def test_paged_append_skips_slots_without_capacity_and_advance_too(rng: np.rando
     cache.ensure_capacity(0, 6)
     cache.advance(2, batch=1)
     assert cache.context_lens.to_numpy().tolist() == [6, 3]
+
+
+def test_paged_decode_step_counting_the_token_first(rng: np.random.Generator) -> None:
+    """The decode step for attention kernels that take lengths including the new token: advance()
+    first, then RoPE at context_lens - 1 and append(offset=-1)."""
+    heads, d = 2, 16
+    cache = gp.PagedKVCache(1, 8, 4, heads, d, gp.float32, max_batch=2, max_blocks_per_seq=4)
+    pools = poison_paged(cache, rng)
+    mirror = PagedMirror(1)
+    cache.add_sequence(3)
+    cache.add_sequence(4)
+    cos, sin = gp.rope_cos_sin(d, 16)
+    lengths = [3, 4]
+    for _ in range(3):
+        for slot in (0, 1):
+            cache.ensure_capacity(slot, lengths[slot] + 1)
+        cache.advance()  # context_lens now counts the new token
+        hk, hv = kv(rng, (2, 1, heads, d), gp.float32), kv(rng, (2, 1, heads, d), gp.float32)
+        k = gp.from_numpy(hk)
+        gp.apply_rope(k, None, cos, sin, cache.context_lens, position_offset=-1)
+        cache.append(0, k, gp.from_numpy(hv), offset=-1)
+        rotated = k.to_numpy()
+        for slot in (0, 1):
+            mirror.put(0, slot, lengths[slot], rotated[slot, 0], hv[slot, 0])
+            lengths[slot] += 1
+        want = reference_rope_positions(hk, cos, sin, np.array(lengths) - 1)
+        np.testing.assert_allclose(rotated, want, rtol=1e-6, atol=1e-6)
+    assert cache.context_lens.to_numpy().tolist() == [6, 7]
+    assert_paged(cache, mirror, pools)
+
+
+def reference_rope_positions(x: Array, cos: gp.GPUArray, sin: gp.GPUArray, positions: Array) -> Array:
+    c, s = cos.to_numpy().astype(np.float64)[positions], sin.to_numpy().astype(np.float64)[positions]
+    half = c.shape[-1]
+    x1, x2 = x[:, 0, :, :half].astype(np.float64), x[:, 0, :, half:].astype(np.float64)
+    c, s = c[:, None, :], s[:, None, :]
+    return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)[:, None]
 
 
 def test_paged_prefill_at_an_offset_and_set_length(rng: np.random.Generator) -> None:

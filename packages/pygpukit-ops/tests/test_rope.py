@@ -365,6 +365,38 @@ def test_neox_is_transformers_rotate_half(rng: np.random.Generator) -> None:
     assert_rotated(q.to_numpy(), hq * c + rotated * s, gp.float32)
 
 
+def test_position_offset_and_per_sequence_decode_positions(rng: np.random.Generator) -> None:
+    """A decode step (seq 1) takes positions of shape (batch,) (a paged cache's context_lens) and an
+    offset; the result equals explicit (batch, 1) positions."""
+    batch, heads, d = 5, 4, 64
+    cos, sin = gp.rope_cos_sin(d, 64, 1e4)
+    hq = activations(rng, (batch, 1, heads, d), gp.float16)
+    lens = np.array([1, 7, 30, 63, 64], np.int32)  # counts the new token: its position is lens - 1
+    q1, q2 = gp.from_numpy(hq), gp.from_numpy(hq)
+    gp.apply_rope(q1, None, cos, sin, gp.from_numpy(lens), position_offset=-1)
+    gp.apply_rope(q2, None, cos, sin, gp.from_numpy((lens - 1).reshape(batch, 1)))
+    assert q1.to_numpy().tobytes() == q2.to_numpy().tobytes()
+    assert_rotated(q1.to_numpy(), reference_rope(hq, cos.to_numpy(), sin.to_numpy(), (lens - 1)[:, None], "neox"),
+                   gp.float16)  # fmt: skip
+    rope = gp.RotaryEmbedding(d, 64, 1e4)
+    q3 = gp.from_numpy(hq)
+    rope(q3, None, gp.from_numpy(lens + 2), position_offset=-3)
+    assert q3.to_numpy().tobytes() == q1.to_numpy().tobytes()
+
+
+def test_position_offset_errors(rng: np.random.Generator) -> None:
+    q, k, hq, hk, cos, sin, positions = _error_case(rng)
+    with pytest.raises(ArgumentError, match="position_offset must be an int32"):
+        gp.apply_rope(q, k, cos, sin, positions, position_offset=2**31)
+    with pytest.raises(ArgumentError, match="position_offset must be an int32"):
+        gp.apply_rope(q, k, cos, sin, positions, position_offset=1.5)  # type: ignore[arg-type]
+    if current_backend() != "cuda":
+        with pytest.raises(ArgumentError, match="position -1 is outside"):
+            gp.apply_rope(q, k, cos, sin, positions, position_offset=-1)
+    assert q.to_numpy().tobytes() == hq.tobytes()
+    assert k.to_numpy().tobytes() == hk.tobytes()
+
+
 # -- errors: typed, and q/k unchanged --------------------------------------------------------------
 def _error_case(rng: np.random.Generator) -> tuple[gp.GPUArray, gp.GPUArray, Array, Array, Any, Any, gp.GPUArray]:
     hq = activations(rng, (2, 3, 4, 64), gp.float16)
@@ -393,7 +425,7 @@ def test_bad_arguments_raise_typed_errors(rng: np.random.Generator) -> None:
     wide_cos, wide_sin = gp.rope_cos_sin(128, 16)
     cases: list[tuple[type[Exception], str, dict[str, Any]]] = [
         (DTypeError, "positions must be int32", {"positions": gp.from_numpy(np.zeros((2, 3), np.int64))}),
-        (ShapeError, r"positions must have shape \(2, 3\) or \(3,\)",
+        (ShapeError, r"positions must have shape \(2, 3\) or \(3,\) \(or \(2,\) when seq is 1\)",
          {"positions": gp.from_numpy(np.zeros(6, np.int32))}),
         (ArgumentError, "style must be 'neox' or 'gptj'", {"style": "llama"}),
         (ShapeError, "rotary_dim 64 does not match", {"cos": narrow_cos, "sin": narrow_sin, "rotary_dim": 64}),

@@ -108,6 +108,12 @@ def _check_kv(op: str, k: Any, v: Any, dtype: DType, heads: int, head_dim: int) 
     return k, v
 
 
+def _offset(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not -_INT32_MAX <= value <= _INT32_MAX:
+        raise ArgumentError(f"offset must be an int32, got {value!r}")
+    return int(value)
+
+
 def _check_layer(layer: Any, num_layers: int) -> int:
     index = _index("layer", layer)
     if not 0 <= index < num_layers:
@@ -221,12 +227,14 @@ class KVCache:
             self._write(index, k, v, None, first)
         self.length = max(self.length, first + seq)
 
-    def append(self, layer: int, k: GPUArray, v: GPUArray, positions: GPUArray) -> None:
-        """Write k/v (batch, n, num_kv_heads, head_dim), usually n = 1, at positions[b] + [0, n) for each
-        batch row b; ``positions`` is an int32 device array (batch,), read by the kernel, so the call can
-        be captured in a CUDA graph and replayed at other positions. Positions outside [0, max_seq_len)
-        raise ArgumentError on the CPU backend; on the GPU the kernel skips those writes."""
+    def append(self, layer: int, k: GPUArray, v: GPUArray, positions: GPUArray, offset: int = 0) -> None:
+        """Write k/v (batch, n, num_kv_heads, head_dim), usually n = 1, at positions[b] + offset + [0, n)
+        for each batch row b; ``positions`` is an int32 device array (batch,), read by the kernel, so the
+        call can be captured in a CUDA graph and replayed at other positions (``offset=-1`` takes a
+        lengths buffer that already counts the new token). Positions outside [0, max_seq_len) raise
+        ArgumentError on the CPU backend; on the GPU the kernel skips those writes."""
         index = _check_layer(layer, self.num_layers)
+        shift = _offset(offset)
         k, v = self._activations("append", k, v)
         if not isinstance(positions, GPUArray) or positions._dtype.name != "int32":
             found = positions.dtype if isinstance(positions, GPUArray) else type(positions).__name__
@@ -236,20 +244,22 @@ class KVCache:
             raise ShapeError(f"append: positions must have shape ({batch},) for k {k.shape}, got {positions.shape}")
         check_devices("append", [k, v, positions, self._k[index]])
         if not is_cuda():
-            pos = _cpu.host(positions).astype(np.int64)
+            pos = _cpu.host(positions).astype(np.int64) + shift
             bad = (pos < 0) | (pos + seq > self.max_seq_len)
             if bad.any():
                 row = int(np.flatnonzero(bad)[0])
                 raise ArgumentError(f"append: batch row {row} writes positions [{pos[row]}, {pos[row] + seq}), outside "
                                     f"max_seq_len {self.max_seq_len}")  # fmt: skip
         if batch * seq:
-            self._write(index, k, v, positions, 0)
+            self._write(index, k, v, positions, shift)
 
     def _write(self, index: int, k: GPUArray, v: GPUArray, positions: GPUArray | None, start: int) -> None:
         k_cache, v_cache = self._k[index], self._v[index]
         batch, seq, heads, head_dim = k.shape
         if not is_cuda():
-            pos = np.full(batch, start, np.int64) if positions is None else _cpu.host(positions).astype(np.int64)
+            pos = (
+                np.full(batch, start, np.int64) if positions is None else _cpu.host(positions).astype(np.int64) + start
+            )
             for cache, source in ((k_cache, k), (v_cache, v)):
                 view, values = _cpu.host(cache), _cpu.host(source)
                 for b in range(batch):
@@ -505,17 +515,19 @@ class PagedKVCache:
         if seq:
             self._write(index, k, v, int(seq_slot), first, lengths=False)
 
-    def append(self, layer: int, k: GPUArray, v: GPUArray) -> None:
+    def append(self, layer: int, k: GPUArray, v: GPUArray, offset: int = 0) -> None:
         """Write k/v (batch, n, num_kv_heads, head_dim), usually n = 1, of slots [0, batch) at positions
-        context_lens[b] + [0, n), read on the device (capturable). Writes to slots without a block for
+        context_lens[b] + offset + [0, n), read on the device (capturable); ``offset=-n`` after
+        :meth:`advance` writes the tokens advance just counted. Writes to slots without a block for
         the position (free slots, or no :meth:`ensure_capacity`) are skipped."""
         index = _check_layer(layer, self.num_layers)
+        shift = _offset(offset)
         k, v = _check_kv("append", k, v, self.dtype, self.num_kv_heads, self.head_dim)
         if k.shape[0] > self.max_batch:
             raise ShapeError(f"append: k/v have batch {k.shape[0]} (shape {k.shape}), max_batch is {self.max_batch}")
         check_devices("append", [k, v, self._k[index]])
         if k.shape[0] * k.shape[1]:
-            self._write(index, k, v, 0, 0, lengths=True)
+            self._write(index, k, v, 0, shift, lengths=True)
 
     def _write(self, index: int, k: GPUArray, v: GPUArray, slot: int, start: int, lengths: bool) -> None:
         k_blocks, v_blocks = self._k[index], self._v[index]
@@ -525,7 +537,7 @@ class PagedKVCache:
             for cache, source in ((k_blocks, k), (v_blocks, v)):
                 view, values = _cpu.host(cache), _cpu.host(source)
                 for b in range(batch):
-                    base = int(lens[slot + b]) if lengths else start
+                    base = (int(lens[slot + b]) if lengths else 0) + start
                     for s in range(seq):
                         position = base + s
                         entry = position // self.block_size

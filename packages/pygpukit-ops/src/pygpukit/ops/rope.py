@@ -32,7 +32,7 @@ from ._layout import check_devices, is_cuda
 __all__ = ["RotaryEmbedding", "apply_rope", "rope_cos_sin", "rope_inv_freq"]
 
 _FILE = "ops/rope.cu"
-_SHAPE = struct.Struct("@8q6i")  # RopeShape in rope.cu
+_SHAPE = struct.Struct("@8q8i")  # RopeShape in rope.cu
 _DTYPES = (float32, float16, bfloat16)
 _NAMES = frozenset(d.name for d in _DTYPES)  # name checks: DType equality is a dataclass comparison
 _STYLES = {"neox": 0, "gptj": 1}
@@ -261,9 +261,9 @@ def _check_args(
     if positions._dtype.name != "int32":
         raise DTypeError(f"apply_rope: positions must be int32, got {positions.dtype}")
     batch, seq = q.shape[:2]
-    if positions.shape not in ((batch, seq), (seq,)):
-        raise ShapeError(f"apply_rope: positions must have shape ({batch}, {seq}) or ({seq},) for q {q.shape}, "
-                         f"got {positions.shape}")  # fmt: skip
+    if positions.shape not in ((batch, seq), (seq,)) and not (seq == 1 and positions.shape == (batch,)):
+        raise ShapeError(f"apply_rope: positions must have shape ({batch}, {seq}) or ({seq},) (or ({batch},) when "
+                         f"seq is 1) for q {q.shape}, got {positions.shape}")  # fmt: skip
     arrays = [q, cos, sin, positions] + ([k] if k is not None else [])
     check_devices("apply_rope", arrays)
     return q, k, cos, sin, positions, int(dim)
@@ -281,16 +281,26 @@ def apply_rope(
     positions: GPUArray,
     style: str = "neox",
     rotary_dim: int | None = None,
+    position_offset: int = 0,
 ) -> None:
     """Rotate the first ``rotary_dim`` dimensions of every head of ``q`` and ``k`` (None to skip it)
     in place by the angles of ``positions``, in one launch, computed in float32.
 
     ``style="neox"`` pairs dimension i with i + rotary_dim/2 (Llama, Qwen, transformers' rotate_half);
     ``"gptj"`` pairs 2i with 2i + 1. ``cos``/``sin`` come from :func:`rope_cos_sin` (float32 or q's
-    dtype); ``rotary_dim`` defaults to twice their width and must equal it. Positions outside
+    dtype); ``rotary_dim`` defaults to twice their width and must equal it. ``positions`` is int32
+    (batch, seq), (seq,) or, when seq is 1, (batch,); ``position_offset`` is added to every position
+    (e.g. -1 to use a paged cache's context_lens after advance() as the positions). Positions outside
     [0, max_positions) raise ArgumentError on the CPU backend; on the GPU (where positions are not
     read by the host) the kernel clamps them into the table. Capturable in a CUDA graph."""
     q, k, cos, sin, positions, dim = _check_args(q, k, cos, sin, positions, style, rotary_dim)
+    if (
+        isinstance(position_offset, bool)
+        or not isinstance(position_offset, (int, np.integer))
+        or not (-_INT32_MAX <= position_offset <= _INT32_MAX)
+    ):
+        raise ArgumentError(f"apply_rope: position_offset must be an int32, got {position_offset!r}")
+    offset = int(position_offset)
     batch, seq, q_heads = q.shape[:3]
     k_heads = k.shape[2] if k is not None else 0
     half = dim // 2
@@ -300,7 +310,7 @@ def apply_rope(
     if batch * seq > _INT32_MAX:
         raise ShapeError(f"apply_rope: batch * seq = {batch * seq} exceeds 2**31 - 1")
     if not is_cuda():
-        _cpu_rope(q, k, cos, sin, positions, style, half, max_positions)
+        _cpu_rope(q, k, cos, sin, positions, style, half, max_positions, offset)
         return
     width = 16 // q.dtype.itemsize
     vector = half % width == 0 and _aligned(q, width) and (k is None or _aligned(k, width))
@@ -308,8 +318,14 @@ def apply_rope(
     w = width if vector else 1
     kernel = _kernel(q.dtype, cos.dtype, _STYLES[style], w)
     k_strides = k._strides[:3] if k is not None else (0, 0, 0)
-    pos_strides = positions._strides if positions.ndim == 2 else (0, positions._strides[0])
-    shape = _SHAPE.pack(*q._strides[:3], *k_strides, *pos_strides, batch, seq, q_heads, k_heads, half, max_positions)
+    if positions.ndim == 2:
+        pos_strides = positions._strides
+    elif positions.shape == (seq,):
+        pos_strides = (0, positions._strides[0])
+    else:  # (batch,) with seq 1
+        pos_strides = (positions._strides[0], 0)
+    shape = _SHAPE.pack(*q._strides[:3], *k_strides, *pos_strides, batch, seq, q_heads, k_heads, half, max_positions,
+                        offset, 0)  # fmt: skip
     units = batch * seq * (q_heads + k_heads) * (half // w)
     grid = max(1, min(-(-units // BLOCK), 1 << 20))
     kernel(q.device_ptr, 0 if k is None else k.device_ptr, cos.device_ptr, sin.device_ptr, positions.device_ptr,
@@ -325,8 +341,9 @@ def _cpu_rope(
     style: str,
     half: int,
     max_positions: int,
+    offset: int,
 ) -> None:
-    pos = _cpu.host(positions).astype(np.int64)
+    pos = _cpu.host(positions).astype(np.int64) + offset
     bad = (pos < 0) | (pos >= max_positions)
     if bad.any():
         value = int(pos[bad].reshape(-1)[0])
@@ -334,6 +351,7 @@ def _cpu_rope(
             f"apply_rope: position {value} is outside the RoPE tables' [0, {max_positions}) "
             f"({int(bad.sum())} positions out of range); build larger tables with rope_cos_sin"
         )
+    pos = pos[:, None] if pos.shape == (q.shape[0],) and q.shape[1] == 1 else pos
     pos = np.broadcast_to(pos, q.shape[:2])
     c = _cpu.host(cos).astype(np.float32)[pos][:, :, None, :]  # (batch, seq, 1, half)
     s = _cpu.host(sin).astype(np.float32)[pos][:, :, None, :]
@@ -381,9 +399,9 @@ class RotaryEmbedding:
         self.inv_freq, self.attention_factor = rope_inv_freq(head_dim, theta, rotary_dim, scaling, max_positions)
         self.cos, self.sin = rope_cos_sin(head_dim, max_positions, theta, rotary_dim, scaling, dtype)
 
-    def __call__(self, q: GPUArray, k: GPUArray | None, positions: GPUArray) -> None:
+    def __call__(self, q: GPUArray, k: GPUArray | None, positions: GPUArray, position_offset: int = 0) -> None:
         """:func:`apply_rope` with these tables, in place."""
-        apply_rope(q, k, self.cos, self.sin, positions, self.style, self.rotary_dim)
+        apply_rope(q, k, self.cos, self.sin, positions, self.style, self.rotary_dim, position_offset)
 
     def __repr__(self) -> str:
         return (f"RotaryEmbedding(head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, "
