@@ -333,8 +333,9 @@ __device__ SamplePick sample_pick(unsigned long long* hist, int bins, Need need_
 }
 
 // Calls f(index in the row, value) for the elements [begin, end) of `row` this thread owns: 16-byte
-// packs strided over the block (two in flight), scalars before the first aligned pack and after the last.
-template <typename T, typename F>
+// packs strided over the block (Depth loads in flight), scalars before the first aligned pack and after
+// the last.
+template <int Depth = 2, typename T, typename F>
 __device__ __forceinline__ void sample_visit(const T* row, index_t begin, index_t end, F&& f) {
   constexpr int V = 16 / sizeof(T);
   const index_t n = end - begin;
@@ -349,13 +350,15 @@ __device__ __forceinline__ void sample_visit(const T* row, index_t begin, index_
   const Pack<T, V>* p = reinterpret_cast<const Pack<T, V>*>(base + head);
   const index_t first = begin + head;
   index_t k = threadIdx.x;
-  for (; k + step < packs; k += 2 * step) {
-    const Pack<T, V> a = p[k];
-    const Pack<T, V> b = p[k + step];
+  for (; k + (Depth - 1) * step < packs; k += Depth * step) {
+    Pack<T, V> loaded[Depth];
 #pragma unroll
-    for (int j = 0; j < V; ++j) f(first + k * V + j, convert<float>(a.v[j]));
+    for (int d = 0; d < Depth; ++d) loaded[d] = p[k + d * step];
 #pragma unroll
-    for (int j = 0; j < V; ++j) f(first + (k + step) * V + j, convert<float>(b.v[j]));
+    for (int d = 0; d < Depth; ++d) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) f(first + (k + d * step) * V + j, convert<float>(loaded[d].v[j]));
+    }
   }
   for (; k < packs; k += step) {
     const Pack<T, V> a = p[k];
@@ -582,25 +585,23 @@ __global__ void __launch_bounds__(kSampleThreads) sample_pass(const T* __restric
             for (index_t tile = cbegin; tile < cend;
                  tile += static_cast<index_t>(blockDim.x) * kSamplePerThread) {
               const index_t start = tile + static_cast<index_t>(threadIdx.x) * kSamplePerThread;
-              unsigned long long q[kSamplePerThread];
-              unsigned long long own = 0;
-#pragma unroll
-              for (int j = 0; j < kSamplePerThread; ++j) {
-                const index_t i = start + j;
-                q[j] = i < cend ? sample_kept(sample_value(convert<float>(x[i]), p, bits,
+              // The kept weight of element i (0 past the chunk), recomputed by the one thread that walks.
+              auto weight = [&](index_t i) {
+                return i < cend ? sample_kept(sample_value(convert<float>(x[i]), p, bits,
                                                            static_cast<unsigned int>(i)),
                                               max, threshold, p)
                                 : 0ull;
-                own += q[j];
-              }
+              };
+              unsigned long long own = 0;
+#pragma unroll 4
+              for (int j = 0; j < kSamplePerThread; ++j) own += weight(start + j);
               unsigned long long tile_total;
               const unsigned long long prior = sample_block_scan(own, scratch, &tile_total);
               if (rest < tile_total) {
                 if (prior <= rest && rest < prior + own) {
                   unsigned long long acc = prior;
-#pragma unroll
                   for (int j = 0; j < kSamplePerThread; ++j) {
-                    acc += q[j];
+                    acc += weight(start + j);
                     if (rest < acc) {
                       found_token = static_cast<unsigned int>(start + j);
                       break;
@@ -667,7 +668,7 @@ __global__ void __launch_bounds__(1024)
   __shared__ unsigned long long scratch[33];
   const T* x = logits + static_cast<index_t>(blockIdx.x) * row_stride;
   unsigned long long best = 0;
-  sample_visit(x, 0, vocab, [&](index_t i, float raw) {
+  sample_visit<4>(x, 0, vocab, [&](index_t i, float raw) {
     const unsigned long long packed = (static_cast<unsigned long long>(sample_key(raw + 0.0f)) << 32) |
                                       (0xffffffffu - static_cast<unsigned int>(i));
     best = packed > best ? packed : best;

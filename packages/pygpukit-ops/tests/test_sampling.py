@@ -532,3 +532,13 @@ def test_gpu_tokens_agree_with_the_cpu_pipeline() -> None:
         r = (sampling._random64(5, 0, row) * total) >> 64
         want.append(int(np.searchsorted(np.cumsum(weights, dtype=np.uint64), np.uint64(r), side="right")))
     assert (got == np.array(want)).mean() >= 0.9
+
+
+@pytest.mark.nvrtc
+def test_every_sampling_kernel_compiles() -> None:
+    from pygpukit.ops._kernels import all_groups, group
+
+    groups = all_groups()["ops/sampling.cu"]
+    assert len({e for g in groups for e in g}) == 7  # sample_pass and sample_argmax_rows x 3 dtypes, sample_mark
+    for expressions in groups:
+        group("ops/sampling.cu", expressions).compile("90")
