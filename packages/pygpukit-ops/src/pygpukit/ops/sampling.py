@@ -42,8 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from pygpukit.core.array import GPUArray, empty, zeros
-from pygpukit.core.dtypes import DType, as_dtype, bfloat16, float16, float32, int32, uint32, uint64
+from pygpukit.core.array import GPUArray, empty, from_numpy
+from pygpukit.core.dtypes import DType, as_dtype, bfloat16, float16, float32, int32
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 
 from . import _cpu
@@ -331,10 +331,12 @@ class Sampler:
         self.vocab = int(vocab)
         self.dtype = dt
         self._bitmap_words = -(-self.vocab // 32)
-        self._state = zeros(_HEADER + self.max_batch * _ROW_WORDS, uint64)
-        self._bitmap = zeros(self.max_batch * self._bitmap_words, uint32)
+        # Synchronous copies: the workspace is ready for work on any stream once the constructor returns.
+        state = np.zeros(_HEADER + self.max_batch * _ROW_WORDS, np.uint64)
+        state[0] = seed
+        self._state = from_numpy(state)
+        self._bitmap = from_numpy(np.zeros(self.max_batch * self._bitmap_words, np.uint32))
         self._seed = seed
-        self.reset(seed)
 
     @staticmethod
     def _check_seed(seed: Any) -> int:
@@ -354,8 +356,8 @@ class Sampler:
         return int(self._state[1:2].to_numpy()[0])
 
     def reset(self, seed: int | None = None, step: int = 0) -> None:
-        """Set the seed (default: keep it) and the step (default 0), as a queued copy on the current
-        stream: call it outside graph captures."""
+        """Set the seed (default: keep it) and the step (default 0), as a copy queued on the current
+        stream (ordered with the sampling queued there): call it outside graph captures."""
         seed = self._seed if seed is None else self._check_seed(seed)
         if not isinstance(step, (int, np.integer)) or isinstance(step, bool) or not 0 <= int(step) < 2**64:
             raise ArgumentError(f"step must be an int in [0, 2**64), got {step!r}")
