@@ -49,5 +49,7 @@ def __getattr__(name: str) -> Any:
             f"which is not installed)"
         ) from exc
     if name in getattr(ops, "__all__", ()):
-        return getattr(ops, name)
+        value = getattr(ops, name)
+        globals()[name] = value  # later lookups are plain module attributes (tiny ops pay per call)
+        return value
     raise AttributeError(f"module 'pygpukit' has no attribute {name!r}")

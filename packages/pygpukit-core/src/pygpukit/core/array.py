@@ -547,7 +547,12 @@ def _copy_strided(dst: GPUArray, src: GPUArray, stream: Stream | None) -> None:
 # -- construction ----------------------------------------------------------------------------------
 def empty(shape: ShapeLike, dtype: Any = float32, *, stream: Stream | None = None) -> GPUArray:
     """An uninitialised array."""
-    dims = (shape,) if type(shape) is int and shape >= 0 else _normalize_shape(shape)
+    if type(shape) is int and shape >= 0:
+        dims: tuple[int, ...] = (shape,)
+    elif type(shape) is tuple and len(shape) == 1 and type(shape[0]) is int and shape[0] >= 0:
+        dims = shape  # an array's own shape, as the ops pass it
+    else:
+        dims = _normalize_shape(shape)
     dt = dtype if type(dtype) is DType else as_dtype(dtype)
     return GPUArray(DeviceBuffer(math.prod(dims) * dt.itemsize, stream=stream), dims, dt)
 

@@ -180,9 +180,11 @@ class DeviceBuffer:
                 self._scope.refund(self.nbytes)
 
     def __del__(self) -> None:
-        if getattr(self, "_live", False):
-            with contextlib.suppress(Exception):
+        try:  # _live is unset when __init__ failed before it (AttributeError)
+            if self._live:
                 self._release()
+        except Exception:  # nothing to report to during garbage collection
+            pass
 
     def host_view(self) -> np.ndarray[Any, Any]:
         """CPU backend only: the host bytes standing in for the device memory."""

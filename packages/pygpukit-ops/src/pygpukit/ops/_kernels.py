@@ -163,7 +163,9 @@ def grid_for(work: int, per_block: int = BLOCK) -> int:
     """Blocks of a grid-stride launch over ``work`` items, ``per_block`` per block and step: enough to
     fill the device several times over, never more than the work needs."""
     blocks = -(-work // per_block)
-    return max(1, min(blocks, _sm_count() * 16))
+    if blocks <= 128:  # within the cap of any supported GPU (8 SMs or more): skip the device lookup
+        return blocks if blocks > 0 else 1
+    return min(blocks, _sm_count() * 16)
 
 
 # -- every group the op library launches ------------------------------------------------------------
