@@ -196,12 +196,12 @@ def _window(name: str, window: Any) -> int:
 def _check_out(name: str, out: Any, shape: tuple[int, ...], dtype: DType) -> GPUArray:
     if out is None:
         return empty(shape, dtype)
-    out = _array(name, "out", out)
-    if out.dtype != dtype:
-        raise DTypeError(f"{name}: out must have dtype {dtype.name}, got {out.dtype.name}")
-    if out.shape != shape:
-        raise ShapeError(f"{name}: out must have shape {shape}, got {out.shape}")
-    return out
+    result = _array(name, "out", out)
+    if result.dtype != dtype:
+        raise DTypeError(f"{name}: out must have dtype {dtype.name}, got {result.dtype.name}")
+    if result.shape != shape:
+        raise ShapeError(f"{name}: out must have shape {shape}, got {result.shape}")
+    return result
 
 
 def _int32_vector(name: str, what: str, x: Any, batch: int) -> tuple[GPUArray | None, np.ndarray[Any, Any] | None]:
@@ -639,6 +639,7 @@ def paged_decode_attention(
             raise ShapeError(
                 f"{name}: block_table must be (batch={batch}, max_blocks_per_seq), got {block_table.shape}"
             )
+        blocks_per_seq = block_table.shape[1]
         table_host = _cpu.host(block_table).astype(np.int64) if not is_cuda() else None
     else:
         table = None
@@ -648,7 +649,8 @@ def paged_decode_attention(
         if table_host.ndim != 2 or table_host.shape[0] != batch:
             raise ShapeError(f"{name}: block_table must be (batch={batch}, max_blocks_per_seq), got {table_host.shape}")
         table_host = table_host.astype(np.int64)
-    max_len = (table.shape[1] if table is not None else table_host.shape[1]) * block_size
+        blocks_per_seq = table_host.shape[1]
+    max_len = blocks_per_seq * block_size
     lens, host = _int32_vector(name, "context_lens", context_lens, batch)
     _check_lengths(name, "context_lens", host, 0, max_len)
     if host is not None and table_host is not None:
