@@ -17,11 +17,19 @@ except ImportError as exc:  # pygpukit-core (which owns pygpukit/__init__.py) is
 
 check_siblings("pygpukit-ops", required=("pygpukit-core",))
 
-from . import elementwise, linalg, nn, promotion, reduction, shape  # noqa: E402
-from . import kv_cache, rope  # noqa: E402
-from . import moe  # noqa: E402
-from . import sampling  # noqa: E402
-from . import attention  # noqa: E402
+from . import (  # noqa: E402
+    attention,
+    elementwise,
+    kv_cache,
+    linalg,
+    moe,
+    nn,
+    promotion,
+    reduction,
+    rope,
+    sampling,
+    shape,
+)
 from ._kernels import precompile  # noqa: E402
 from .attention import *  # noqa: E402,F403
 from .elementwise import *  # noqa: E402,F403

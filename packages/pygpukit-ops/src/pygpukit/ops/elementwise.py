@@ -352,14 +352,12 @@ def _binary(op: _Op, x1: Any, x2: Any, out: Any) -> GPUArray:
             and is_cuda()
         ):
             plan = op.plans.get(dtype)
-            kernel = plan._contig if plan is not None else None
-            if kernel is not None:  # made by an earlier call, after the dtype checks
-                result = empty(x1._shape, plan.out)  # type: ignore[union-attr]
+            if plan is not None and plan._contig is not None:  # made by an earlier call, after the dtype checks
+                result = empty(x1._shape, plan.out)
                 n = result.size
                 if n:
-                    kernel(
-                        x1, x2, plan.zero, result, n, 0, op.code, grid=grid_for(-(-n // plan.width), TILE), block=BLOCK
-                    )  # type: ignore[union-attr]
+                    grid = grid_for(-(-n // plan.width), TILE)
+                    plan._contig(x1, x2, plan.zero, result, n, 0, op.code, grid=grid, block=BLOCK)
                 return result
     return _binary_general(op, x1, x2, out)
 

@@ -134,7 +134,7 @@ class _Reducer:
         16-byte packs of rows: sums and extremes of floats])."""
         reducer = f"{NAMESPACE}{self.template}<{self.accumulator(dtype)}>"
         source = dtype.ctype if dtype.is_floating and self.typed else f"{NAMESPACE}Dynamic"
-        found = (
+        found: tuple[str, ...] = (
             f"{NAMESPACE}reduce_rows<{reducer}, {source}>",
             f"{NAMESPACE}reduce_rows<{reducer}, {NAMESPACE}Partial>",
             f"{NAMESPACE}reduce_cols<{reducer}, {source}>",
