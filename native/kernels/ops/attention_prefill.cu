@@ -1,7 +1,7 @@
 // Attention over many queries (prefill, encoder self-attention, cross attention):
 //
-//   out[b, i, h] = softmax_j(scale * q[b, i, h] . k[b, j, hk] + mask) @ v[b, :, hk],  hk = h / (heads /
-//   kv_heads)
+//   out[b, i, h] = softmax_j(scale * q[b, i, h] . k[b, j, hk] + mask) @ v[b, :, hk]
+//   with hk = h / (heads / kv_heads)
 //
 //   flash_prefill<T, HD, WARPS, TILES_M, BN, Q_REGS>   fp16 / bf16 on tensor cores (mma.sync m16n8k16)
 //   attention_simt<HD, PAGED>                            float32 on the CUDA cores; also float32 decode
@@ -17,10 +17,10 @@
 // The online softmax keeps a running maximum m and sum l per row in base 2 (exp2 of
 // scale * log2(e) * s - m), rescaling O when m grows. Tiles no key of which is visible to a warp's
 // rows are skipped by that warp; only tiles crossing the causal diagonal, the window edge or the end
-// of the keys are masked. Blocks are ordered so that, for causal attention, the query blocks with the
-// most keys start first. Each output row is normalised by its l and written through shared memory as
-// 16-byte stores. Fragments are read with ldmatrix (.trans for V); shared rows are swizzled
-// (attention_common.cuh). Fully deterministic: no atomics, a fixed order everywhere.
+// of the keys are masked. The query blocks of a head run next to each other (sharing K and V in L2),
+// for causal attention those with the most keys first. Each output row is normalised by its l and
+// written through shared memory as 16-byte stores. Fragments are read with ldmatrix (.trans for V);
+// shared rows are swizzled (attention_common.cuh). Deterministic: no atomics, a fixed order.
 #include "attention_common.cuh"
 
 namespace pygpukit {
@@ -44,13 +44,15 @@ __global__ void __launch_bounds__(WARPS * 32) flash_prefill(AttentionArgs a) {
   const unsigned k_tiles = q_tile + kBM * kPad * static_cast<int>(sizeof(T));
   const unsigned v_tiles = k_tiles + 2 * kTileBytes;
 
-  // Block -> (query block, batch, head); for causal attention the last query blocks (most keys) first.
-  const int bh = a.batch * a.heads;
+  // Block -> (query block, batch, head): the query blocks of one head are consecutive, so the blocks
+  // resident together share their heads' K and V in L2; for causal attention each head's last query
+  // blocks (the most keys) come first.
   const int m_blocks = (a.seq_q + kBM - 1) / kBM;
   const int linear = static_cast<int>(blockIdx.x);
-  const int m_block = a.causal ? m_blocks - 1 - linear / bh : linear / bh;
-  const int b = (linear % bh) / a.heads;
-  const int h = linear % a.heads;
+  const int m_index = linear % m_blocks;
+  const int m_block = a.causal ? m_blocks - 1 - m_index : m_index;
+  const int b = linear / m_blocks / a.heads;
+  const int h = linear / m_blocks % a.heads;
   const int hk = h / (a.heads / a.kv_heads);
   const int m0 = m_block * kBM;
   const int rows = min(kBM, a.seq_q - m0);

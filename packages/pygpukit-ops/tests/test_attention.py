@@ -439,3 +439,14 @@ def test_public_names() -> None:
     for name in ("sdpa", "sdpa_causal", "decode_attention", "paged_decode_attention", "decode_workspace",
                  "prefill_attention", "DecodeWorkspace"):  # fmt: skip
         assert getattr(gp, name) is getattr(gp.ops, name)
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize("file", ["ops/attention_prefill.cu", "ops/attention_decode.cu"])
+def test_every_attention_kernel_compiles(file: str) -> None:
+    from pygpukit.ops._kernels import all_groups, group
+
+    groups = all_groups()[file]
+    assert len(groups) >= 20
+    for expressions in groups:
+        group(file, expressions).compile("80")
