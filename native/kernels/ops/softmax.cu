@@ -102,12 +102,33 @@ __global__ void softmax_rows(const T* __restrict__ x, T* __restrict__ out, index
   }
 }
 
+// exp(x - max) for softmax_rows_held. In float it is exp2(x * log2(e) - max * log2(e)): one FFMA and
+// the hardware exp2 (a relative error of about 2 ulp plus |x - max| * 2^-24 from the rounded product),
+// instead of expf's longer range reduction; double keeps exp.
+template <typename A>
+struct HeldExp {
+  A scaled_max;
+  __device__ explicit HeldExp(A max) : scaled_max(max) {}
+  __device__ A operator()(A v) const { return m_exp(v - scaled_max); }
+};
+template <>
+struct HeldExp<float> {
+  float scaled_max;
+  __device__ explicit HeldExp(float max) : scaled_max(max * 1.4426950408889634f) {}
+  __device__ float operator()(float v) const { return exp2f(fmaf(v, 1.4426950408889634f, -scaled_max)); }
+};
+
+__device__ __forceinline__ float held_max(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ double held_max(double a, double b) { return fmax(a, b); }
+
+// A NaN anywhere in a row makes its sum NaN (exp(NaN - max)), so every output is NaN as NumPy's; the
+// maximum may therefore ignore NaN (fmax). An infinite maximum makes exp(inf - inf) NaN the same way.
 template <typename T, typename A, int P>
-__global__ void softmax_rows_held(const T* __restrict__ x, T* __restrict__ out, index_t rows, index_t count,
-                                  int lanes, int log, SoftmaxLayout layout) {
+__global__ void __launch_bounds__(256)
+    softmax_rows_held(const T* __restrict__ x, T* __restrict__ out, index_t rows, index_t count, int lanes,
+                      int log, SoftmaxLayout layout) {
   constexpr int V = pack_width<T, T>();
   __shared__ A scratch[32];
-  const ExtremeR<A> max_r{0};
   const SumR<A> sum_r{0};
   const int group = threadIdx.x / lanes;
   const int lane = threadIdx.x % lanes;
@@ -115,49 +136,61 @@ __global__ void softmax_rows_held(const T* __restrict__ x, T* __restrict__ out, 
   const bool valid = row < rows;
   const T* in_row = x;
   T* out_row = out;
-  bool aligned = false;
   A values[P][V];
-#pragma unroll
-  for (int p = 0; p < P; ++p) {
-#pragma unroll
-    for (int j = 0; j < V; ++j) values[p][j] = Limits<A>::lowest();
-  }
   A top = Limits<A>::lowest();
+  bool full = false;  // every pack of this thread is whole and aligned: no per-element checks
   if (valid) {
     in_row = x + softmax_offset(layout.outer_ndim, layout.outer_shape, layout.in_outer_strides, row);
     out_row = out + softmax_offset(layout.outer_ndim, layout.outer_shape, layout.out_outer_strides, row);
-    aligned = aligned_to(in_row, V * sizeof(T)) && aligned_to(out_row, V * sizeof(T));
+    full = aligned_to(in_row, V * sizeof(T)) && aligned_to(out_row, V * sizeof(T)) &&
+           (static_cast<index_t>(P - 1) * lanes + lane + 1) * V <= count;
+  }
+  if (full) {
     Pack<T, V> packs[P];
 #pragma unroll
     for (int p = 0; p < P; ++p) {  // every load in flight before any is used
-      const index_t start = (static_cast<index_t>(p) * lanes + lane) * V;
-      if (aligned && start + V <= count) packs[p] = *reinterpret_cast<const Pack<T, V>*>(in_row + start);
+      packs[p] = *reinterpret_cast<const Pack<T, V>*>(in_row + (static_cast<index_t>(p) * lanes + lane) * V);
     }
 #pragma unroll
     for (int p = 0; p < P; ++p) {
-      const index_t start = (static_cast<index_t>(p) * lanes + lane) * V;
-      const bool whole = aligned && start + V <= count;
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        if (whole) {
-          values[p][j] = convert<A>(packs[p].v[j]);
-        } else if (start + j < count) {
-          values[p][j] = convert<A>(in_row[start + j]);
-        }  // padding stays -inf: exp(-inf - max) adds 0
-        top = max_r.combine(top, values[p][j]);
+        values[p][j] = convert<A>(packs[p].v[j]);
+        top = held_max(top, values[p][j]);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const index_t start = (static_cast<index_t>(p) * lanes + lane) * V;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {  // padding is -inf: exp(-inf - max) adds 0
+        values[p][j] = valid && start + j < count ? convert<A>(in_row[start + j]) : Limits<A>::lowest();
+        top = held_max(top, values[p][j]);
       }
     }
   }
-  top = group_allreduce<ExtremeR<A>>(max_r, top, lanes, scratch);
+  // fmax over the group (every lane gets it), in a fixed butterfly: max is exact, so order is moot.
+  for (int offset = 1; offset < (lanes < 32 ? lanes : 32); offset <<= 1) {
+    top = held_max(top, shuffle_xor(top, offset));
+  }
+  if (lanes > 32) {
+    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x / 32] = top;
+    __syncthreads();
+    const int first = (threadIdx.x / lanes) * (lanes / 32);
+    top = scratch[first];
+    for (int w = 1; w < lanes / 32; ++w) top = held_max(top, scratch[first + w]);
+    __syncthreads();
+  }
+  const HeldExp<A> exp_shifted(top);
   A total = A(0);
 #pragma unroll
   for (int p = 0; p < P; ++p) {
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      const A shifted = values[p][j] - top;
-      const A e = m_exp(shifted);
+      const A e = exp_shifted(values[p][j]);
       total += e;
-      values[p][j] = log ? shifted : e;
+      values[p][j] = log ? values[p][j] - top : e;
     }
   }
   total = group_allreduce<SumR<A>>(sum_r, total, lanes, scratch);
@@ -169,10 +202,13 @@ __global__ void softmax_rows_held(const T* __restrict__ x, T* __restrict__ out, 
     Pack<T, V> result;
 #pragma unroll
     for (int j = 0; j < V; ++j) result.v[j] = convert<T>(log ? values[p][j] - scale : values[p][j] * scale);
-    if (aligned && start + V <= count) {
+    if (full) {
       *reinterpret_cast<Pack<T, V>*>(out_row + start) = result;
     } else {
-      for (int j = 0; j < V && start + j < count; ++j) out_row[start + j] = result.v[j];
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        if (start + j < count) out_row[start + j] = result.v[j];
+      }
     }
   }
 }

@@ -280,7 +280,7 @@ def test_softmax_gpu(dtype: DType, rng: np.random.Generator) -> None:
 def test_softmax_rows_held_in_registers_gpu(dtype: DType, rng: np.random.Generator) -> None:
     # Row lengths that pick each register plan of softmax_rows_held (1 to 8 packs per thread, groups of
     # 4 to 1024 threads) and the longest rows that still fit, plus ragged tails.
-    for rows, count in [(7, 5), (300, 33), (64, 1000), (260, 4097), (256, 20000), (256, 8192)]:
+    for rows, count in [(7, 5), (300, 33), (64, 1000), (260, 4097), (256, 8192), (300, 8193), (256, 20000)]:
         host = sample(rng, (rows, count), dtype, -8, 8)
         device = upload(host)
         for log, fn in ((False, gp.softmax), (True, gp.log_softmax)):

@@ -26,6 +26,7 @@ from pygpukit.core.stream import thread_device
 __all__ = [
     "BLOCK",
     "TILE",
+    "TILE_BLOCKS_PER_SM",
     "UNROLL",
     "KernelGroup",
     "c_param",
@@ -43,6 +44,7 @@ __all__ = [
 BLOCK = 256
 UNROLL = 4  # kUnroll of types.cuh: packs per thread and tile of the contiguous elementwise kernels
 TILE = BLOCK * UNROLL  # packs per block and tile of those kernels (their grid_for per_block)
+TILE_BLOCKS_PER_SM = 256  # their grid_for per_sm
 NAMESPACE = "pygpukit::ops::"
 
 # C type -> struct format of a scalar kernel parameter (jit.Param.format).
@@ -159,13 +161,15 @@ def _sm_count() -> int:
     return count
 
 
-def grid_for(work: int, per_block: int = BLOCK) -> int:
+def grid_for(work: int, per_block: int = BLOCK, per_sm: int = 16) -> int:
     """Blocks of a grid-stride launch over ``work`` items, ``per_block`` per block and step: enough to
-    fill the device several times over, never more than the work needs."""
+    fill the device several times over (at most ``per_sm`` blocks per SM), never more than the work
+    needs. The contiguous elementwise kernels pass per_sm=TILE_BLOCKS_PER_SM: one tile per block up to
+    large sizes, so the hardware balances blocks across SMs and no SM is left with an extra step."""
     blocks = -(-work // per_block)
     if blocks <= 128:  # within the cap of any supported GPU (8 SMs or more): skip the device lookup
         return blocks if blocks > 0 else 1
-    return min(blocks, _sm_count() * 16)
+    return min(blocks, _sm_count() * per_sm)
 
 
 # -- every group the op library launches ------------------------------------------------------------

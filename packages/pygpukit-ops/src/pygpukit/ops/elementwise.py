@@ -29,6 +29,7 @@ from ._kernels import (
     BLOCK,
     NAMESPACE,
     TILE,
+    TILE_BLOCKS_PER_SM,
     Groups,
     c_param,
     code_param,
@@ -356,7 +357,7 @@ def _binary(op: _Op, x1: Any, x2: Any, out: Any) -> GPUArray:
                 result = empty(x1._shape, plan.out)
                 n = result.size
                 if n:
-                    grid = grid_for(-(-n // plan.width), TILE)
+                    grid = grid_for(-(-n // plan.width), TILE, TILE_BLOCKS_PER_SM)
                     plan._contig(x1, x2, plan.zero, result, n, 0, op.code, grid=grid, block=BLOCK)
                 return result
     return _binary_general(op, x1, x2, out)
@@ -400,7 +401,7 @@ def _binary_general(op: _Op, x1: Any, x2: Any, out: Any) -> GPUArray:
         # The scalar's pointer slot gets the array too (never read), which keeps the launch fast path.
         array = a if mode != 1 else b
         contig(array if mode == 1 else a, array if mode == 2 else b, value, target, n, mode, op.code,
-               grid=grid_for(-(-n // plan.width), TILE), block=BLOCK)  # fmt: skip
+               grid=grid_for(-(-n // plan.width), TILE, TILE_BLOCKS_PER_SM), block=BLOCK)  # fmt: skip
         return _finish(target, final)
     pa, ca, sa = _operand_args(a, shape)
     pb, cb, sb = _operand_args(b, shape)
@@ -418,7 +419,7 @@ def _unary(op: _Op, x: Any, out: Any) -> GPUArray:
             result = empty(x._shape, plan.out)  # type: ignore[union-attr]
             n = result.size
             if n:
-                kernel(x, result, n, op.code, grid=grid_for(-(-n // plan.width), TILE), block=BLOCK)  # type: ignore[union-attr]
+                kernel(x, result, n, op.code, grid=grid_for(-(-n // plan.width), TILE, TILE_BLOCKS_PER_SM), block=BLOCK)  # type: ignore[union-attr]
             return result
     operand = _operand(x, op.name)
     if not isinstance(operand, GPUArray):
@@ -438,7 +439,7 @@ def _unary(op: _Op, x: Any, out: Any) -> GPUArray:
         return _finish(target, final)
     contig = plan.contig()
     if contig is not None and operand._contiguous and target._contiguous and operand._dtype is common:
-        contig(operand, target, n, op.code, grid=grid_for(-(-n // plan.width), TILE), block=BLOCK)
+        contig(operand, target, n, op.code, grid=grid_for(-(-n // plan.width), TILE, TILE_BLOCKS_PER_SM), block=BLOCK)
     else:
         layout = pack_layout(operand._shape, [target._strides, operand._strides])
         plan.strided()(target.device_ptr, operand.device_ptr, dtype_code(operand._dtype), n, layout, op.code,
@@ -517,7 +518,9 @@ def astype(x: GPUArray, dtype: Any) -> GPUArray:
         n = out.size
         if n:
             width = 16 // max(source.itemsize, target.itemsize)
-            _float_cast(source, target)(x, out, n, 0, grid=grid_for(-(-n // width), TILE), block=BLOCK)
+            _float_cast(source, target)(
+                x, out, n, 0, grid=grid_for(-(-n // width), TILE, TILE_BLOCKS_PER_SM), block=BLOCK
+            )
         return out
     if x._contiguous:
         return x.astype(target)

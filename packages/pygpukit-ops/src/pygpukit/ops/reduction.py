@@ -521,8 +521,8 @@ _APPLY_PARAMS = [pointer("out"), pointer("x"), pointer("stats"), size_param("n")
 
 
 _HELD_PACKS = (1, 2, 4, 8)  # softmax_rows_held's P: 16-byte packs of its row each thread holds
-_HELD_VALUES = 64  # at most this many values held per thread (P * elements per pack)
-_HELD_LANES = 1024  # threads per row at most (one block)
+_HELD_VALUES = 32  # at most this many values held per thread (P * elements per pack): registers
+_HELD_LANES = 256  # threads per row at most: one block of softmax_rows_held (its launch bounds)
 
 
 def _softmax_expressions(dtype: DType) -> tuple[str, ...]:
