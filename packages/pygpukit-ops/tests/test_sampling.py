@@ -181,15 +181,63 @@ def test_greedy_special_values() -> None:
     assert tokens.tolist() == [0, 1]
 
 
-def test_greedy_strided_rows() -> None:
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_strided_rows_every_entry_point(dtype: str) -> None:
+    """Rows at any stride (unit stride along the vocabulary) go to the kernels as they are: every entry
+    point gives what it gives for a contiguous copy of the rows, bitwise."""
     rng = np.random.default_rng(5)
-    host = _logits(rng, (3, 4, 1001), "float32")
-    view = _device(host)[:, 2, :]  # rows 4 * 1001 elements apart, not 16-byte aligned
-    np.testing.assert_array_equal(gp.greedy(view).to_numpy(), np.argmax(host[:, 2, :], axis=1))
-    sampler = gp.Sampler(1, 3, 1001)
-    probs = sampler.filtered_probs(view, top_k=10).to_numpy()
-    for row in range(3):
-        _check_probs(probs[row], reference(host[row, 2], top_k=10), f"row {row}")
+    vocab = 1001
+    host = _logits(rng, (3, 4, vocab), dtype)
+    views = {
+        "row stride 4 * vocab (rows not 16-byte aligned)": (_device(host)[:, 2, :], host[:, 2, :]),
+        "negative row stride": (_device(host)[::-1, 1, 3:], host[::-1, 1, 3:]),
+        "every other row, offset": (_device(host.reshape(12, vocab))[1::2, 7:], host.reshape(12, vocab)[1::2, 7:]),
+    }
+    for what, (view, rows) in views.items():
+        assert not view.is_contiguous, what
+        n, width = rows.shape
+        dense = _device(np.ascontiguousarray(rows))
+        want = np.argmax(rows.astype(np.float32), axis=1).astype(np.int32)
+        out = _device(np.full(n, -7, np.int32))
+        assert gp.greedy(view, out=out) is out
+        np.testing.assert_array_equal(out.to_numpy(), want, err_msg=what)
+        settings: dict[str, Any] = {"temperature": 0.8, "top_k": 40, "top_p": 0.9}
+        drawn = gp.sample(view, seed=9, step=2, **settings).to_numpy()
+        np.testing.assert_array_equal(drawn, gp.sample(dense, seed=9, step=2, **settings).to_numpy(), err_msg=what)
+        strided, contiguous = gp.Sampler(4, n, width, dtype), gp.Sampler(4, n, width, dtype)
+        for _ in range(2):
+            np.testing.assert_array_equal(strided.sample(view, **settings).to_numpy(),
+                                          contiguous.sample(dense, **settings).to_numpy(), err_msg=what)  # fmt: skip
+        np.testing.assert_array_equal(strided.sample(view, temperature=0.0).to_numpy(), want, err_msg=what)
+        probs = gp.filtered_probs(view, top_k=10).to_numpy()
+        np.testing.assert_array_equal(probs, gp.filtered_probs(dense, top_k=10).to_numpy(), err_msg=what)
+        np.testing.assert_array_equal(probs, strided.filtered_probs(view, top_k=10).to_numpy(), err_msg=what)
+        for row in range(n):
+            _check_probs(probs[row], reference(rows[row], top_k=10), f"{what}: row {row}")
+
+
+def test_strided_vocabulary_axis_raises_everywhere() -> None:
+    """A vocabulary axis that is not contiguous is refused by every entry point with a ShapeError naming
+    the strides, before anything runs (no copy is made behind the caller's back)."""
+    rng = np.random.default_rng(6)
+    host = _logits(rng, (3, 2 * 101), "float32")
+    view = _device(host)[:, ::2]  # vocab 101 at a stride of 2 elements
+    sampler = gp.Sampler(3, 3, 101)
+    out = _device(np.full(3, 99, np.int32))
+    probs = _device(np.full((3, 101), 5.0, np.float32))
+    calls = {
+        "greedy": lambda: gp.greedy(view, out=out),
+        "sample": lambda: gp.sample(view, out),
+        "filtered_probs": lambda: gp.filtered_probs(view, probs),
+        "Sampler.sample": lambda: sampler.sample(view, out),
+        "Sampler.filtered_probs": lambda: sampler.filtered_probs(view, probs),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ShapeError, match=r"vocabulary axis .* contiguous .*strides \(808, 8\)"):
+            call()
+        assert out.to_numpy().tolist() == [99] * 3, name
+        assert (probs.to_numpy() == 5.0).all(), name
+    assert sampler.step == 0
 
 
 # -- filtered distributions ------------------------------------------------------------------------
@@ -499,9 +547,13 @@ def test_gpu_graph_replay_equals_eager_steps(dtype: str, batch: int) -> None:
 
 
 @pytest.mark.gpu
-def test_gpu_greedy_graph_replay() -> None:
+@pytest.mark.parametrize("strided", [False, True])
+def test_gpu_greedy_graph_replay(strided: bool) -> None:
     rng = np.random.default_rng(62)
-    x = _device(_logits(rng, (4, LLAMA_VOCAB), "bfloat16"))
+    if strided:  # rows of a (4, 2, vocab) array: the view goes to the kernel as it is
+        x = _device(_logits(rng, (4, 2, LLAMA_VOCAB), "bfloat16"))[:, 1, :]
+    else:
+        x = _device(_logits(rng, (4, LLAMA_VOCAB), "bfloat16"))
     out = gp.empty(4, gp.int32)
     with gp.Stream() as stream:
         gp.greedy(x, out)

@@ -230,6 +230,11 @@ def _check_logits(name: str, logits: Any) -> GPUArray:
     return logits
 
 
+def _row_stride(logits: GPUArray) -> int:
+    """The distance between rows of logits in elements (0 for a single row; any sign)."""
+    return logits.strides[0] // logits.itemsize if logits.shape[0] > 1 else 0
+
+
 def _check_out(name: str, out: Any, shape: tuple[int, ...], dtype: DType) -> GPUArray:
     if not isinstance(out, GPUArray):
         raise DTypeError(f"{name}: out must be a GPUArray, got {type(out).__name__}")
@@ -434,7 +439,7 @@ class Sampler:
             s.temperature.pointer(), s.top_k.pointer(), s.top_p.pointer(), s.min_p.pointer(), s.penalty.pointer(),
             history.device_ptr if history is not None else 0, out.device_ptr if out is not None else 0,
             probs.device_ptr if probs is not None else 0, self._state.device_ptr, self._bitmap.device_ptr,
-            logits.strides[0] // logits.itemsize, vocab, chunk, history.shape[1] if history is not None else 0,
+            _row_stride(logits), vocab, chunk, history.shape[1] if history is not None else 0,
             history.strides[0] // history.itemsize if history is not None else 0, self._bitmap_words,
             float(s.temperature.value), float(s.top_p.value), float(s.min_p.value), float(s.penalty.value),
             min(int(s.top_k.value), vocab), _STATS, base, batch,
@@ -451,7 +456,8 @@ class Sampler:
             if index == len(passes) - 1:
                 flags |= _FINAL | (_ADVANCE if token else 0)
             _PASS_FLAGS.pack_into(args, _PASS_OFFSET, pass_, flags)
-            launch(logits, bytes(args), grid=(chunks, batch), block=_THREADS)
+            # The raw address: rows may lie at any stride (SampleArgs::row_stride), no copy.
+            launch(logits.device_ptr, bytes(args), grid=(chunks, batch), block=_THREADS)
 
     def _run_cpu(self, logits: GPUArray, s: _Settings, out: GPUArray | None, probs: GPUArray | None) -> None:
         batch, vocab = logits.shape
@@ -505,7 +511,8 @@ def greedy(logits: GPUArray, out: GPUArray | None = None) -> GPUArray:
         return out
     _, argmax_expr, _ = _expressions(logits.dtype)
     kernel = group(_FILE, _expressions(logits.dtype)).kernel(argmax_expr, _ARGMAX_PARAMS)
-    kernel(logits, out, logits.strides[0] // logits.itemsize, vocab, grid=batch, block=1024)
+    # The raw address and the row stride in elements: rows may lie at any stride, no copy.
+    kernel(logits.device_ptr, out, _row_stride(logits), vocab, grid=batch, block=1024)
     return out
 
 
