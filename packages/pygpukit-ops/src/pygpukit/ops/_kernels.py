@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pygpukit.core.compiler import parse_arch
 from pygpukit.core.device import get_device_info
 from pygpukit.core.errors import PyGPUkitError
 from pygpukit.core.jit import JITKernel, Param
@@ -25,6 +26,7 @@ from pygpukit.core.stream import thread_device
 
 __all__ = [
     "BLOCK",
+    "SM90A_FILES",
     "TILE",
     "TILE_BLOCKS_PER_SM",
     "UNROLL",
@@ -42,6 +44,7 @@ __all__ = [
 ]
 
 BLOCK = 256
+SM90A_FILES = frozenset({"ops/gemm_wgmma.cu"})  # kernels with real bodies only when built for sm_90a
 UNROLL = 4  # kUnroll of types.cuh: packs per thread and tile of the contiguous elementwise kernels
 TILE = BLOCK * UNROLL  # packs per block and tile of those kernels (their grid_for per_block)
 TILE_BLOCKS_PER_SM = 256  # their grid_for per_sm
@@ -133,7 +136,10 @@ class KernelGroup:
         return kernel
 
     def compile(self, arch: str | int | tuple[int, int]) -> None:
-        """Compile the group for ``arch`` into the kernel cache (memory and disk); needs no GPU."""
+        """Compile the group for ``arch`` into the kernel cache (memory and disk); needs no GPU. Files
+        that need SM 90's architecture-specific ISA (wgmma) are built for sm_90a there, as they run."""
+        if self.file in SM90A_FILES and parse_arch(arch) == "90":
+            arch = "90a"
         self._make(self.expressions[0], []).compile(arch)
 
 
