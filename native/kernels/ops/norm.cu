@@ -2,19 +2,26 @@
 // with the residual add, and group_norm (a row is one (sample, group) pair of a contiguous
 // (N, C, *spatial) input). float32, fp16 and bf16 rows, statistics and arithmetic in float.
 //
-//   norm_rows<T, W, P>(args)      W: the weight/bias type (T or float)
-//       a group of args.lanes threads (a power of two, up to 512) owns a row. P > 0: each thread
-//       loads its at most P 16-byte packs of the row (pack q = lane + i * lanes) into registers once,
-//       the group sums them in a fixed tree (reducers.cuh: group_allreduce), and the same registers give
-//       the output, so the row is read from memory once. P == 0 (rows longer than 512 * 4 packs):
-//       the same loops stream the row from memory once per pass (two passes, three when centred).
+//   norm_rows<T, W, P, Full>(args)      W: the weight/bias type (T or float)
+//       a group of args.lanes threads owns a row: a power of two up to 32 (blockDim.x / lanes rows a
+//       block, blockDim.x a power of two), or a multiple of 32 up to 1024 (the whole block). P > 0: each
+//       thread loads its P 16-byte packs of the row (pack q = lane + i * lanes) into registers once (P * 16 /
+//       sizeof(T) floats, 8 to 32), the group sums them (warp shuffles, then one shared-memory exchange
+//       between the warps of the group), and the same registers give the output: the row is read from memory
+//       once. Full: the host guarantees that the row exactly fills the group (packs == P * lanes) and is
+//       aligned, so there are no bounds checks at all. Otherwise a thread checks each of its packs
+//       (a predicate per pack) and unaligned rows go element by element.
+//       P == 0 (rows longer than 1024 * 4 packs): the same loops stream the row from memory once per
+//       pass (two passes, three when centred).
 //
 // Statistics: rmsnorm and add_rmsnorm: inv = rsqrt(mean(x^2) + eps); l2norm: inv = 1 / max(|x|, eps);
 // layernorm and group_norm: mean first, then the variance as the mean of squared deviations from the
 // registers (two-pass, no cancellation), inv = rsqrt(var + eps). Output: (x - mean) * inv * w + b in
-// float, rounded once to T. add_rmsnorm stores new_residual = T(x + residual) first and normalises
-// those rounded values (what rmsnorm(new_residual) gives). Every fold runs in an order fixed by the
-// shape and `lanes`, without atomics: results are bitwise reproducible.
+// float (x * inv * w when not centred), rounded once to T. add_rmsnorm stores new_residual =
+// T(x + residual) first and normalises those rounded values (what rmsnorm(new_residual) gives). Every
+// fold runs in an order fixed by the shape and `lanes` (per-thread partial sums in four interleaved
+// accumulators, then xor-butterfly trees, whose result is bitwise the same in every lane), without
+// atomics: results are bitwise reproducible.
 //
 // `aligned` (set by the host when the row length is a multiple of the pack, every row start and the
 // weight are 16-byte aligned, and for group_norm the spatial size is a multiple of the pack) selects
@@ -141,20 +148,259 @@ __device__ __forceinline__ float round_to(float v) {
   return convert<float>(convert<T>(v));
 }
 
-template <typename T, typename W, int P>
-__global__ void __launch_bounds__(512) norm_rows(NormArgs a) {
+constexpr int kNormMaxThreads = 1024;  // the largest group (lanes) and block
+
+// 16-byte words of V elements of E in registers, and their conversion to and from float (one
+// instruction per element or pair: bf16 widens by a shift, pairs narrow with one cvt.rn.*x2).
+template <typename E, int V>
+struct alignas(16) NormRaw {
+  static constexpr int kWords = V * static_cast<int>(sizeof(E)) / 4;
+  unsigned u[kWords];
+};
+
+template <typename E, int V>
+__device__ __forceinline__ void raw_zero(NormRaw<E, V>& r) {
+#pragma unroll
+  for (int k = 0; k < NormRaw<E, V>::kWords; ++k) r.u[k] = 0u;
+}
+
+template <typename E, int V>
+__device__ __forceinline__ void raw_load(NormRaw<E, V>& r, const E* p) {  // p: 16-byte aligned
+#pragma unroll
+  for (int k = 0; k < NormRaw<E, V>::kWords / 4; ++k) {
+    const uint4 w = reinterpret_cast<const uint4*>(p)[k];
+    r.u[4 * k] = w.x;
+    r.u[4 * k + 1] = w.y;
+    r.u[4 * k + 2] = w.z;
+    r.u[4 * k + 3] = w.w;
+  }
+}
+
+template <typename E, int V>
+__device__ __forceinline__ void raw_store(E* p, const NormRaw<E, V>& r) {
+#pragma unroll
+  for (int k = 0; k < NormRaw<E, V>::kWords / 4; ++k) {
+    reinterpret_cast<uint4*>(p)[k] = make_uint4(r.u[4 * k], r.u[4 * k + 1], r.u[4 * k + 2], r.u[4 * k + 3]);
+  }
+}
+
+// Element j of a pack, as bits (unaligned rows move element by element, still through packs).
+template <typename E, int V>
+__device__ __forceinline__ void raw_set(NormRaw<E, V>& r, int j, E value) {
+  if constexpr (sizeof(E) == 4) {
+    memcpy(&r.u[j], &value, 4);
+  } else {
+    unsigned short bits;
+    memcpy(&bits, &value, 2);
+    r.u[j / 2] |= static_cast<unsigned>(bits) << (16 * (j % 2));
+  }
+}
+template <typename E, int V>
+__device__ __forceinline__ E raw_get(const NormRaw<E, V>& r, int j) {
+  E value;
+  if constexpr (sizeof(E) == 4) {
+    memcpy(&value, &r.u[j], 4);
+  } else {
+    const unsigned short bits = static_cast<unsigned short>(r.u[j / 2] >> (16 * (j % 2)));
+    memcpy(&value, &bits, 2);
+  }
+  return value;
+}
+
+__device__ __forceinline__ float2 word_to_float2(unsigned u, __nv_bfloat16) {
+  return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+}
+__device__ __forceinline__ float2 word_to_float2(unsigned u, __half) {
+  __half2 h;
+  memcpy(&h, &u, 4);
+  return __half22float2(h);
+}
+__device__ __forceinline__ unsigned float2_to_word(float a, float b, __nv_bfloat16) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  unsigned u;
+  memcpy(&u, &h, 4);
+  return u;
+}
+__device__ __forceinline__ unsigned float2_to_word(float a, float b, __half) {
+  const __half2 h = __floats2half2_rn(a, b);
+  unsigned u;
+  memcpy(&u, &h, 4);
+  return u;
+}
+
+template <typename E, int V>
+__device__ __forceinline__ void raw_unpack(const NormRaw<E, V>& r, float (&f)[V]) {
+  if constexpr (sizeof(E) == 4) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) f[j] = __uint_as_float(r.u[j]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < V / 2; ++k) {
+      const float2 t = word_to_float2(r.u[k], E());
+      f[2 * k] = t.x;
+      f[2 * k + 1] = t.y;
+    }
+  }
+}
+
+template <typename E, int V>
+__device__ __forceinline__ void raw_pack(NormRaw<E, V>& r, const float (&f)[V]) {
+  if constexpr (sizeof(E) == 4) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) r.u[j] = __float_as_uint(f[j]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < V / 2; ++k) r.u[k] = float2_to_word(f[2 * k], f[2 * k + 1], E());
+  }
+}
+
+// The sum of `value` over the `lanes` threads of a group (see norm_rows), in every thread of the group:
+// an xor butterfly inside the warp (both partners add the same two values: the same bits in every
+// lane), then, for groups of several warps, one exchange of the warp sums through `scratch` (one slot
+// per warp) and a butterfly over them (such a group is the whole block). Every thread of the block
+// must call it.
+__device__ __forceinline__ float norm_allreduce(float value, int lanes, float* scratch) {
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    if (offset < lanes) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  }
+  if (lanes > 32) {
+    const int lane = threadIdx.x & 31;
+    const int warps = lanes >> 5;
+    if (lane == 0) scratch[threadIdx.x >> 5] = value;
+    __syncthreads();
+    value = lane < warps ? scratch[lane] : 0.0f;  // groups of several warps are whole blocks
+#pragma unroll
+    for (int offset = 1; offset < 32; offset <<= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  }
+  return value;
+}
+
+// Four interleaved accumulators (independent dependency chains), combined in a fixed tree.
+template <int P, int V>
+__device__ __forceinline__ float norm_sum(const float (&v)[P][V], bool squares) {
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (squares) {
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) acc[j % 4] = fmaf(v[i][j], v[i][j], acc[j % 4]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) acc[j % 4] += v[i][j];
+    }
+  }
+  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+// The output of the held packs (pack q = lane + i * lanes holds the V elements from q * V on; packs
+// beyond the row are skipped unless Full). Not centred: y = v * inv * w; centred: y = (v - mean) * inv
+// * w + b (one fma when there is a bias); w = 1 and b = 0 where absent; rounded once to T.
+template <typename T, typename W, int P, bool Full, bool Centred, bool HasW, bool HasB>
+__device__ __forceinline__ void norm_emit(const NormArgs& a, T* out, const float (&v)[P][16 / sizeof(T)],
+                                          int lane, int lanes, int packs, int count, bool aligned, float mean,
+                                          float inv) {
   constexpr int V = 16 / sizeof(T);
-  using R = SumR<float>;
-  const R r{0};
-  __shared__ float scratch[32];
+  const W* weight = static_cast<const W*>(a.weight);
+  const W* bias = static_cast<const W*>(a.bias);
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    const int q = lane + i * lanes;
+    if (!Full && q >= packs) continue;
+    float w[V], b[V], y[V];
+    if (Full || aligned) {
+      if constexpr (HasW) {
+        NormRaw<W, V> r;
+        raw_load(r, weight + q * V);
+        raw_unpack(r, w);
+      }
+      if constexpr (HasB) {
+        NormRaw<W, V> r;
+        raw_load(r, bias + q * V);
+        raw_unpack(r, b);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const int e = q * V + j < count ? q * V + j : count - 1;
+        if constexpr (HasW) w[j] = convert<float>(weight[e]);
+        if constexpr (HasB) b[j] = convert<float>(bias[e]);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float t = Centred ? (v[i][j] - mean) * inv : v[i][j] * inv;
+      if constexpr (HasB) {
+        y[j] = fmaf(t, HasW ? w[j] : 1.0f, b[j]);
+      } else {
+        y[j] = HasW ? t * w[j] : t;
+      }
+    }
+    if (Full || aligned) {
+      NormRaw<T, V> r;
+      raw_pack(r, y);
+      raw_store(out + q * V, r);
+    } else {
+      norm_store<T>(out, static_cast<index_t>(q) * V, count, false, y);
+    }
+  }
+}
+
+// group_norm's output: the weight and bias of a channel (spatial elements of the row each). Aligned
+// rows have spatial a multiple of V, so a pack lies in one channel.
+template <typename T, typename W, int P, bool Full>
+__device__ __forceinline__ void norm_emit_group(const NormArgs& a, index_t row, T* out,
+                                                const float (&v)[P][16 / sizeof(T)], int lane, int lanes,
+                                                int packs, int count, bool aligned, float mean, float inv) {
+  constexpr int V = 16 / sizeof(T);
+  const W* weight = static_cast<const W*>(a.weight);
+  const W* bias = static_cast<const W*>(a.bias);
+  const int channel0 = static_cast<int>(row % a.groups) * a.channels_per_group;
+  const unsigned spatial = static_cast<unsigned>(a.spatial);  // at most count here
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    const int q = lane + i * lanes;
+    if (!Full && q >= packs) continue;
+    float y[V];
+    if (Full || aligned) {
+      const int channel = channel0 + static_cast<int>(static_cast<unsigned>(q * V) / spatial);
+      const float w = weight != nullptr ? convert<float>(weight[channel]) : 1.0f;
+      const float b = bias != nullptr ? convert<float>(bias[channel]) : 0.0f;
+#pragma unroll
+      for (int j = 0; j < V; ++j) y[j] = fmaf((v[i][j] - mean) * inv, w, b);
+      NormRaw<T, V> r;
+      raw_pack(r, y);
+      raw_store(out + q * V, r);
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const int e = q * V + j < count ? q * V + j : count - 1;
+        const int channel = channel0 + static_cast<int>(static_cast<unsigned>(e) / spatial);
+        const float w = weight != nullptr ? convert<float>(weight[channel]) : 1.0f;
+        const float b = bias != nullptr ? convert<float>(bias[channel]) : 0.0f;
+        y[j] = fmaf((v[i][j] - mean) * inv, w, b);
+      }
+      norm_store<T>(out, static_cast<index_t>(q) * V, count, false, y);
+    }
+  }
+}
+
+template <typename T, typename W, int P, bool Full>
+__global__ void __launch_bounds__(kNormMaxThreads, 1) norm_rows(NormArgs a) {
+  constexpr int V = 16 / sizeof(T);
+  __shared__ float scratch[2][kNormMaxThreads / 32];
+  // lanes <= 32: a power of two, blockDim.x / lanes rows a block; lanes > 32: one row a block.
   const int lanes = a.lanes;
-  const int lane = static_cast<int>(threadIdx.x) % lanes;
-  const index_t row = static_cast<index_t>(blockIdx.x) * (blockDim.x / lanes) + threadIdx.x / lanes;
+  const int shift = lanes <= 32 ? __ffs(lanes) - 1 : 10;
+  const int lane = lanes <= 32 ? static_cast<int>(threadIdx.x) & (lanes - 1) : static_cast<int>(threadIdx.x);
+  const index_t row = lanes <= 32 ? (static_cast<index_t>(blockIdx.x) << (__ffs(blockDim.x) - 1 - shift)) +
+                                        static_cast<index_t>(threadIdx.x >> shift)
+                                  : static_cast<index_t>(blockIdx.x);
   const bool valid = row < a.rows;
-  const index_t at = valid ? row : 0;
-  const bool aligned = a.aligned != 0;
-  const index_t count = a.count;
-  const index_t packs = (count + V - 1) / V;
+  const index_t at = valid ? row : a.rows - 1;  // idle groups redo the last row and store nothing
   const int mode = a.mode;
   const bool add = mode == kNormAddRms;
   const bool centred = mode == kNormLayer || mode == kNormGroup;
@@ -162,62 +408,87 @@ __global__ void __launch_bounds__(512) norm_rows(NormArgs a) {
   const T* residual = add ? static_cast<const T*>(a.residual) + at * a.residual_stride : nullptr;
   T* residual_out = add ? static_cast<T*>(a.residual_out) + at * a.residual_out_stride : nullptr;
   T* out = static_cast<T*>(a.out) + at * a.out_stride;
-  const float n = static_cast<float>(count);
+  const float n = static_cast<float>(a.count);
 
   if constexpr (P > 0) {
-    float v[P][V];
+    const bool aligned = Full || a.aligned != 0;
+    const int count = static_cast<int>(a.count);  // at most kNormMaxThreads * P * V
+    const int packs = (count + V - 1) / V;
+    // Every load is issued before the first store: residual_out may be residual or x. Unaligned rows
+    // fill the same packs element by element (zeros beyond the row).
+    auto load = [&](NormRaw<T, V>& r, const T* source, int q) {
+      if (aligned) {
+        raw_load(r, source + q * V);
+      } else {
+        raw_zero(r);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          if (q * V + j < count) raw_set(r, j, source[q * V + j]);
+        }
+      }
+    };
+    NormRaw<T, V> rx[P];
 #pragma unroll
     for (int i = 0; i < P; ++i) {
-      const index_t q = lane + static_cast<index_t>(i) * lanes;
-      if (valid && q < packs) {
-        norm_load<T>(x, q * V, count, aligned, v[i]);
+      const int q = lane + i * lanes;
+      if (Full || q < packs) {
+        load(rx[i], x, q);
       } else {
-#pragma unroll
-        for (int j = 0; j < V; ++j) v[i][j] = 0.0f;
+        raw_zero(rx[i]);
       }
     }
-    if (add) {  // every load is issued before the first store: residual_out may be residual or x
-      float u[P][V];
+    if (add) {
+      NormRaw<T, V> rr[P];
 #pragma unroll
       for (int i = 0; i < P; ++i) {
-        const index_t q = lane + static_cast<index_t>(i) * lanes;
-        if (valid && q < packs) {
-          norm_load<T>(residual, q * V, count, aligned, u[i]);
+        const int q = lane + i * lanes;
+        if (Full || q < packs) {
+          load(rr[i], residual, q);
         } else {
-#pragma unroll
-          for (int j = 0; j < V; ++j) u[i][j] = 0.0f;
+          raw_zero(rr[i]);
         }
       }
 #pragma unroll
       for (int i = 0; i < P; ++i) {
-        const index_t q = lane + static_cast<index_t>(i) * lanes;
+        const int q = lane + i * lanes;
+        float f[V], g[V];
+        raw_unpack(rx[i], f);
+        raw_unpack(rr[i], g);
 #pragma unroll
-        for (int j = 0; j < V; ++j) v[i][j] = round_to<T>(v[i][j] + u[i][j]);
-        if (valid && q < packs) norm_store<T>(residual_out, q * V, count, aligned, v[i]);
+        for (int j = 0; j < V; ++j) f[j] += g[j];
+        raw_pack(rx[i], f);  // the new residual, rounded to T (zeros stay zeros)
+        if (valid && (Full || q < packs)) {
+          if (aligned) {
+            raw_store(residual_out + q * V, rx[i]);
+          } else {
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+              if (q * V + j < count) residual_out[q * V + j] = raw_get(rx[i], j);
+            }
+          }
+        }
       }
     }
-    float s = 0.0f;
+    float v[P][V];
 #pragma unroll
-    for (int i = 0; i < P; ++i) {
-#pragma unroll
-      for (int j = 0; j < V; ++j) s += centred ? v[i][j] : v[i][j] * v[i][j];
-    }
-    s = group_allreduce<R>(r, s, lanes, scratch);
+    for (int i = 0; i < P; ++i) raw_unpack(rx[i], v[i]);
+
+    const float s = norm_allreduce(norm_sum<P, V>(v, !centred), lanes, scratch[0]);
     float mean = 0.0f;
     float inv;
     if (centred) {
       mean = s / n;
-      float d2 = 0.0f;
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
       for (int i = 0; i < P; ++i) {
-        const index_t first = (lane + static_cast<index_t>(i) * lanes) * V;
+        const int first = (lane + i * lanes) * V;
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          const float d = first + j < count ? v[i][j] - mean : 0.0f;
-          d2 += d * d;
+          const float d = v[i][j] - mean;
+          if (Full || first + j < count) acc[j % 4] = fmaf(d, d, acc[j % 4]);
         }
       }
-      d2 = group_allreduce<R>(r, d2, lanes, scratch);
+      const float d2 = norm_allreduce((acc[0] + acc[1]) + (acc[2] + acc[3]), lanes, scratch[1]);
       inv = rsqrtf(d2 / n + a.eps);
     } else if (mode == kNormL2) {
       inv = 1.0f / fmaxf(sqrtf(s), a.eps);
@@ -225,54 +496,68 @@ __global__ void __launch_bounds__(512) norm_rows(NormArgs a) {
       inv = rsqrtf(s / n + a.eps);
     }
     if (!valid) return;
-#pragma unroll
-    for (int i = 0; i < P; ++i) {
-      const index_t q = lane + static_cast<index_t>(i) * lanes;
-      if (q < packs) {
-        float w[V], b[V], y[V];
-        norm_affine<T, W>(a, row, q * V, aligned, w, b);
-#pragma unroll
-        for (int j = 0; j < V; ++j) y[j] = (v[i][j] - mean) * inv * w[j] + b[j];
-        norm_store<T>(out, q * V, count, aligned, y);
+    const bool has_w = a.weight != nullptr;
+    const bool has_b = a.bias != nullptr;
+    if (mode == kNormGroup) {
+      norm_emit_group<T, W, P, Full>(a, row, out, v, lane, lanes, packs, count, aligned, mean, inv);
+    } else if (!centred) {
+      if (has_w) {
+        norm_emit<T, W, P, Full, false, true, false>(a, out, v, lane, lanes, packs, count, aligned, mean,
+                                                     inv);
+      } else {
+        norm_emit<T, W, P, Full, false, false, false>(a, out, v, lane, lanes, packs, count, aligned, mean,
+                                                      inv);
       }
+    } else if (has_w && has_b) {
+      norm_emit<T, W, P, Full, true, true, true>(a, out, v, lane, lanes, packs, count, aligned, mean, inv);
+    } else if (has_w) {
+      norm_emit<T, W, P, Full, true, true, false>(a, out, v, lane, lanes, packs, count, aligned, mean, inv);
+    } else if (has_b) {
+      norm_emit<T, W, P, Full, true, false, true>(a, out, v, lane, lanes, packs, count, aligned, mean, inv);
+    } else {
+      norm_emit<T, W, P, Full, true, false, false>(a, out, v, lane, lanes, packs, count, aligned, mean, inv);
     }
   } else {
     // Long rows: stream the row once per pass. A thread re-reads only what it wrote itself.
+    const bool aligned = a.aligned != 0;
+    const index_t count = a.count;
+    const index_t packs = (count + V - 1) / V;
     const T* source = add ? residual_out : x;
     float s = 0.0f;
-    if (valid) {
-      for (index_t q = lane; q < packs; q += lanes) {
-        float v[V];
-        norm_load<T>(x, q * V, count, aligned, v);
-        if (add) {
-          float u[V];
-          norm_load<T>(residual, q * V, count, aligned, u);
+    for (index_t q = lane; q < packs; q += lanes) {
+      float v[V];
+      norm_load<T>(x, q * V, count, aligned, v);
+      if (add) {
+        float u[V];
+        norm_load<T>(residual, q * V, count, aligned, u);
 #pragma unroll
-          for (int j = 0; j < V; ++j) v[j] = round_to<T>(v[j] + u[j]);
-          norm_store<T>(residual_out, q * V, count, aligned, v);
-        }
+        for (int j = 0; j < V; ++j) v[j] = round_to<T>(v[j] + u[j]);
+        if (valid) norm_store<T>(residual_out, q * V, count, aligned, v);
+      }
+      if (centred) {
 #pragma unroll
-        for (int j = 0; j < V; ++j) s += centred ? v[j] : v[j] * v[j];
+        for (int j = 0; j < V; ++j) s += v[j];
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) s = fmaf(v[j], v[j], s);
       }
     }
-    s = group_allreduce<R>(r, s, lanes, scratch);
+    s = norm_allreduce(s, lanes, scratch[0]);
     float mean = 0.0f;
     float inv;
     if (centred) {
       mean = s / n;
       float d2 = 0.0f;
-      if (valid) {
-        for (index_t q = lane; q < packs; q += lanes) {
-          float v[V];
-          norm_load<T>(x, q * V, count, aligned, v);
+      for (index_t q = lane; q < packs; q += lanes) {
+        float v[V];
+        norm_load<T>(x, q * V, count, aligned, v);
 #pragma unroll
-          for (int j = 0; j < V; ++j) {
-            const float d = q * V + j < count ? v[j] - mean : 0.0f;
-            d2 += d * d;
-          }
+        for (int j = 0; j < V; ++j) {
+          const float d = q * V + j < count ? v[j] - mean : 0.0f;
+          d2 = fmaf(d, d, d2);
         }
       }
-      d2 = group_allreduce<R>(r, d2, lanes, scratch);
+      d2 = norm_allreduce(d2, lanes, scratch[1]);
       inv = rsqrtf(d2 / n + a.eps);
     } else if (mode == kNormL2) {
       inv = 1.0f / fmaxf(sqrtf(s), a.eps);
@@ -285,7 +570,7 @@ __global__ void __launch_bounds__(512) norm_rows(NormArgs a) {
       norm_load<T>(source, q * V, count, aligned, v);
       norm_affine<T, W>(a, row, q * V, aligned, w, b);
 #pragma unroll
-      for (int j = 0; j < V; ++j) v[j] = (v[j] - mean) * inv * w[j] + b[j];
+      for (int j = 0; j < V; ++j) v[j] = fmaf((v[j] - mean) * inv, w[j], b[j]);
       norm_store<T>(out, q * V, count, aligned, v);
     }
   }

@@ -35,6 +35,10 @@ GPU_ROW_SHAPES: list[tuple[int, ...]] = [
     (3, 8192),
     (2048, 4096),
     (7, 18944),
+    (9, 384),  # fp16/bf16: 16 lanes x 3 packs, several rows a block, the last block partly idle
+    (4, 14336),  # fp16/bf16: 896 lanes x 2 packs exactly
+    (3, 24576),  # fp16/bf16: the longest register row (1024 lanes x 3 packs); float32 streams
+    (2, 24584),  # fp16/bf16: just too long for registers, the streaming kernel
 ]
 ODD_ROW_SHAPES: list[tuple[int, ...]] = [(3, 1001), (2, 7), (1, 1), (3, 5, 64), (6, 128), (2, 40000)]
 _erf = np.vectorize(math.erf, otypes=[F64])

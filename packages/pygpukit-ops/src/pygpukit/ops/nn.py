@@ -198,14 +198,42 @@ def _pow2_at_least(value: int, low: int, high: int) -> int:
 
 # -- normalisations ---------------------------------------------------------------------------------
 _NORM_ARGS = struct.Struct("@6Q7q5if")
-_NORM_PACKS = 4  # packs per thread the register kernel holds (norm_rows<T, W, 4>)
-_NORM_MAX_LANES = 512  # __launch_bounds__ of norm_rows: up to 128 registers a thread
+_NORM_PACKS = (1, 2, 3, 4)  # 16-byte packs a thread of norm_rows<T, W, P, Full> holds in registers
+_NORM_NARROW_PACKS = (1, 2, 3)  # fp16/bf16: at most 24 values a thread (P = 4 spills at 64 registers)
+_NORM_MAX_LANES = 1024  # threads of a row (and of a block): kNormMaxThreads of norm.cu
+_NORM_FLOATS = 16  # the values a thread should hold (at most 64 registers, no spills: occupancy >= 50%)
 _RMS, _LAYER, _L2, _ADD_RMS, _GROUP = 0, 1, 2, 3, 4
 
 
-def _norm_expressions(dtype: DType, weight_dtype: DType) -> tuple[str, str]:
-    prefix = f"{NAMESPACE}norm_rows<{dtype.ctype}, {weight_dtype.ctype}"
-    return f"{prefix}, {_NORM_PACKS}>", f"{prefix}, 0>"
+def _norm_expression(dtype: DType, weight_dtype: DType, packs: int, full: bool) -> str:
+    return f"{NAMESPACE}norm_rows<{dtype.ctype}, {weight_dtype.ctype}, {packs}, {'true' if full else 'false'}>"
+
+
+def _norm_expressions(dtype: DType, weight_dtype: DType) -> list[str]:
+    """Every norm_rows instantiation for one (dtype, weight dtype): the register kernels, then the
+    streaming one."""
+    choices = _NORM_PACKS if dtype.itemsize == 4 else _NORM_NARROW_PACKS
+    found = [_norm_expression(dtype, weight_dtype, p, full) for p in choices for full in (True, False)]
+    return [*found, _norm_expression(dtype, weight_dtype, 0, False)]
+
+
+def _norm_plan(packs: int, width: int, choices: Sequence[int]) -> tuple[int, int]:
+    """(packs per thread, lanes) for rows of ``packs`` 16-byte packs of ``width`` elements: lanes a
+    power of two up to 32 or whole warps up to _NORM_MAX_LANES. Least slots (lanes * packs per
+    thread) first, so a row that can exactly fill its group does; then about _NORM_FLOATS values a
+    thread; then fewer lanes. (0, _NORM_MAX_LANES): too long for registers, the streaming kernel."""
+    best: tuple[tuple[int, int, int], int, int] | None = None
+    for per_thread in choices:
+        need = -(-packs // per_thread)
+        lanes = _pow2_at_least(need, 1, 32) if need <= 32 else -(-need // 32) * 32
+        if lanes > _NORM_MAX_LANES:
+            continue
+        key = (per_thread * lanes, abs(per_thread * width - _NORM_FLOATS), lanes)
+        if best is None or key < best[0]:
+            best = (key, per_thread, lanes)
+    if best is None:
+        return 0, _NORM_MAX_LANES
+    return best[1], best[2]
 
 
 def _weight_dtypes(dtype: DType) -> tuple[DType, ...]:
@@ -230,15 +258,11 @@ def _norm_launch(mode: int, x: GPUArray, out: GPUArray, weight: GPUArray | None,
         aligned = aligned and spatial % width == 0
     else:
         aligned = aligned and all(p.device_ptr % (width * p.itemsize) == 0 for p in (weight, bias) if p is not None)
-    if packs <= 64:
-        lanes, streaming = _pow2_at_least(-(-packs // 2), 1, 32), False
-    else:
-        lanes = _pow2_at_least(-(-packs // _NORM_PACKS), 1, _NORM_MAX_LANES)
-        streaming = packs > lanes * _NORM_PACKS
-    block = max(lanes, BLOCK)
-    registers, stream = _norm_expressions(dtype, weight_dtype)
-    expression = stream if streaming else registers
-    kernel = group(_NORM_FILE, [registers, stream]).kernel(expression, [layout_param("args", "NormArgs")])
+    per_thread, lanes = _norm_plan(packs, width, _NORM_PACKS if dtype.itemsize == 4 else _NORM_NARROW_PACKS)
+    full = per_thread > 0 and aligned and per_thread * lanes == packs
+    rows_per_block = BLOCK // lanes if lanes <= 32 else 1  # norm_rows: a group of whole warps is the block
+    expression = _norm_expression(dtype, weight_dtype, per_thread, full)
+    kernel = group(_NORM_FILE, [expression]).kernel(expression, [layout_param("args", "NormArgs")])
     args = _NORM_ARGS.pack(
         x.device_ptr, residual.device_ptr if residual is not None else 0,
         weight.device_ptr if weight is not None else 0, bias.device_ptr if bias is not None else 0,
@@ -246,7 +270,7 @@ def _norm_launch(mode: int, x: GPUArray, out: GPUArray, weight: GPUArray | None,
         rows, count, strides[0], strides[1], strides[2], strides[3], spatial,
         channels_per_group, groups, mode, lanes, int(aligned), eps,
     )  # fmt: skip
-    kernel(args, grid=-(-rows // (block // lanes)), block=block)
+    kernel(args, grid=-(-rows // rows_per_block), block=rows_per_block * lanes)
 
 
 def _host64(a: GPUArray) -> Array:
@@ -823,7 +847,9 @@ def _cpu_conv1d(x: GPUArray, weight: GPUArray, bias: GPUArray | None, stride: in
 
 # -- compile-check enumeration ----------------------------------------------------------------------
 def _enumerate() -> Groups:
-    norms: list[tuple[str, ...]] = [_norm_expressions(d, w) for d in _FLOATS for w in dict.fromkeys(_weight_dtypes(d))]
+    norms: list[tuple[str, ...]] = [
+        (e,) for d in _FLOATS for w in dict.fromkeys(_weight_dtypes(d)) for e in _norm_expressions(d, w)
+    ]
     return {
         _NORM_FILE: norms,
         _GATED_FILE: [(_gated_expression(d),) for d in _FLOATS],
