@@ -9,7 +9,8 @@
   batch 1, 4 and 8, every sequence at full length. ``bytes`` is the KV cache read once (K and V of
   every live position). Bar: >= 0.85x the bandwidth of reading the cache once; ``read-once`` is torch
   summing K and V (each byte read once: the bandwidth reference), ``torch-sdpa`` torch's SDPA with the
-  single query per sequence over the same cache (enable_gqa).
+  single query per sequence over the same cache (enable_gqa). ``test_decode_pygpukit_alt`` runs other
+  decode tunings (fewest keys per split 128 or 512, two shared-memory stages) to pick the defaults.
 
 Each round runs ITERATIONS ops and synchronizes once; decode rounds replay CUDA graphs of ITERATIONS
 steps (pygpukit and torch alike), so the time is the GPU's rather than Python's launch overhead.
@@ -127,6 +128,33 @@ def _decode_inputs(context: int, batch: int) -> tuple[np.ndarray[Any, Any], np.n
 
 @pytest.mark.parametrize(("context", "batch"), DECODE_CASES)
 def test_decode_pygpukit(benchmark: Any, context: int, batch: int) -> None:
+    _decode_pygpukit(benchmark, context, batch)
+
+
+# Decode tunings to compare with the default (attention._DECODE_MIN_CHUNK, attention._DECODE_CONFIGS):
+# smaller or larger chunks of keys per block, two shared-memory stages instead of three.
+DECODE_VARIANTS = {
+    "chunk128": {"min_chunk": 128},
+    "chunk512": {"min_chunk": 512},
+    "stages2": {"configs": [(4, 2)]},
+}
+
+
+@pytest.mark.parametrize("variant", list(DECODE_VARIANTS))
+@pytest.mark.parametrize(("context", "batch"), DECODE_CASES)
+def test_decode_pygpukit_alt(
+    benchmark: Any, context: int, batch: int, variant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = DECODE_VARIANTS[variant]
+    if "min_chunk" in settings:
+        monkeypatch.setattr(attention, "_DECODE_MIN_CHUNK", settings["min_chunk"])
+    if "configs" in settings:
+        monkeypatch.setitem(attention._DECODE_CONFIGS, HEAD_DIM, settings["configs"])
+    _decode_pygpukit(benchmark, context, batch)
+    benchmark.extra_info["variant"] = variant
+
+
+def _decode_pygpukit(benchmark: Any, context: int, batch: int) -> None:
     benchmark.group = _decode_group(context, batch)
     q_host, kv_host = _decode_inputs(context, batch)
     q = gp.from_numpy(q_host).astype(gp.bfloat16)

@@ -39,7 +39,7 @@ struct AttentionArgs {
   int causal, window;  // window <= 0: no window
   int block_size, splits;
   float scale_log2;  // scale * log2(e)
-  int reserved;
+  int min_chunk;     // decode: fewest keys of a split (a multiple of kSplitGranule)
 };
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
@@ -56,14 +56,8 @@ __device__ __forceinline__ int kv_length(const AttentionArgs& a, int b) {
   return max(0, min(len, a.kv_capacity));
 }
 
-// Keys of one split of the live range (a multiple of kSplitGranule keys); the decode kernel and the
-// combine kernel compute it the same way from the device length.
+// Keys of a decode split are a multiple of this (attention_decode.cu).
 constexpr int kSplitGranule = 64;
-__device__ __forceinline__ int split_chunk(int live, int splits) {
-  if (live <= 0) return 0;
-  const int per = (live + splits - 1) / splits;
-  return (per + kSplitGranule - 1) / kSplitGranule * kSplitGranule;
-}
 
 // Element offset of key j of (batch b, kv head hk) in a K or V operand.
 template <bool PAGED>

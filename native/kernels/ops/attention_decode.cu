@@ -1,24 +1,30 @@
 // Decode attention: one new query per sequence over a KV cache whose length per sequence is read
 // from device memory (so one captured CUDA graph replays at every position), split-K
-// ("flash-decoding"):
+// ("flash-decoding") in one kernel:
 //
-//   flash_decode<T, HD, WARPS, PAGED>   grid (splits, kv_heads * head chunks, batch)
-//   decode_combine<T, HD>               grid (batch * heads)
+//   flash_decode<T, HD, WARPS, STAGES, PAGED>   grid (splits, kv_heads * head chunks, batch)
 //
-// The grid is fixed by the host (a number of splits sized to fill the device at the cache's
-// capacity); the live keys of sequence b, [max(0, len - window), len), are cut on the device into
-// `splits` chunks of a multiple of 64 keys, and blocks whose chunk is empty exit at once. So the work
+// The grid is fixed by the host (`splits` sized so that the blocks at full cache length fill the
+// device once). The live keys of sequence b, [max(0, len - window), len), are cut on the device into
+// chunks of a multiple of 64 keys, at least min_chunk (so a short context uses few splits and a
+// block always has a few tiles to stream), and blocks past the last chunk exit at once: the work
 // follows the live length while the launch stays the same.
 //
 // A block owns one chunk of one kv head and up to 16 of the query heads sharing it (GQA: the K and V
 // rows are read from memory once for the whole group). The group's queries form the 16 rows of an
 // m16 tensor-core tile (unused rows are zero), held in registers. Tiles of 16 * WARPS keys go
-// through two shared-memory stages filled by cp.async; warp w scores keys 16w .. 16w + 15 of each
-// tile (S = Q K^T, mma.sync m16n8k16), folds them into its own running maximum, sum and output rows
-// (online softmax in base 2) and multiplies by V with the probabilities straight from the S
-// accumulators. At the end the warps' states are merged through shared memory and the block writes
-// either the finished rows (one split) or its (max, sum, unnormalised output) to the workspace,
-// which decode_combine merges in split order. Deterministic: no atomics, a fixed order.
+// through STAGES shared-memory stages filled by cp.async (16-byte copies, STAGES - 1 tiles ahead);
+// warp w scores keys 16w .. 16w + 15 of each tile (S = Q K^T, mma.sync m16n8k16), folds them into
+// its own running maximum, sum and output rows (online softmax in base 2) and multiplies by V with
+// the probabilities straight from the S accumulators. At the end the warps' states are merged through
+// shared memory. A sequence with one live chunk writes its rows at once; otherwise every block writes
+// its (max, sum, unnormalised output) to the workspace and takes a ticket of its (sequence, kv head,
+// head chunk): the last block to arrive merges all the chunks' partials in chunk order and resets the
+// ticket to zero for the next launch (or graph replay). Deterministic: the merge reads every partial
+// from memory in a fixed order whichever block arrives last; no atomics touch the data.
+//
+// Workspace (floats): [batch * heads * splits * HD] outputs, [batch * heads * splits * 2] (max, sum),
+// then batch * heads unsigned tickets (zero between launches).
 //
 // Paged caches (PAGED): key j of sequence b lives in block block_table[b][j / block_size], row
 // j % block_size.
@@ -28,7 +34,21 @@ namespace pygpukit {
 namespace ops {
 namespace attention {
 
-template <typename T, int HD, int WARPS, bool PAGED>
+// The chunks of a live range: `chunk` keys each (a multiple of kSplitGranule, at least min_chunk, and
+// at most `splits` chunks), `used` of them non-empty.
+struct DecodeSplit {
+  int chunk;
+  int used;
+};
+
+__device__ __forceinline__ DecodeSplit decode_split(int live, int splits, int min_chunk) {
+  if (live <= 0) return {min_chunk, 0};
+  const int per = (live + splits - 1) / splits;
+  const int chunk = max(min_chunk, (per + kSplitGranule - 1) / kSplitGranule * kSplitGranule);
+  return {chunk, (live + chunk - 1) / chunk};
+}
+
+template <typename T, int HD, int WARPS, int STAGES, bool PAGED>
 __global__ void __launch_bounds__(WARPS * 32) flash_decode(AttentionArgs a) {
   constexpr int kThreads = WARPS * 32;
   constexpr int KT = 16 * WARPS;  // keys per tile
@@ -36,13 +56,16 @@ __global__ void __launch_bounds__(WARPS * 32) flash_decode(AttentionArgs a) {
   constexpr int kSteps = HD / 16;
   constexpr int kDTiles = HD / 8;
   constexpr int kTileBytes = KT * kPad * static_cast<int>(sizeof(T));
+  constexpr int kAhead = STAGES - 1;  // tiles in flight beyond the one computed
   static_assert(kSplitGranule % KT == 0, "a split is a whole number of tiles");
   static_assert(HD % 16 == 0, "head dimensions are multiples of 16");
+  static_assert(STAGES >= 2, "at least two stages");
 
   extern __shared__ uint4 shared_words[];
+  __shared__ int last_block;
   const unsigned q_tile = shared_address(shared_words);
   const unsigned k_tiles = q_tile + 16 * kPad * static_cast<int>(sizeof(T));
-  const unsigned v_tiles = k_tiles + 2 * kTileBytes;
+  const unsigned v_tiles = k_tiles + STAGES * kTileBytes;
 
   const int split = static_cast<int>(blockIdx.x);
   const int group = a.heads / a.kv_heads;
@@ -53,12 +76,12 @@ __global__ void __launch_bounds__(WARPS * 32) flash_decode(AttentionArgs a) {
   const int b = static_cast<int>(blockIdx.z);
   const int len = kv_length(a, b);
   const int k_begin = a.window > 0 ? max(0, len - a.window) : 0;
-  const int chunk = split_chunk(len - k_begin, a.splits);
-  const int s_lo = k_begin + split * chunk;
-  const int s_hi = min(len, s_lo + chunk);
+  const DecodeSplit cut = decode_split(len - k_begin, a.splits, a.min_chunk);
+  const int s_lo = k_begin + split * cut.chunk;
+  const int s_hi = min(len, s_lo + cut.chunk);
   T* out = static_cast<T*>(a.out) + b * a.o_batch + h0 * a.o_head;
-  if (s_lo >= s_hi) {
-    if (a.splits == 1) {  // no key at all: the rows are written as zeros
+  if (split >= cut.used) {
+    if (split == 0) {  // no key at all: the rows are written as zeros
       for (int idx = static_cast<int>(threadIdx.x); idx < rows * HD; idx += kThreads) {
         out[(idx / HD) * a.o_head + idx % HD] = from_float<T>(0.0f);
       }
@@ -73,7 +96,14 @@ __global__ void __launch_bounds__(WARPS * 32) flash_decode(AttentionArgs a) {
   load_tile<T, 16, HD, kPad, kThreads>(
       q_tile, [&](int r) -> const T* { return r < rows ? q + r * a.q_head : nullptr; }, q);
   cp_async_commit();
+  // Tile `tile` into stage `stage`, as two commit groups (K, then V); past the last tile two empty
+  // groups, so that the count of groups per tile stays fixed.
   auto load_kv = [&](int tile, int stage) {
+    if (tile >= tiles) {
+      cp_async_commit();
+      cp_async_commit();
+      return;
+    }
     const int n0 = s_lo + tile * KT;
     const unsigned k_tile = k_tiles + stage * kTileBytes;
     const unsigned v_tile = v_tiles + stage * kTileBytes;
@@ -105,7 +135,8 @@ __global__ void __launch_bounds__(WARPS * 32) flash_decode(AttentionArgs a) {
       cp_async_commit();
     }
   };
-  load_kv(0, 0);
+#pragma unroll
+  for (int t = 0; t < kAhead; ++t) load_kv(t, t);
 
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -122,7 +153,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash_decode(AttentionArgs a) {
                         static_cast<int>(sizeof(T));
   };
   unsigned qf[kQRegs ? kSteps : 1][4];
-  cp_async_wait<2>();
+  cp_async_wait<2 * kAhead>();  // the queries
   __syncthreads();
   if constexpr (kQRegs) {
 #pragma unroll
@@ -138,18 +169,13 @@ __global__ void __launch_bounds__(WARPS * 32) flash_decode(AttentionArgs a) {
   float row_max[2] = {neg_inf(), neg_inf()};
   float row_sum[2] = {0.0f, 0.0f};
 
+  int stage = 0;
 #pragma unroll 1
   for (int it = 0; it < tiles; ++it) {
-    const int stage = it & 1;
     const int n0 = s_lo + it * KT + 16 * warp;  // this warp's first key
-    cp_async_wait<1>();
-    __syncthreads();
-    if (it + 1 < tiles) {
-      load_kv(it + 1, stage ^ 1);
-    } else {
-      cp_async_commit();
-      cp_async_commit();
-    }
+    cp_async_wait<2 * kAhead - 1>();            // K of tile it
+    __syncthreads();                            // ... for every thread; and stage it - 1 is free
+    load_kv(it + kAhead, stage == 0 ? STAGES - 1 : stage - 1);
     const bool active = n0 < s_hi;
     float s[2][4];
     if (active) {
@@ -211,7 +237,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash_decode(AttentionArgs a) {
         }
       }
     }
-    cp_async_wait<2>();
+    cp_async_wait<2 * kAhead>();  // V of tile it
     __syncthreads();
     if (active) {
       unsigned pa[4];
@@ -230,6 +256,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash_decode(AttentionArgs a) {
         matmul::Mma<T>::run(o[d + 1], pa, vb[2], vb[3]);
       }
     }
+    stage = stage + 1 == STAGES ? 0 : stage + 1;
   }
   cp_async_wait<0>();
   __syncthreads();  // the tiles are free for the merge below
@@ -256,10 +283,12 @@ __global__ void __launch_bounds__(WARPS * 32) flash_decode(AttentionArgs a) {
     }
   }
   __syncthreads();
-  const int bh0 = b * a.heads + h0;
-  float* partial_ml = a.partial + (static_cast<long long>(bh0) * a.splits + split) * 2;
-  float* partial_o = a.partial + static_cast<long long>(a.batch) * a.heads * a.splits * 2 +
-                     (static_cast<long long>(bh0) * a.splits + split) * HD;
+  const int splits = a.splits;
+  const long long bh0 = static_cast<long long>(b) * a.heads + h0;
+  const long long partials = static_cast<long long>(a.batch) * a.heads * splits;
+  float* partial_o = a.partial + (bh0 * splits + split) * HD;                  // row stride splits * HD
+  float* partial_ml = a.partial + partials * HD + (bh0 * splits + split) * 2;  // row stride splits * 2
+  const bool alone = cut.used == 1;
 #pragma unroll 1
   for (int idx = static_cast<int>(threadIdx.x); idx < rows * HD; idx += kThreads) {
     const int row = idx / HD;
@@ -276,45 +305,86 @@ __global__ void __launch_bounds__(WARPS * 32) flash_decode(AttentionArgs a) {
       l += merged_l[w * 16 + row] * f;
       acc += merged_o[(w * 16 + row) * HD + d] * f;
     }
-    if (a.splits == 1) {
+    if (alone) {
       out[row * a.o_head + d] = from_float<T>(l > 0.0f ? acc / l : 0.0f);
     } else {
-      partial_o[static_cast<long long>(row) * a.splits * HD + d] = acc;
+      partial_o[static_cast<long long>(row) * splits * HD + d] = acc;
       if (d == 0) {
-        partial_ml[static_cast<long long>(row) * a.splits * 2] = m;
-        partial_ml[static_cast<long long>(row) * a.splits * 2 + 1] = l;
+        partial_ml[static_cast<long long>(row) * splits * 2] = m;
+        partial_ml[static_cast<long long>(row) * splits * 2 + 1] = l;
       }
     }
   }
-}
+  if (alone) return;
 
-// Merges the splits of flash_decode: out = sum_s 2^(m_s - M) o_s / sum_s 2^(m_s - M) l_s, over the
-// live splits in order.
-template <typename T, int HD>
-__global__ void __launch_bounds__(128) decode_combine(AttentionArgs a) {
-  const int bh = static_cast<int>(blockIdx.x);
-  const int b = bh / a.heads;
-  const int h = bh - b * a.heads;
-  const int len = kv_length(a, b);
-  const int live = len - (a.window > 0 ? max(0, len - a.window) : 0);
-  const int chunk = split_chunk(live, a.splits);
-  const int used = chunk > 0 ? (live + chunk - 1) / chunk : 0;
-  const float* ml = a.partial + static_cast<long long>(bh) * a.splits * 2;
-  const float* po = a.partial + static_cast<long long>(a.batch) * a.heads * a.splits * 2 +
-                    static_cast<long long>(bh) * a.splits * HD;
-  T* out = static_cast<T*>(a.out) + b * a.o_batch + h * a.o_head;
-  for (int d = static_cast<int>(threadIdx.x); d < HD; d += static_cast<int>(blockDim.x)) {
+  // Publish the partials and take a ticket; the last of the `used` blocks merges.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned* ticket = reinterpret_cast<unsigned*>(a.partial + partials * (HD + 2)) +
+                       (static_cast<long long>(b) * gridDim.y + blockIdx.y);
+    const unsigned taken = atomicAdd(ticket, 1u);
+    const bool last = taken == static_cast<unsigned>(cut.used) - 1u;
+    if (last) atomicExch(ticket, 0u);  // every block of this launch has taken its ticket
+    last_block = last;
+  }
+  __syncthreads();
+  if (!last_block) return;
+  __threadfence();
+
+  // out = sum_s 2^(m_s - M) o_s / sum_s 2^(m_s - M) l_s over the used chunks in chunk order. Each
+  // thread owns 4 columns of a row and reads the row's (m, l) itself (the threads of a row read the
+  // same words: broadcasts), so there is no exchange through shared memory: one round trip to L2 for
+  // the maxima and one for up to kBatch chunks' outputs.
+  constexpr int kQuads = HD / 4;
+  constexpr int kBatch = HD <= 128 ? 16 : 4;
+  const int used = cut.used;
+#pragma unroll 1
+  for (int idx = static_cast<int>(threadIdx.x); idx < rows * kQuads; idx += kThreads) {
+    const int row = idx / kQuads;
+    const int d = (idx - row * kQuads) * 4;
+    const float2* ml = reinterpret_cast<const float2*>(a.partial + partials * HD + (bh0 + row) * splits * 2);
+    const float4* po = reinterpret_cast<const float4*>(a.partial + (bh0 + row) * splits * HD + d);
     float m = neg_inf();
-    for (int s = 0; s < used; ++s) m = fmaxf(m, ml[2 * s]);
-    float l = 0.0f;
-    float acc = 0.0f;
-    for (int s = 0; s < used; ++s) {
-      const float ms = ml[2 * s];
-      const float f = ms == neg_inf() ? 0.0f : fast_exp2(ms - m);
-      l += ml[2 * s + 1] * f;
-      acc += po[s * HD + d] * f;
+#pragma unroll 1
+    for (int s0 = 0; s0 < used; s0 += kBatch) {
+      float ms[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) ms[j] = s0 + j < used ? __ldcg(&ml[s0 + j].x) : neg_inf();
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) m = fmaxf(m, ms[j]);
     }
-    out[d] = from_float<T>(l > 0.0f ? acc / l : 0.0f);
+    float l = 0.0f;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 1
+    for (int s0 = 0; s0 < used; s0 += kBatch) {
+      float2 pm[kBatch];
+      float4 p[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        if (s0 + j < used) {
+          pm[j] = __ldcg(ml + s0 + j);
+          p[j] = __ldcg(po + static_cast<long long>(s0 + j) * kQuads);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        if (s0 + j < used) {
+          const float f = pm[j].x == neg_inf() ? 0.0f : fast_exp2(pm[j].x - m);
+          l = fmaf(pm[j].y, f, l);
+          acc.x = fmaf(p[j].x, f, acc.x);
+          acc.y = fmaf(p[j].y, f, acc.y);
+          acc.z = fmaf(p[j].z, f, acc.z);
+          acc.w = fmaf(p[j].w, f, acc.w);
+        }
+      }
+    }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    T* o_row = out + row * a.o_head + d;
+    o_row[0] = from_float<T>(acc.x * inv);
+    o_row[1] = from_float<T>(acc.y * inv);
+    o_row[2] = from_float<T>(acc.z * inv);
+    o_row[3] = from_float<T>(acc.w * inv);
   }
 }
 

@@ -303,6 +303,39 @@ def test_decode_graph_replays_at_new_lengths(dtype: DType, paged: bool) -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [gp.float16, gp.bfloat16], ids=lambda d: d.name)
+@pytest.mark.parametrize("window", [None, 700])
+def test_decode_merge_of_many_splits_replays_bitwise(dtype: DType, window: int | None) -> None:
+    # Multi-query heads (32 query heads on one kv head: two blocks of 16 rows per kv head), long and
+    # short sequences: the last block of each (sequence, kv head, head chunk) merges the splits, and its
+    # counter must be back at zero for every following launch and replay.
+    rng = np.random.default_rng(16)
+    batch, heads, kv_heads, dim, max_len = 3, 32, 1, 128, 8192
+    q = upload(sample(rng, (batch, heads, dim), dtype, -2.0, 2.0))
+    k_host, v_host = cache(rng, batch, kv_heads, max_len, dim, dtype)
+    kc, vc = upload(k_host), upload(v_host)
+    lens_host = np.array([8192, 257, 5000], np.int32)
+    lens = upload(lens_host)
+    ws = gp.decode_workspace(batch, heads, kv_heads, dim, max_len)
+    assert ws.splits > 1
+    out = gp.empty(q.shape, dtype)
+    gp.decode_attention(q, kc, vc, lens, window=window, out=out, workspace=ws)
+    eager = out.to_numpy()
+    close(out, decode_reference(q.to_numpy(), k_host, v_host, lens_host, window=window), dtype)
+    for _ in range(3):
+        assert_bitwise_equal(gp.decode_attention(q, kc, vc, lens, window=window, workspace=ws).to_numpy(), eager)
+    graph = gp.CudaGraph()
+    with graph.capture():
+        gp.decode_attention(q, kc, vc, lens, window=window, out=out, workspace=ws)
+        gp.decode_attention(q, kc, vc, lens, window=window, out=out, workspace=ws)  # the counters reset
+    for _ in range(4):
+        out.copy_(np.full(q.shape, np.nan, np.float32).astype(dtype.numpy))
+        graph.replay()
+        graph.synchronize()
+        assert_bitwise_equal(out.to_numpy(), eager)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
 def test_prefill_graph_replay_is_bitwise_eager(dtype: DType) -> None:
     rng = np.random.default_rng(14)

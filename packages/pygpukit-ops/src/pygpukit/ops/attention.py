@@ -15,11 +15,12 @@ with seq_q <= seq_kv, query i sits at position p = seq_kv - seq_q + i and sees k
 sliding ``window`` w only keys p - w < j <= p. The default scale is 1 / sqrt(head_dim).
 
 fp16 and bf16 run on tensor cores (mma.sync, flash-attention 2 style tiling with an online softmax in
-float32, native/kernels/ops/attention_prefill.cu); decode attention splits the keys over many blocks
-and merges the splits in a second kernel (attention_decode.cu), reading the length of every sequence
-from device memory so that one captured CUDA graph serves every position. float32 runs on the CUDA
-cores. Every kernel is deterministic (no atomics) and allocates nothing when ``out=`` (and for decode
-a :class:`DecodeWorkspace`) is given. On the CPU backend the same functions compute in float64 NumPy.
+float32, native/kernels/ops/attention_prefill.cu); decode attention splits the keys over many blocks,
+the last block of each sequence and kv head merging the splits (attention_decode.cu), and reads the
+length of every sequence from device memory so that one captured CUDA graph serves every position.
+float32 runs on the CUDA cores. Every kernel is deterministic (no atomics on the data) and allocates
+nothing when ``out=`` (and for decode a :class:`DecodeWorkspace`) is given. On the CPU backend the
+same functions compute in float64 NumPy.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ _NS = f"{NAMESPACE}attention::"
 _LOG2E = 1.4426950408889634
 _SPLIT_GRANULE = 64  # kSplitGranule in attention_common.cuh
 _PARAMS = [layout_param("args", f"{_NS}AttentionArgs")]
-# AttentionArgs: 7 pointers, 13 strides, 10 ints, the scale, a reserved int.
+# AttentionArgs: 7 pointers, 13 strides, 10 ints, the scale, min_chunk.
 _ARGS = struct.Struct("@7Q13q10ifi")
 
 # Tensor-core prefill tilings per head dimension, (warps, m16 tiles per warp, keys per tile, Q in
@@ -76,7 +77,19 @@ _PREFILL_CONFIGS: dict[int, list[tuple[int, int, int, bool]]] = {
 }
 # Also compiled, for tuning (benchmarks/test_ops_attention.py compares them).
 _PREFILL_ALTERNATIVES: dict[int, list[tuple[int, int, int, bool]]] = {128: [(4, 1, 64, True)]}
-_DECODE_WARPS = (4, 2)  # 16 keys per warp and tile; the first whose shared memory fits the device
+# Decode kernels per head dimension, (warps, shared-memory stages), best first; the first whose shared
+# memory fits the device runs. 16 keys per warp and tile; STAGES - 1 tiles are loaded ahead.
+_DECODE_CONFIGS: dict[int, list[tuple[int, int]]] = {
+    64: [(4, 3), (4, 2)],
+    80: [(4, 3), (4, 2)],
+    96: [(4, 3), (4, 2)],
+    128: [(4, 3), (4, 2)],
+    256: [(4, 2), (2, 2)],
+}
+# Fewest keys a decode split covers (a multiple of _SPLIT_GRANULE): a short context uses few splits,
+# each streaming a few tiles, rather than many blocks of one tile each.
+_DECODE_MIN_CHUNK = 256
+_DECODE_MAX_SPLITS = 256  # the merging block keeps 16 * splits weights in shared memory
 
 
 def _pad(head_dim: int) -> int:
@@ -88,8 +101,9 @@ def _prefill_shared(head_dim: int, config: tuple[int, int, int, bool]) -> int:
     return (warps * 16 * tiles_m + 4 * block_n) * _pad(head_dim) * 2
 
 
-def _decode_shared(head_dim: int, warps: int) -> int:
-    return (16 + 4 * 16 * warps) * _pad(head_dim) * 2
+def _decode_shared(head_dim: int, config: tuple[int, int]) -> int:
+    warps, stages = config
+    return (16 + 2 * stages * 16 * warps) * _pad(head_dim) * 2
 
 
 def _prefill_expression(dtype: DType, head_dim: int, config: tuple[int, int, int, bool]) -> str:
@@ -101,17 +115,18 @@ def _simt_expression(head_dim: int, paged: bool) -> str:
     return f"{_NS}attention_simt<{head_dim}, {str(paged).lower()}>"
 
 
-def _decode_expressions(dtype: DType, head_dim: int, warps: int, paged: bool) -> tuple[str, str]:
-    return (f"{_NS}flash_decode<{dtype.ctype}, {head_dim}, {warps}, {str(paged).lower()}>",
-            f"{_NS}decode_combine<{dtype.ctype}, {head_dim}>")  # fmt: skip
+def _decode_expression(dtype: DType, head_dim: int, config: tuple[int, int], paged: bool) -> str:
+    warps, stages = config
+    return f"{_NS}flash_decode<{dtype.ctype}, {head_dim}, {warps}, {stages}, {str(paged).lower()}>"
 
 
 # -- devices and kernels -----------------------------------------------------------------------------
 @functools.cache
-def _device_limits(device: int) -> tuple[int, int]:
-    """(SM count, opt-in shared memory per block) of ``device``."""
+def _device_limits(device: int) -> tuple[int, int, int]:
+    """(SM count, opt-in shared memory per block, shared memory per SM) of ``device``."""
     info = get_device_info(device)
-    return int(info.multiprocessor_count), int(info.max_shared_memory_per_block_optin)
+    return (int(info.multiprocessor_count), int(info.max_shared_memory_per_block_optin),
+            int(info.max_shared_memory_per_multiprocessor))  # fmt: skip
 
 
 _shared_set: set[tuple[str, int]] = set()
@@ -137,9 +152,10 @@ def _prefill_config(head_dim: int) -> tuple[int, int, int, bool]:
     return configs[-1]
 
 
-def _decode_warps(head_dim: int) -> int:
+def _decode_config(head_dim: int) -> tuple[int, int]:
     limit = _device_limits(thread_device())[1]
-    return next((w for w in _DECODE_WARPS if _decode_shared(head_dim, w) <= limit), _DECODE_WARPS[-1])
+    configs = _DECODE_CONFIGS[head_dim]
+    return next((c for c in configs if _decode_shared(head_dim, c) <= limit), configs[-1])
 
 
 # -- argument checks ---------------------------------------------------------------------------------
@@ -255,14 +271,14 @@ def _args(q: GPUArray, k: GPUArray, v: GPUArray, out: GPUArray, q_strides: Seque
           k_strides: Sequence[int], v_strides: Sequence[int], o_strides: Sequence[int], *, heads: int,
           kv_heads: int, seq_q: int, kv_capacity: int, causal: bool, window: int, scale: float,
           lens: GPUArray | None = None, lens_add: int = 0, table: GPUArray | None = None, block_size: int = 0,
-          partial: GPUArray | None = None, splits: int = 1) -> bytes:  # fmt: skip
+          partial: GPUArray | None = None, splits: int = 1, min_chunk: int = 0) -> bytes:  # fmt: skip
     return _ARGS.pack(
         q.device_ptr, k.device_ptr, v.device_ptr, out.device_ptr,
         lens.device_ptr if lens is not None else 0, table.device_ptr if table is not None else 0,
         partial.device_ptr if partial is not None else 0,
         *q_strides, *k_strides, *v_strides, *o_strides, table._strides[0] if table is not None else 0,
         q.shape[0], heads, kv_heads, seq_q, kv_capacity, lens_add, int(causal), window, block_size, splits,
-        scale * _LOG2E, 0,
+        scale * _LOG2E, min_chunk,
     )  # fmt: skip
 
 
@@ -468,8 +484,9 @@ def prefill_attention(
 # -- decode ------------------------------------------------------------------------------------------
 class DecodeWorkspace:
     """Scratch memory of :func:`decode_attention` and :func:`paged_decode_attention`: the partial
-    results of the key splits (``splits`` per sequence and head), allocated once so that a captured
-    decode step allocates nothing. Make one with :func:`decode_workspace`."""
+    results of the key splits (at most ``splits`` per sequence and head) and the counters that elect
+    the block merging them (zero between calls), allocated once so that a captured decode step
+    allocates nothing. Make one with :func:`decode_workspace`."""
 
     __slots__ = ("batch", "buffer", "head_dim", "num_heads", "splits")
 
@@ -485,28 +502,38 @@ class DecodeWorkspace:
                 f"splits={self.splits})")  # fmt: skip
 
 
-def _decode_splits(batch: int, heads: int, kv_heads: int, max_seq_len: int) -> int:
+def _decode_splits(batch: int, heads: int, kv_heads: int, head_dim: int, max_seq_len: int) -> int:
+    """The grid's splits per (sequence, kv head): as many as fit one wave of resident blocks (so every
+    block streams its chunk with no tail wave), at most one per _DECODE_MIN_CHUNK keys of capacity."""
     if not is_cuda():
         return 1
-    sms = _device_limits(thread_device())[0]
+    sms, _, per_sm = _device_limits(thread_device())
+    # Blocks per SM by shared memory (2 KiB a block for the static and the reserved shared memory);
+    # registers (under 170 a thread at head_dim <= 128) allow three blocks of 128 threads.
+    resident = max(1, per_sm // (_decode_shared(head_dim, _decode_config(head_dim)) + 2048))
     blocks = batch * kv_heads * -(-(heads // kv_heads) // 16)
-    useful = max(1, -(-max_seq_len // _SPLIT_GRANULE))
-    return max(1, min(-(-3 * sms // max(blocks, 1)), useful))
+    useful = -(-max_seq_len // _DECODE_MIN_CHUNK)
+    return max(1, min(sms * resident // blocks, useful, _DECODE_MAX_SPLITS))
 
 
 def decode_workspace(batch: int, num_heads: int, num_kv_heads: int, head_dim: int, max_seq_len: int) -> DecodeWorkspace:
     """Scratch memory for decode attention of ``batch`` sequences of up to ``max_seq_len`` keys with
     these head counts. The number of key splits is chosen here, for the current device, so reuse one
-    workspace for every step (and for a captured graph) to get the same, bitwise reproducible result."""
+    workspace for every step (and for a captured graph) to get the same, bitwise reproducible result.
+    One workspace serves one decode call at a time (calls queued on one stream, such as the layers
+    of a captured step, may share it)."""
     name = "decode_workspace"
     for what, value in (("batch", batch), ("num_heads", num_heads), ("num_kv_heads", num_kv_heads),
                         ("head_dim", head_dim), ("max_seq_len", max_seq_len)):  # fmt: skip
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < 1:
             raise ArgumentError(f"{name}: {what} must be a positive int, got {value!r}")
     _check_heads(name, int(num_heads), int(num_kv_heads), int(head_dim))
-    splits = _decode_splits(int(batch), int(num_heads), int(num_kv_heads), int(max_seq_len))
-    floats = int(batch) * int(num_heads) * splits * (int(head_dim) + 2) if splits > 1 else 1
-    return DecodeWorkspace(int(batch), int(num_heads), int(head_dim), splits, empty(floats, float32))
+    splits = _decode_splits(int(batch), int(num_heads), int(num_kv_heads), int(head_dim), int(max_seq_len))
+    rows = int(batch) * int(num_heads)
+    # Partial outputs and (max, sum) per split, then one uint32 ticket per row (at most one per block
+    # row of the grid), zero: a synchronous copy, so the workspace is ready for any stream.
+    words = rows * splits * (int(head_dim) + 2) + rows if splits > 1 else 1
+    return DecodeWorkspace(int(batch), int(num_heads), int(head_dim), splits, from_numpy(np.zeros(words, np.float32)))
 
 
 def _check_decode_q(name: str, q: Any) -> tuple[GPUArray, DType]:
@@ -549,15 +576,14 @@ def _launch_decode(name: str, q: GPUArray, k: GPUArray, v: GPUArray, out: GPUArr
     splits = workspace.splits
     args = _args(q, k, v, target, q_strides, k_strides, v_strides, o_strides, heads=heads, kv_heads=kv_heads, seq_q=1,
                  kv_capacity=kv_capacity, causal=True, window=window, scale=scale, lens=lens, table=table,
-                 block_size=block_size, partial=workspace.buffer, splits=splits)  # fmt: skip
-    warps = _decode_warps(head_dim)
-    decode, combine = _decode_expressions(dtype, head_dim, warps, paged)
-    shared = _decode_shared(head_dim, warps)
+                 block_size=block_size, partial=workspace.buffer, splits=splits,
+                 min_chunk=_DECODE_MIN_CHUNK)  # fmt: skip
+    config = _decode_config(head_dim)
+    decode = _decode_expression(dtype, head_dim, config, paged)
+    shared = _decode_shared(head_dim, config)
     chunks = -(-(heads // kv_heads) // 16)
-    _kernel(_DECODE_FILE, [decode], decode, shared)(args, grid=(splits, kv_heads * chunks, batch), block=warps * 32,
-                                                    shared_mem=shared)  # fmt: skip
-    if splits > 1:
-        _kernel(_DECODE_FILE, [combine], combine, 0)(args, grid=batch * heads, block=128)
+    _kernel(_DECODE_FILE, [decode], decode, shared)(args, grid=(splits, kv_heads * chunks, batch),
+                                                    block=config[0] * 32, shared_mem=shared)  # fmt: skip
     if target is not out:
         out.copy_(target)
 
@@ -704,12 +730,9 @@ def _enumerate() -> Groups:
         for dtype in (float16, bfloat16):
             for config in _PREFILL_CONFIGS[head_dim] + _PREFILL_ALTERNATIVES.get(head_dim, []):
                 prefill.append((_prefill_expression(dtype, head_dim, config),))
-            warps_list = _DECODE_WARPS if head_dim == 256 else _DECODE_WARPS[:1]
-            for warps in warps_list:
+            for decode_config in _DECODE_CONFIGS[head_dim]:
                 for paged in (False, True):
-                    kernel, combine = _decode_expressions(dtype, head_dim, warps, paged)
-                    decode.append((kernel,))
-                    decode.append((combine,))
+                    decode.append((_decode_expression(dtype, head_dim, decode_config, paged),))
     return {_PREFILL_FILE: prefill, _DECODE_FILE: list(dict.fromkeys(decode))}
 
 
