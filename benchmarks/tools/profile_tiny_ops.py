@@ -83,6 +83,18 @@ def main() -> None:
     gp.synchronize()
     pstats.Stats(profile).sort_stats("tottime").print_stats(12)
 
+    # Host cost of a reduction's Python path (on a tiny input the GPU time is negligible).
+    small = gp.from_numpy(rng.standard_normal(1024, dtype=np.float32)).astype(gp.bfloat16)
+    per_call("gp.sum(1024 bf16)", lambda: gp.sum(small))
+    per_call("gp.softmax(1024 bf16)", lambda: gp.softmax(small))
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(2000):
+        gp.sum(small)
+    profile.disable()
+    gp.synchronize()
+    pstats.Stats(profile).sort_stats("tottime").print_stats(12)
+
 
 if __name__ == "__main__":
     main()
