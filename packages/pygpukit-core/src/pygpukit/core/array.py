@@ -311,6 +311,8 @@ class GPUArray:
 
     def reshape(self, *shape: Any) -> GPUArray:
         """Same data, new shape (one dimension may be -1). A view when contiguous, else a device copy."""
+        if len(shape) == 1 and shape[0] == self._shape and self._contiguous:  # the same shape: hot in op code
+            return self._view(self._shape, self._strides, self._offset)
         new_shape = _resolve_reshape(self.size, shape)
         source = self if self.is_contiguous else self.contiguous()
         return source._view(new_shape, _contiguous_strides(new_shape), source._offset)

@@ -124,6 +124,8 @@ def _element_strides(x: GPUArray) -> tuple[int, ...]:
 
 
 def _broadcast_batch(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tuple[int, ...]:
+    if a_shape == b_shape:  # the common cases (2-D operands, equal batches) without NumPy's machinery
+        return a_shape
     try:
         return tuple(np.broadcast_shapes(a_shape, b_shape))
     except ValueError:
@@ -177,21 +179,21 @@ def matmul(
         result_shape = result_shape[:-1]
     if out is not None:
         _check_out(out, result_shape, out_dtype, "matmul")
-        d = out.reshape(full_shape)
+        d = out if result_shape == full_shape else out.reshape(full_shape)
     else:
         d = _array.empty(full_shape, out_dtype, stream=stream)
     if d.size == 0:
-        return d.reshape(result_shape)
+        return d if result_shape == full_shape else d.reshape(result_shape)
     if k == 0:  # an empty sum
         d.copy_(_array.zeros(full_shape, out_dtype, stream=stream))
-        return d.reshape(result_shape)
+        return d if result_shape == full_shape else d.reshape(result_shape)
     tf32 = get_tf32() if use_tf32 is None else bool(use_tf32)
     state = backend_state()
     if state.name != "cuda":
         _cpu_matmul(a2, b2, d, tf32)
     else:
         _gemm(a2, b2, d, batch, m, n, k, tf32=tf32, stream=stream)
-    return d.reshape(result_shape)
+    return d if result_shape == full_shape else d.reshape(result_shape)
 
 
 def _check_out(out: Any, shape: tuple[int, ...], dtype: DType, what: str) -> None:

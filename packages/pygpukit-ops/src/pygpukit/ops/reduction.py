@@ -487,8 +487,9 @@ def cumsum(x: GPUArray, axis: int | None = None) -> GPUArray:
         # Sum each chunk, scan those sums exclusively per row, then scan the chunks from them.
         acc_dtype = _ACCUMULATOR_DTYPES[accumulator]
         totals = empty((rows, chunks), acc_dtype)
-        rows_kernel, partial_kernel, cols_kernel = _SUM.expressions(x.dtype)
-        kernels = group(_REDUCE_FILE, [rows_kernel, partial_kernel, cols_kernel])
+        sum_expressions = _SUM.expressions(x.dtype)
+        rows_kernel = sum_expressions[0]
+        kernels = group(_REDUCE_FILE, sum_expressions)
         inner = ([count], [x._strides[ax]])
         width = 16 // x.dtype.itemsize if x._strides[ax] == 1 and x.dtype.is_floating else 1
         lanes = _pow2_between(-(-chunk // (4 * width)), 4, _BLOCK)
