@@ -227,7 +227,7 @@ def test_decode_read_once_torch(benchmark: Any, context: int, batch: int) -> Non
     total = torch.empty((), dtype=torch.float32, device="cuda")
 
     def step() -> None:
-        torch.sum(kv, dtype=torch.float32, out=total)
+        total.copy_(torch.sum(kv, dtype=torch.float32))
 
     graph = _torch_graph(torch, step)
 
