@@ -180,6 +180,37 @@ def test_prefill_attention_from_cache(dtype: DType, window: int | None) -> None:
     close(out, expected, dtype)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [gp.bfloat16, gp.float16], ids=lambda d: d.name)
+def test_prefill_attention_graph_replays_at_new_starts(dtype: DType) -> None:
+    # One captured chunked-prefill step, replayed with new start positions written into the device
+    # buffer: each replay equals eager execution at those positions bitwise, and the reference.
+    heads, kv_heads, dim = LLAMA
+    rng = np.random.default_rng(15)
+    batch, seq_q, max_len = 2, 37, 400
+    q_host = sample(rng, (batch, seq_q, heads, dim), dtype, -2.0, 2.0)
+    k_host, v_host = cache(rng, batch, kv_heads, max_len, dim, dtype)
+    q, kc, vc = upload(q_host), upload(k_host), upload(v_host)
+    starts = upload(np.array([0, 5], np.int32))
+    out = gp.empty(q.shape, dtype)
+    gp.prefill_attention(q, kc, vc, starts, out=out)  # compiles, warms the pool
+    graph = gp.CudaGraph()
+    with graph.capture():
+        gp.prefill_attention(q, kc, vc, starts, out=out)
+    for new in ([3, 300], [250, 0], [363, 17]):
+        starts.copy_(np.array(new, np.int32))
+        out.copy_(np.full(q.shape, np.nan, np.float32).astype(dtype.numpy))
+        gp.prefill_attention(q, kc, vc, starts, out=out)
+        eager = out.to_numpy()
+        expected = reference(q_host, k_host.transpose(0, 2, 1, 3), v_host.transpose(0, 2, 1, 3), causal=True,
+                             kv_lens=np.array(new) + seq_q)  # fmt: skip
+        close(out, expected, dtype, f"starts {new}")
+        out.copy_(np.full(q.shape, np.nan, np.float32).astype(dtype.numpy))
+        graph.replay()
+        graph.synchronize()
+        assert_bitwise_equal(out.to_numpy(), eager)
+
+
 # -- decode ------------------------------------------------------------------------------------------
 def cache(
     rng: np.random.Generator, batch: int, kv_heads: int, max_len: int, dim: int, dtype: DType
