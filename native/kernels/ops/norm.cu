@@ -5,12 +5,14 @@
 //   norm_rows<T, W, P, Full>(args)      W: the weight/bias type (T or float)
 //       a group of args.lanes threads owns a row: a power of two up to 32 (blockDim.x / lanes rows a
 //       block, blockDim.x a power of two), or a multiple of 32 up to 1024 (the whole block). P > 0: each
-//       thread loads its P 16-byte packs of the row (pack q = lane + i * lanes) into registers once (P * 16 /
-//       sizeof(T) floats, 8 to 32), the group sums them (warp shuffles, then one shared-memory exchange
-//       between the warps of the group), and the same registers give the output: the row is read from memory
-//       once. Full: the host guarantees that the row exactly fills the group (packs == P * lanes) and is
-//       aligned, so there are no bounds checks at all. Otherwise a thread checks each of its packs
-//       (a predicate per pack) and unaligned rows go element by element.
+//       thread loads its P 16-byte packs of the row (pack q = lane + i * lanes) into registers once (P <= 4:
+//       as P * 16 / sizeof(T) floats, 4 to 32; P = 5, 7, 9: as raw words, see NormHeld), the group sums them
+//       (warp shuffles, then one shared-memory exchange between the warps of the group), and the same
+//       registers give the output: the row is read from memory once. Full: the host guarantees that the row
+//       exactly fills the group (packs == P * lanes) and is aligned, so there are no bounds checks at all.
+//       Otherwise a thread checks each of its packs (a predicate per pack) and unaligned rows go element
+//       by element. The host launches P = 5, 7, 9 only as Full, with lanes <= 32 (rows such as 576 or 896
+//       bf16 values, 576 float32, which no power-of-two group of at most 4 packs a thread fills).
 //       P == 0 (rows longer than 1024 * 4 packs): the same loops stream the row from memory once per
 //       pass (two passes, three when centred).
 //
@@ -254,6 +256,54 @@ __device__ __forceinline__ void raw_pack(NormRaw<E, V>& r, const float (&f)[V]) 
   }
 }
 
+// Element j of a pack as float (one instruction: bf16 by a shift or a mask, fp16 by one cvt).
+__device__ __forceinline__ float word_half_to_float(unsigned u, bool high, __nv_bfloat16) {
+  return __uint_as_float(high ? u & 0xffff0000u : u << 16);
+}
+__device__ __forceinline__ float word_half_to_float(unsigned u, bool high, __half) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(high ? u >> 16 : u & 0xffffu)));
+}
+
+template <typename E, int V>
+__device__ __forceinline__ float raw_float(const NormRaw<E, V>& r, int j) {
+  if constexpr (sizeof(E) == 4) {
+    return __uint_as_float(r.u[j]);
+  } else {
+    return word_half_to_float(r.u[j / 2], j % 2 != 0, E());
+  }
+}
+
+// The packs a thread holds (pack i of the thread: pack q = lane + i * lanes of the row). Up to
+// kNormFloatPacks packs: as floats, converted once. More (norm_rows with P up to 9, for rows that
+// exactly fill a small group, such as 576 bf16 values in 8 lanes of 9 packs): as the raw 16-byte words
+// (fp16/bf16: half the registers), converted again each time a pack is read (exact, so the values and
+// every sum are the same bits either way).
+constexpr int kNormFloatPacks = 4;
+
+template <typename T, int P, bool Floats = (P <= kNormFloatPacks)>
+struct NormHeld {
+  static constexpr int kPacks = P;
+  static constexpr int V = 16 / sizeof(T);
+  float f[P][V];
+  __device__ __forceinline__ void hold(const NormRaw<T, V> (&r)[P]) {
+#pragma unroll
+    for (int i = 0; i < P; ++i) raw_unpack(r[i], f[i]);
+  }
+  __device__ __forceinline__ float at(int i, int j) const { return f[i][j]; }
+};
+
+template <typename T, int P>
+struct NormHeld<T, P, false> {
+  static constexpr int kPacks = P;
+  static constexpr int V = 16 / sizeof(T);
+  NormRaw<T, V> r[P];
+  __device__ __forceinline__ void hold(const NormRaw<T, V> (&raw)[P]) {
+#pragma unroll
+    for (int i = 0; i < P; ++i) r[i] = raw[i];
+  }
+  __device__ __forceinline__ float at(int i, int j) const { return raw_float(r[i], j); }
+};
+
 // The sum of `value` over the `lanes` threads of a group (see norm_rows), in every thread of the group:
 // an xor butterfly inside the warp (both partners add the same two values: the same bits in every
 // lane), then, for groups of several warps, one exchange of the warp sums through `scratch` (one slot
@@ -277,20 +327,22 @@ __device__ __forceinline__ float norm_allreduce(float value, int lanes, float* s
 }
 
 // Four interleaved accumulators (independent dependency chains), combined in a fixed tree.
-template <int P, int V>
-__device__ __forceinline__ float norm_sum(const float (&v)[P][V], bool squares) {
+template <typename Held>
+__device__ __forceinline__ float norm_sum(const Held& v, bool squares) {
+  constexpr int P = Held::kPacks;
+  constexpr int V = Held::V;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if (squares) {
 #pragma unroll
     for (int i = 0; i < P; ++i) {
 #pragma unroll
-      for (int j = 0; j < V; ++j) acc[j % 4] = fmaf(v[i][j], v[i][j], acc[j % 4]);
+      for (int j = 0; j < V; ++j) acc[j % 4] = fmaf(v.at(i, j), v.at(i, j), acc[j % 4]);
     }
   } else {
 #pragma unroll
     for (int i = 0; i < P; ++i) {
 #pragma unroll
-      for (int j = 0; j < V; ++j) acc[j % 4] += v[i][j];
+      for (int j = 0; j < V; ++j) acc[j % 4] += v.at(i, j);
     }
   }
   return (acc[0] + acc[1]) + (acc[2] + acc[3]);
@@ -300,8 +352,8 @@ __device__ __forceinline__ float norm_sum(const float (&v)[P][V], bool squares) 
 // beyond the row are skipped unless Full). Not centred: y = v * inv * w; centred: y = (v - mean) * inv
 // * w + b (one fma when there is a bias); w = 1 and b = 0 where absent; rounded once to T.
 template <typename T, typename W, int P, bool Full, bool Centred, bool HasW, bool HasB>
-__device__ __forceinline__ void norm_emit(const NormArgs& a, T* out, const float (&v)[P][16 / sizeof(T)],
-                                          int lane, int lanes, int packs, int count, bool aligned, float mean,
+__device__ __forceinline__ void norm_emit(const NormArgs& a, T* out, const NormHeld<T, P>& v, int lane,
+                                          int lanes, int packs, int count, bool aligned, float mean,
                                           float inv) {
   constexpr int V = 16 / sizeof(T);
   const W* weight = static_cast<const W*>(a.weight);
@@ -332,7 +384,7 @@ __device__ __forceinline__ void norm_emit(const NormArgs& a, T* out, const float
     }
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      const float t = Centred ? (v[i][j] - mean) * inv : v[i][j] * inv;
+      const float t = Centred ? (v.at(i, j) - mean) * inv : v.at(i, j) * inv;
       if constexpr (HasB) {
         y[j] = fmaf(t, HasW ? w[j] : 1.0f, b[j]);
       } else {
@@ -353,8 +405,8 @@ __device__ __forceinline__ void norm_emit(const NormArgs& a, T* out, const float
 // rows have spatial a multiple of V, so a pack lies in one channel.
 template <typename T, typename W, int P, bool Full>
 __device__ __forceinline__ void norm_emit_group(const NormArgs& a, index_t row, T* out,
-                                                const float (&v)[P][16 / sizeof(T)], int lane, int lanes,
-                                                int packs, int count, bool aligned, float mean, float inv) {
+                                                const NormHeld<T, P>& v, int lane, int lanes, int packs,
+                                                int count, bool aligned, float mean, float inv) {
   constexpr int V = 16 / sizeof(T);
   const W* weight = static_cast<const W*>(a.weight);
   const W* bias = static_cast<const W*>(a.bias);
@@ -370,7 +422,7 @@ __device__ __forceinline__ void norm_emit_group(const NormArgs& a, index_t row, 
       const float w = weight != nullptr ? convert<float>(weight[channel]) : 1.0f;
       const float b = bias != nullptr ? convert<float>(bias[channel]) : 0.0f;
 #pragma unroll
-      for (int j = 0; j < V; ++j) y[j] = fmaf((v[i][j] - mean) * inv, w, b);
+      for (int j = 0; j < V; ++j) y[j] = fmaf((v.at(i, j) - mean) * inv, w, b);
       NormRaw<T, V> r;
       raw_pack(r, y);
       raw_store(out + q * V, r);
@@ -381,7 +433,7 @@ __device__ __forceinline__ void norm_emit_group(const NormArgs& a, index_t row, 
         const int channel = channel0 + static_cast<int>(static_cast<unsigned>(e) / spatial);
         const float w = weight != nullptr ? convert<float>(weight[channel]) : 1.0f;
         const float b = bias != nullptr ? convert<float>(bias[channel]) : 0.0f;
-        y[j] = fmaf((v[i][j] - mean) * inv, w, b);
+        y[j] = fmaf((v.at(i, j) - mean) * inv, w, b);
       }
       norm_store<T>(out, static_cast<index_t>(q) * V, count, false, y);
     }
@@ -437,7 +489,7 @@ __global__ void __launch_bounds__(kNormMaxThreads, 1) norm_rows(NormArgs a) {
         raw_zero(rx[i]);
       }
     }
-    if (add) {
+    if (add && P <= kNormFloatPacks) {
       NormRaw<T, V> rr[P];
 #pragma unroll
       for (int i = 0; i < P; ++i) {
@@ -468,12 +520,44 @@ __global__ void __launch_bounds__(kNormMaxThreads, 1) norm_rows(NormArgs a) {
           }
         }
       }
-    }
-    float v[P][V];
+    } else if (add) {
+      // Many packs: each residual pack is added as it arrives (not all held at once: registers), and
+      // the new residual is stored after the last load (residual_out may be residual or x).
 #pragma unroll
-    for (int i = 0; i < P; ++i) raw_unpack(rx[i], v[i]);
+      for (int i = 0; i < P; ++i) {
+        const int q = lane + i * lanes;
+        NormRaw<T, V> rr;
+        if (Full || q < packs) {
+          load(rr, residual, q);
+        } else {
+          raw_zero(rr);
+        }
+        float f[V], g[V];
+        raw_unpack(rx[i], f);
+        raw_unpack(rr, g);
+#pragma unroll
+        for (int j = 0; j < V; ++j) f[j] += g[j];
+        raw_pack(rx[i], f);
+      }
+#pragma unroll
+      for (int i = 0; i < P; ++i) {
+        const int q = lane + i * lanes;
+        if (valid && (Full || q < packs)) {
+          if (aligned) {
+            raw_store(residual_out + q * V, rx[i]);
+          } else {
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+              if (q * V + j < count) residual_out[q * V + j] = raw_get(rx[i], j);
+            }
+          }
+        }
+      }
+    }
+    NormHeld<T, P> v;
+    v.hold(rx);
 
-    const float s = norm_allreduce(norm_sum<P, V>(v, !centred), lanes, scratch[0]);
+    const float s = norm_allreduce(norm_sum(v, !centred), lanes, scratch[0]);
     float mean = 0.0f;
     float inv;
     if (centred) {
@@ -484,7 +568,7 @@ __global__ void __launch_bounds__(kNormMaxThreads, 1) norm_rows(NormArgs a) {
         const int first = (lane + i * lanes) * V;
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          const float d = v[i][j] - mean;
+          const float d = v.at(i, j) - mean;
           if (Full || first + j < count) acc[j % 4] = fmaf(d, d, acc[j % 4]);
         }
       }

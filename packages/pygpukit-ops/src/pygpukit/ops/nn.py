@@ -23,9 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from pygpukit.core import backend as _backend
 from pygpukit.core.array import GPUArray, empty
 from pygpukit.core.dtypes import DType, bfloat16, float16, float32, int32, int64
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
+from pygpukit.core.memory import DeviceBuffer
+from pygpukit.core.stream import thread_device
 
 from . import _cpu
 from ._kernels import (
@@ -200,6 +203,9 @@ def _pow2_at_least(value: int, low: int, high: int) -> int:
 _NORM_ARGS = struct.Struct("@6Q7q5if")
 _NORM_PACKS = (1, 2, 3, 4)  # 16-byte packs a thread of norm_rows<T, W, P, Full> holds in registers
 _NORM_NARROW_PACKS = (1, 2, 3)  # fp16/bf16: at most 24 values a thread (P = 4 spills at 64 registers)
+# Packs a thread holds as raw words (NormHeld of norm.cu), only for aligned rows that exactly fill a
+# power-of-two group of at most 32 lanes, which none of the choices above fills (576 bf16: 8 x 9 packs).
+_NORM_EXACT_PACKS = (5, 7, 9)
 _NORM_MAX_LANES = 1024  # threads of a row (and of a block): kNormMaxThreads of norm.cu
 _NORM_FLOATS = 16  # the values a thread should hold (at most 64 registers, no spills: occupancy >= 50%)
 _RMS, _LAYER, _L2, _ADD_RMS, _GROUP = 0, 1, 2, 3, 4
@@ -214,14 +220,17 @@ def _norm_expressions(dtype: DType, weight_dtype: DType) -> list[str]:
     streaming one."""
     choices = _NORM_PACKS if dtype.itemsize == 4 else _NORM_NARROW_PACKS
     found = [_norm_expression(dtype, weight_dtype, p, full) for p in choices for full in (True, False)]
-    return [*found, _norm_expression(dtype, weight_dtype, 0, False)]
+    exact = [_norm_expression(dtype, weight_dtype, p, True) for p in _NORM_EXACT_PACKS]
+    return [*found, *exact, _norm_expression(dtype, weight_dtype, 0, False)]
 
 
-def _norm_plan(packs: int, width: int, choices: Sequence[int]) -> tuple[int, int]:
+def _norm_plan(packs: int, width: int, choices: Sequence[int], exact: Sequence[int] = ()) -> tuple[int, int]:
     """(packs per thread, lanes) for rows of ``packs`` 16-byte packs of ``width`` elements: lanes a
     power of two up to 32 or whole warps up to _NORM_MAX_LANES. Least slots (lanes * packs per
     thread) first, so a row that can exactly fill its group does; then about _NORM_FLOATS values a
-    thread; then fewer lanes. (0, _NORM_MAX_LANES): too long for registers, the streaming kernel."""
+    thread; then fewer lanes. When no choice fills its group exactly, the first of ``exact`` (packs
+    per thread) that does with a power of two of at most 32 lanes. (0, _NORM_MAX_LANES): too long for
+    registers, the streaming kernel."""
     best: tuple[tuple[int, int, int], int, int] | None = None
     for per_thread in choices:
         need = -(-packs // per_thread)
@@ -231,6 +240,11 @@ def _norm_plan(packs: int, width: int, choices: Sequence[int]) -> tuple[int, int
         key = (per_thread * lanes, abs(per_thread * width - _NORM_FLOATS), lanes)
         if best is None or key < best[0]:
             best = (key, per_thread, lanes)
+    if best is None or best[0][0] != packs:
+        for per_thread in exact:
+            lanes = packs // per_thread
+            if lanes * per_thread == packs and 0 < lanes <= 32 and lanes & (lanes - 1) == 0:
+                return per_thread, lanes
     if best is None:
         return 0, _NORM_MAX_LANES
     return best[1], best[2]
@@ -240,12 +254,32 @@ def _weight_dtypes(dtype: DType) -> tuple[DType, ...]:
     return (dtype, float32)
 
 
+class _NormPlan:
+    """The launch a checked norm call chose (kernel, grid, block and the NormArgs fields after the
+    pointers, eps aside), kept for the calls that repeat its key (see _norm_cached)."""
+
+    __slots__ = ("aligned", "block", "grid", "kernel", "nbytes", "state", "tail")
+
+    def __init__(self, kernel: Any, grid: int, block: int, tail: tuple[int, ...], aligned: bool, nbytes: int) -> None:
+        self.kernel = kernel
+        self.grid = grid
+        self.block = block
+        self.tail = tail
+        self.aligned = aligned
+        self.nbytes = nbytes  # of a fresh output
+        self.state = _backend._state
+
+
+_norm_plans: dict[tuple[Any, ...], _NormPlan] = {}
+_NORM_PLAN_LIMIT = 4096  # keys kept before the cache starts over
+
+
 def _norm_launch(mode: int, x: GPUArray, out: GPUArray, weight: GPUArray | None, bias: GPUArray | None, eps: float,
                  rows: int, count: int, strides: Sequence[int], residual: GPUArray | None = None,
                  residual_out: GPUArray | None = None, spatial: int = 1, channels_per_group: int = 1,
-                 groups: int = 1) -> None:  # fmt: skip
+                 groups: int = 1) -> _NormPlan:  # fmt: skip
     """Launch norm_rows over ``rows`` rows of ``count`` elements; ``strides``: row strides of x, residual,
-    out and residual_out."""
+    out and residual_out. Returns the launch's plan."""
     dtype = x.dtype
     width = 16 // dtype.itemsize
     packs = -(-count // width)
@@ -258,19 +292,118 @@ def _norm_launch(mode: int, x: GPUArray, out: GPUArray, weight: GPUArray | None,
         aligned = aligned and spatial % width == 0
     else:
         aligned = aligned and all(p.device_ptr % (width * p.itemsize) == 0 for p in (weight, bias) if p is not None)
-    per_thread, lanes = _norm_plan(packs, width, _NORM_PACKS if dtype.itemsize == 4 else _NORM_NARROW_PACKS)
+    per_thread, lanes = _norm_plan(packs, width, _NORM_PACKS if dtype.itemsize == 4 else _NORM_NARROW_PACKS,
+                                   _NORM_EXACT_PACKS if aligned else ())  # fmt: skip
     full = per_thread > 0 and aligned and per_thread * lanes == packs
     rows_per_block = BLOCK // lanes if lanes <= 32 else 1  # norm_rows: a group of whole warps is the block
     expression = _norm_expression(dtype, weight_dtype, per_thread, full)
     kernel = group(_NORM_FILE, [expression]).kernel(expression, [layout_param("args", "NormArgs")])
+    tail = (rows, count, strides[0], strides[1], strides[2], strides[3], spatial, channels_per_group, groups, mode,
+            lanes, int(aligned))  # fmt: skip
+    plan = _NormPlan(kernel, -(-rows // rows_per_block), rows_per_block * lanes, tail, aligned, out.nbytes)
     args = _NORM_ARGS.pack(
         x.device_ptr, residual.device_ptr if residual is not None else 0,
         weight.device_ptr if weight is not None else 0, bias.device_ptr if bias is not None else 0,
-        out.device_ptr, residual_out.device_ptr if residual_out is not None else 0,
-        rows, count, strides[0], strides[1], strides[2], strides[3], spatial,
-        channels_per_group, groups, mode, lanes, int(aligned), eps,
+        out.device_ptr, residual_out.device_ptr if residual_out is not None else 0, *tail, eps,
     )  # fmt: skip
-    kernel(args, grid=-(-rows // rows_per_block), block=rows_per_block * lanes)
+    kernel(args, grid=plan.grid, block=plan.block)
+    return plan
+
+
+def _norm_meta(a: GPUArray | None, device: int) -> tuple[Any, ...] | bool | None:
+    """An optional operand's part of a norm cache key; False (never a key) when it is not a plain
+    GPUArray on ``device``."""
+    if a is None:
+        return None
+    if type(a) is not GPUArray or a._buffer.device != device:
+        return False
+    return (a._shape, a._strides, a._dtype)
+
+
+def _norm_key(mode: int, x: GPUArray, residual: GPUArray | None, weight: GPUArray | None, bias: GPUArray | None,
+              out: GPUArray | None, residual_out: GPUArray | None, device: int, rows_bits: int,
+              vector_bits: int) -> tuple[Any, ...]:  # fmt: skip
+    """Everything a norm call's checks and plan depend on, but the addresses: of those only the low bits
+    that decide the 16-byte accesses (``rows_bits``: of x, residual and the given outputs; ``vector_bits``:
+    of weight and bias). ``out``/``residual_out`` None: a fresh output."""
+    return (mode, x._shape, x._strides, x._dtype, device, _norm_meta(residual, device), _norm_meta(weight, device),
+            _norm_meta(bias, device), _norm_meta(out, device), _norm_meta(residual_out, device), rows_bits & 15,
+            vector_bits & 31)  # fmt: skip
+
+
+def _output_clear(output: GPUArray, x: GPUArray, residual: GPUArray | None, weight: GPUArray | None,
+                  bias: GPUArray | None) -> bool:  # fmt: skip
+    """Whether the given ``output`` shares no allocation with the inputs, except being the very same view
+    of x or residual (in place); otherwise the checked path decides."""
+    buffer = output._buffer
+    if buffer is x._buffer and not same_view(output, x):
+        return False
+    if residual is not None and buffer is residual._buffer and not same_view(output, residual):
+        return False
+    return (weight is None or buffer is not weight._buffer) and (bias is None or buffer is not bias._buffer)
+
+
+def _norm_cached(mode: int, x: Any, residual: Any, weight: Any, bias: Any, eps: Any, out: Any,
+                 residual_out: Any) -> tuple[GPUArray, GPUArray | None] | None:  # fmt: skip
+    """The launch of a call that repeats the key of an earlier checked one (same op, shapes, strides,
+    dtypes, operands present, device, alignment): only the checks that do not follow from the key run
+    here (eps, the devices, the memory the outputs share with the inputs). Returns (out, residual_out),
+    given or fresh; None: the call takes the checked path (first call, unusual operands, an error)."""
+    if type(x) is not GPUArray or type(eps) is not float or not 0.0 <= eps < math.inf:
+        return None
+    for a in (residual, weight, bias, out, residual_out):
+        if a is not None and type(a) is not GPUArray:
+            return None
+    device = x._buffer.device
+    if device != thread_device():
+        return None
+    if out is not None and not _output_clear(out, x, residual, weight, bias):
+        return None
+    if residual_out is not None:
+        if not _output_clear(residual_out, x, residual, weight, None):
+            return None
+        if out is not None and out._buffer is residual_out._buffer:
+            return None
+    px = x.device_ptr
+    pr = residual.device_ptr if residual is not None else 0
+    pw = weight.device_ptr if weight is not None else 0
+    pb = bias.device_ptr if bias is not None else 0
+    po = out.device_ptr if out is not None else 0
+    pro = residual_out.device_ptr if residual_out is not None else 0
+    plan = _norm_plans.get(_norm_key(mode, x, residual, weight, bias, out, residual_out, device,
+                                     px | pr | po | pro, pw | pb))  # fmt: skip
+    if plan is None or plan.state is not _backend._state:
+        return None
+    if out is None:
+        out = GPUArray(DeviceBuffer(plan.nbytes), x._shape, x._dtype)
+        po = out.device_ptr
+    if residual_out is None and mode == _ADD_RMS:
+        residual_out = GPUArray(DeviceBuffer(plan.nbytes), x._shape, x._dtype)
+        pro = residual_out.device_ptr
+    tail = plan.tail
+    if plan.aligned and (po | pro) & 15:  # fresh outputs the plan cannot store by 16 bytes: plan again
+        _norm_launch(mode, x, out, weight, bias, eps, tail[0], tail[1], tail[2:6], residual, residual_out)
+    else:
+        plan.kernel(_NORM_ARGS.pack(px, pr, pw, pb, po, pro, *tail, eps), grid=plan.grid, block=plan.block)
+    return out, residual_out
+
+
+def _norm_remember(plan: _NormPlan, mode: int, x: GPUArray, residual: GPUArray | None, weight: GPUArray | None,
+                   bias: GPUArray | None, out: GPUArray | None, residual_out: GPUArray | None) -> None:  # fmt: skip
+    """Keep ``plan`` (of a checked call that launched it) for calls with the same key (see _norm_cached);
+    ``out``/``residual_out``: as the caller gave them (None: fresh)."""
+    device = x._buffer.device
+    bits = [0, 0]
+    for a, slot in ((x, 0), (residual, 0), (out, 0), (residual_out, 0), (weight, 1), (bias, 1)):
+        if a is not None:
+            bits[slot] |= a.device_ptr
+    key = _norm_key(mode, x, residual, weight, bias, out, residual_out, device, bits[0], bits[1])
+    for meta in key[5:10]:
+        if meta is False:
+            return
+    if len(_norm_plans) >= _NORM_PLAN_LIMIT:
+        _norm_plans.clear()
+    _norm_plans[key] = plan
 
 
 def _host64(a: GPUArray) -> Array:
@@ -294,6 +427,10 @@ def _cpu_normalize(mode: int, values: Array, eps: float) -> Array:
 
 
 def _row_norm(name: str, mode: int, x: Any, weight: Any, bias: Any, eps: Any, out: Any) -> GPUArray:
+    cached = _norm_cached(mode, x, None, weight, bias, eps, out, None)
+    if cached is not None:
+        return cached[0]
+    given = out
     x = _float_input(name, "x", x)
     eps = _eps(name, eps)
     rows, x_stride = _rows(name, "x", x)
@@ -317,7 +454,8 @@ def _row_norm(name: str, mode: int, x: Any, weight: Any, bias: Any, eps: Any, ou
             values = values + _host64(bias)
         _cpu.store(result, values)
         return result
-    _norm_launch(mode, x, result, weight, bias, eps, rows, count, (x_stride, 0, out_stride, 0))
+    plan = _norm_launch(mode, x, result, weight, bias, eps, rows, count, (x_stride, 0, out_stride, 0))
+    _norm_remember(plan, mode, x, None, weight, bias, given, None)
     return result
 
 
@@ -362,7 +500,11 @@ def add_rmsnorm(
 
     ``x`` and ``residual``: same shape and dtype. ``residual_out`` may be ``residual`` (or ``x``)
     itself: the residual stream is then updated in place. ``out`` may be ``x``."""
+    cached = _norm_cached(_ADD_RMS, x, residual, weight, None, eps, out, residual_out)
+    if cached is not None and cached[1] is not None:
+        return cached[0], cached[1]
     name = "add_rmsnorm"
+    given, given_residual = out, residual_out
     x = _float_input(name, "x", x)
     residual = _array(name, "residual", residual)
     _same_dtype(name, "residual", residual, x.dtype)
@@ -392,8 +534,9 @@ def add_rmsnorm(
         _cpu.store(new_residual, summed)
         _cpu.store(result, values)
         return result, new_residual
-    _norm_launch(_ADD_RMS, x, result, weight, None, eps, rows, count,
-                 (x_stride, residual_stride, out_stride, residual_out_stride), residual, new_residual)  # fmt: skip
+    strides = (x_stride, residual_stride, out_stride, residual_out_stride)
+    plan = _norm_launch(_ADD_RMS, x, result, weight, None, eps, rows, count, strides, residual, new_residual)
+    _norm_remember(plan, _ADD_RMS, x, residual, weight, None, given, given_residual)
     return result, new_residual
 
 
