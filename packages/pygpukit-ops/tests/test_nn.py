@@ -39,6 +39,13 @@ GPU_ROW_SHAPES: list[tuple[int, ...]] = [
     (4, 14336),  # fp16/bf16: 896 lanes x 2 packs exactly
     (3, 24576),  # fp16/bf16: the longest register row (1024 lanes x 3 packs); float32 streams
     (2, 24584),  # fp16/bf16: just too long for registers, the streaming kernel
+    (257, 576),  # fp16/bf16: 8 lanes x 9 packs (raw words), 32 rows a block, the last block one row
+    (9, 896),  # fp16/bf16: 16 lanes x 7 packs
+    (5, 640),  # fp16/bf16: 16 lanes x 5 packs
+    (3, 1152),  # 16 lanes x 9 packs (float32 576 is 16 x 9 too)
+    (3, 1536),
+    (2, 2048),
+    (3, 5120),
 ]
 ODD_ROW_SHAPES: list[tuple[int, ...]] = [(3, 1001), (2, 7), (1, 1), (3, 5, 64), (6, 128), (2, 40000)]
 _erf = np.vectorize(math.erf, otypes=[F64])
@@ -252,6 +259,107 @@ def test_group_norm_gpu(rng: np.random.Generator, dtype: DType) -> None:
     check_group_norm(rng, (1, 256, 64, 64), 4, dtype)  # 262144-element rows: the streaming kernel
     check_group_norm(rng, (3, 6, 7), 3, dtype)  # spatial not a multiple of the pack
     check_group_norm(rng, (2, 384, 1500), 1, dtype)
+
+
+# Plans (packs a thread, lanes) of the widths of SmolLM2, Whisper, Qwen2.5 and Llama rows: the row
+# exactly fills its group wherever a power-of-two group can (576 and 896 only with 5 to 9 packs a thread).
+NORM_PLANS = {
+    2: {384: (3, 16), 576: (9, 8), 640: (5, 16), 896: (7, 16), 1152: (9, 16), 1536: (2, 96), 2048: (2, 128),
+        3584: (2, 224), 4096: (2, 256), 5120: (2, 320), 8192: (2, 512), 14336: (2, 896)},
+    4: {384: (3, 32), 576: (9, 16), 896: (1, 224), 1536: (4, 96), 2048: (4, 128), 3584: (4, 224), 4096: (4, 256),
+        5120: (4, 320), 8192: (4, 512), 14336: (4, 896)},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("itemsize", [2, 4])
+def test_norm_plans_fill_their_groups(itemsize: int) -> None:
+    from pygpukit.ops import nn
+
+    width = 16 // itemsize
+    choices = nn._NORM_PACKS if itemsize == 4 else nn._NORM_NARROW_PACKS
+    for count, expected in NORM_PLANS[itemsize].items():
+        packs = count // width
+        per_thread, lanes = nn._norm_plan(packs, width, choices, nn._NORM_EXACT_PACKS)
+        assert (per_thread, lanes) == expected, count
+        assert per_thread * lanes == packs
+    # Unaligned rows never take the raw-word kernels: the best group of at most 4 packs a thread.
+    assert nn._norm_plan(72, 8, nn._NORM_NARROW_PACKS) == (3, 32)
+    assert nn._norm_plan(144, 4, nn._NORM_PACKS) == (1, 160)
+    # Rows that no choice fills keep the fewest slots (18944 fp16/bf16: 800 lanes x 3 packs).
+    assert nn._norm_plan(2368, 8, nn._NORM_NARROW_PACKS, nn._NORM_EXACT_PACKS) == (3, 800)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", NN_DTYPES, ids=str)
+def test_norm_repeated_calls_gpu(rng: np.random.Generator, dtype: DType) -> None:
+    """Calls that repeat a key take the cached plan: the same bits as the checked first call, fresh
+    outputs each time, and every error still raised (nothing written)."""
+    for shape in [(1, 4096), (16, 576), (4, 3, 896)]:
+        hx, hr = data(rng, shape, dtype), data(rng, shape, dtype)
+        hw, hb = data(rng, shape[-1], dtype, 0.5, 1.5), data(rng, shape[-1], dtype)
+        x, residual, w, b = upload(hx), upload(hr), upload(hw), upload(hb)
+        first = [gp.rmsnorm(x, w).to_numpy(), gp.layernorm(x, w, b).to_numpy(), gp.l2norm(x).to_numpy()]
+        normed, summed = gp.add_rmsnorm(x, residual, w)
+        first += [normed.to_numpy(), summed.to_numpy()]
+        assert_matches(first[0], rms_ref(host(hx), host(hw), 1e-6), dtype, 64, f"rmsnorm {shape}")
+        for _ in range(2):
+            again = [gp.rmsnorm(x, w), gp.layernorm(x, w, b), gp.l2norm(x), *gp.add_rmsnorm(x, residual, w)]
+            assert len({id(a) for a in again}) == len(again)
+            for a, e in zip(again, first, strict=True):
+                assert a.shape == shape
+                assert a.dtype == dtype
+                assert_bitwise_equal(a.to_numpy(), e)
+        out, res_out = poison(shape, dtype), poison(shape, dtype)
+        for _ in range(2):
+            assert gp.rmsnorm(x, w, out=out) is out
+            assert_bitwise_equal(out.to_numpy(), first[0])
+            normed, summed = gp.add_rmsnorm(x, residual, w, out=out, residual_out=res_out)
+            assert normed is out
+            assert summed is res_out
+            assert_bitwise_equal(out.to_numpy(), first[3])
+            assert_bitwise_equal(res_out.to_numpy(), first[4])
+        # In place (out is x; residual_out is residual), twice: the second call takes the cached plan.
+        for _ in range(2):
+            y, r = upload(hx), upload(hr)
+            assert gp.rmsnorm(y, w, out=y) is y
+            assert_bitwise_equal(y.to_numpy(), first[0])
+            y = upload(hx)
+            normed, summed = gp.add_rmsnorm(y, r, w, residual_out=r)
+            assert summed is r
+            assert_bitwise_equal(normed.to_numpy(), first[3])
+            assert_bitwise_equal(r.to_numpy(), first[4])
+        # The same key with arguments that must fail: nothing is written.
+        poisoned = poison(shape, dtype)
+        with pytest.raises(ArgumentError, match="eps"):
+            gp.rmsnorm(x, w, -1.0, out=poisoned)
+        with pytest.raises(ArgumentError, match="eps"):
+            gp.rmsnorm(x, w, math.nan, out=poisoned)
+        with pytest.raises(ArgumentError, match="overlaps"):
+            gp.add_rmsnorm(x, residual, w, out=poisoned, residual_out=poisoned)
+        assert np.isnan(poisoned.to_numpy().astype(np.float32)).all()
+    wide = upload(data(rng, (3, 16), dtype))
+    x8, w8 = wide[:, :8], upload(data(rng, 8, dtype))
+    other = poison((3, 16), dtype)
+    for _ in range(2):  # the second call takes the cached plan of these shapes, strides and alignments
+        gp.rmsnorm(x8, w8, out=other[:, 4:12])
+    with pytest.raises(ArgumentError, match="overlaps"):
+        gp.rmsnorm(x8, w8, out=wide[:, 4:12])  # the same key, but out overlaps x
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", NN_DTYPES, ids=str)
+def test_norm_cache_follows_alignment_gpu(rng: np.random.Generator, dtype: DType) -> None:
+    """Views of one shape and strides whose addresses differ in alignment take different plans."""
+    for count in (576, 896, 4096):
+        hx = data(rng, (5, count + 8), dtype)
+        hw = data(rng, count, dtype, 0.5, 1.5)
+        wide, w = upload(hx), upload(hw)
+        for _ in range(2):
+            for offset in (0, 1, 0, 8, 3):
+                out = poison((5, count), dtype)
+                gp.rmsnorm(wide[:, offset : offset + count], w, out=out)
+                expected = rms_ref(host(hx[:, offset : offset + count]), host(hw), 1e-6)
+                assert_matches(out.to_numpy(), expected, dtype, 64, f"rmsnorm {count} at {offset}")
 
 
 # -- gated activations ------------------------------------------------------------------------------
