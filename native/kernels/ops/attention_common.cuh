@@ -76,18 +76,8 @@ __device__ __forceinline__ void cp_async_16_zfill(unsigned dst, const void* src,
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
 
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
-}
-
+using gemm::ldmatrix_x4;
+using gemm::ldmatrix_x4_trans;
 // Shared tiles hold rows of PAD elements (the head dimension rounded up to 64, so a row is a whole
 // number of 128-byte lines); 16-byte chunk c of row r sits at chunk c ^ (r & 7) of its group of 8.
 // The 8 rows read by one ldmatrix phase and the 8 chunks written by one cp.async phase then fall in

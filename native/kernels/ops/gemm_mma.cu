@@ -31,18 +31,6 @@ namespace pygpukit {
 namespace ops {
 namespace gemm {
 
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
-}
-
 // Shared memory: STAGES x (BM x BK of A + BN x BK of B) elements, passed as dynamic shared memory.
 template <typename T, typename OutT, bool TRANS_A, bool TRANS_B, int BM, int BN, int BK, int WARPS_M,
           int WARPS_N, int STAGES>
