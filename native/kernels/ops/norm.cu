@@ -521,8 +521,8 @@ __global__ void __launch_bounds__(kNormMaxThreads, 1) norm_rows(NormArgs a) {
         }
       }
     } else if (add) {
-      // Many packs: each residual pack is added as it arrives (not all held at once: registers), and
-      // the new residual is stored after the last load (residual_out may be residual or x).
+      // Many packs: a residual pack at a time (registers), each stored as the new residual before the
+      // next one is read. A thread stores only packs it has read itself: residual_out may be residual or x.
 #pragma unroll
       for (int i = 0; i < P; ++i) {
         const int q = lane + i * lanes;
@@ -538,10 +538,6 @@ __global__ void __launch_bounds__(kNormMaxThreads, 1) norm_rows(NormArgs a) {
 #pragma unroll
         for (int j = 0; j < V; ++j) f[j] += g[j];
         raw_pack(rx[i], f);
-      }
-#pragma unroll
-      for (int i = 0; i < P; ++i) {
-        const int q = lane + i * lanes;
         if (valid && (Full || q < packs)) {
           if (aligned) {
             raw_store(residual_out + q * V, rx[i]);
