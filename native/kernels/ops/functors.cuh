@@ -334,39 +334,6 @@ PYGPUKIT_FLOAT_UNARY(GeluTanh,
                      C(0.5) * x * (C(1) + m_tanh(C(0.7978845608028654) * (x + C(0.044715) * x * x * x))))
 #undef PYGPUKIT_FLOAT_UNARY
 
-// GELU (erf form) for results stored in 16 or 8 bits, branch-free: x * Phi(x) with
-// Phi(x) = erfc(-x / sqrt(2)) / 2 and erfc(z) = t * exp(-z^2 + P(t)), t = 1 / (1 + z / 2), z >= 0,
-// where P is a degree-9 least-squares fit (ours, in float64 over z in [0, 10]) of
-// log(erfc(z) / t) + z^2. Evaluated in float its relative error stays below 2e-5 on both tails,
-// far under half a unit of bf16 (2e-3) or fp16 (5e-4), at about half the instructions of erff.
-template <typename C>
-struct GeluErfNarrow {
-  using compute = C;
-  __device__ __forceinline__ C operator()(C x) const {
-    return C(0.5) * x * (C(1) + m_erf(x * C(0.7071067811865476)));  // double: the exact form
-  }
-};
-template <>
-struct GeluErfNarrow<float> {
-  using compute = float;
-  __device__ __forceinline__ float operator()(float x) const {
-    const float z = fabsf(x) * 0.70710678118654752f;
-    const float t = __fdividef(1.0f, fmaf(0.5f, z, 1.0f));
-    float p = 0.17050302f;
-    p = fmaf(p, t, -0.81083315f);
-    p = fmaf(p, t, 1.44077132f);
-    p = fmaf(p, t, -1.04513766f);
-    p = fmaf(p, t, 0.18429458f);
-    p = fmaf(p, t, -0.12672208f);
-    p = fmaf(p, t, 0.07395744f);
-    p = fmaf(p, t, 0.37924756f);
-    p = fmaf(p, t, 0.99940079f);
-    p = fmaf(p, t, -1.26548157f);
-    const float half_erfc = 0.5f * t * __expf(fmaf(-z, z, p));
-    return x * (x < 0.0f ? half_erfc : 1.0f - half_erfc);
-  }
-};
-
 // -- families ---------------------------------------------------------------------------------------
 // Each family F<C> has `compute` (C), `result` (the op's value type before the store converts it) and
 // apply(op, x, y, r) over V lanes. Codes a compute type does not support compile to nothing.
@@ -508,8 +475,7 @@ struct Signs {  // 0 negative, 1 absolute, 2 sign, 3 relu
 
 template <typename C>
 struct Math {  // C is float or double. 0 exp, 1 exp2, 2 log, 3 log2, 4 log1p, 5 sqrt, 6 rsqrt, 7 sin,
-               // 8 cos, 9 tanh, 10 sigmoid, 11 silu, 12 gelu (erf), 13 gelu (tanh),
-               // 14 gelu (erf) for 16- and 8-bit results
+               // 8 cos, 9 tanh, 10 sigmoid, 11 silu, 12 gelu (erf), 13 gelu (tanh)
   using compute = C;
   using result = C;
   template <int V>
@@ -553,9 +519,6 @@ struct Math {  // C is float or double. 0 exp, 1 exp2, 2 log, 3 log2, 4 log1p, 5
         break;
       case 12:
         lanes(GeluErf<C>(), x, r);
-        break;
-      case 14:
-        lanes(GeluErfNarrow<C>(), x, r);
         break;
       default:
         lanes(GeluTanh<C>(), x, r);

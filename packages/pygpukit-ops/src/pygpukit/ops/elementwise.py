@@ -733,9 +733,6 @@ _SIGMOID = _Op("sigmoid", "Math", 10, 1, _ALL_KINDS, "float")
 _SILU = _Op("silu", "Math", 11, 1, _ALL_KINDS, "float")
 _GELU_ERF = _Op("gelu", "Math", 12, 1, _ALL_KINDS, "float", "gelu_erf")
 _GELU_TANH = _Op("gelu", "Math", 13, 1, _ALL_KINDS, "float", "gelu_tanh")
-# The erf form for 16- and 8-bit results: a shorter erfc fit, far below their rounding (functors.cuh).
-_GELU_ERF_NARROW = _Op("gelu", "Math", 14, 1, _ALL_KINDS, "float", "gelu_erf")
-_NARROW_FLOATS = frozenset(d for d in all_dtypes() if d.is_floating and d.itemsize <= 2)
 
 BINARY_OPS = (_ADD, _SUB, _MUL, _DIV, _FLOOR_DIVIDE, _MOD, _POW, _MAXIMUM, _MINIMUM, _EQ, _NE, _LT, _LE, _GT, _GE,
               _LOGICAL_AND, _LOGICAL_OR, _LOGICAL_XOR)  # fmt: skip
@@ -923,9 +920,7 @@ def gelu(x: Any, /, *, approximate: str = "none", out: GPUArray | None = None) -
     """GELU: ``0.5 * x * (1 + erf(x / sqrt(2)))``, or with ``approximate="tanh"`` the tanh form
     ``0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3)))``."""
     if approximate == "none":
-        narrow = isinstance(x, GPUArray) and x.dtype in _NARROW_FLOATS
-        narrow = narrow and (out is None or (isinstance(out, GPUArray) and out.dtype == x.dtype))
-        return _unary(_GELU_ERF_NARROW if narrow else _GELU_ERF, x, out)
+        return _unary(_GELU_ERF, x, out)
     if approximate == "tanh":
         return _unary(_GELU_TANH, x, out)
     raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
