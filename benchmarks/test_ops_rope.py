@@ -31,7 +31,7 @@ MAX_POSITIONS = 8192
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 8192}  # fmt: skip
 # name: (batch, seq)
-ROPE_SHAPES = {"prefill 1x4096": (1, 4096), "decode 32x1": (32, 1)}
+ROPE_SHAPES = {"prefill 1x4096": (1, 4096), "prefill 4x8192": (4, 8192), "decode 32x1": (32, 1)}
 
 
 def _torch() -> Any:
