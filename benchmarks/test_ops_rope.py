@@ -27,7 +27,7 @@ pytestmark = pytest.mark.gpu
 
 ITERATIONS = 20
 HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
-MAX_POSITIONS = 8192
+MAX_POSITIONS = 16384
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 8192}  # fmt: skip
 # name: (batch, seq)
