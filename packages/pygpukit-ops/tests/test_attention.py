@@ -492,7 +492,7 @@ def test_bad_decode_arguments() -> None:
 
 def test_cpu_backend_checks_device_lengths() -> None:
     if current_backend() == "cuda":
-        pytest.skip("device lengths are read on the device only on the CPU backend")
+        pytest.skip("on the GPU the kernels clamp device lengths; only the CPU backend can check them on the host")
     q = gp.zeros((1, 8, 128), gp.float16)
     kc = gp.zeros((1, 2, 64, 128), gp.float16)
     with pytest.raises(ArgumentError, match="outside"):
