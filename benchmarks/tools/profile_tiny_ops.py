@@ -41,6 +41,19 @@ def main() -> None:
     per_call("gp.add(a, b, out=out)", lambda: gp.add(a, b, out=out))
     per_call("gp.empty(16, float32)", lambda: gp.empty(16, gp.float32))
     per_call("grid_for(4)", lambda: grid_for(4))
+    # The benchmark's form: ``a + b`` inside ``with stream:`` (a non-default stream).
+    stream = gp.Stream()
+    with stream:
+        per_call("a + b, with stream", lambda: a + b)
+        per_call("gp.empty(16), with stream", lambda: gp.empty(16, gp.float32))
+        per_call("gp.add(a, b, out=out), with stream", lambda: gp.add(a, b, out=out))
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(CALLS):
+            a + b
+        profile.disable()
+    stream.synchronize()
+    pstats.Stats(profile).sort_stats("tottime").print_stats(12)
     try:
         import cupy as cp
 
@@ -48,6 +61,10 @@ def main() -> None:
         cb = cp.ones(16, dtype=cp.float32)
         per_call("cupy.add(a, b)", lambda: cp.add(ca, cb))
         per_call("cupy.empty(16)", lambda: cp.empty(16, cp.float32))
+        cstream = cp.cuda.Stream(non_blocking=True)
+        with cstream:
+            per_call("cupy a + b, with stream", lambda: ca + cb)
+        cstream.synchronize()
     except ImportError:
         pass
     try:

@@ -9,6 +9,7 @@
 // runs in base 2 on scale * log2(e) * q . k, with float accumulation throughout.
 #pragma once
 
+#include "../common/fast_math.cuh"
 #include "gemm_common.cuh"
 
 namespace pygpukit {
@@ -43,13 +44,6 @@ struct AttentionArgs {
 };
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
-
-// 2^x on the special function unit; 2^-inf = 0.
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
 
 __device__ __forceinline__ int kv_length(const AttentionArgs& a, int b) {
   const int len = a.lens != nullptr ? a.lens[b] + a.lens_add : a.kv_capacity;

@@ -15,7 +15,12 @@
 //                       rows of one 16-byte pack, so a warp reads 512 contiguous bytes per step
 //
 // Rows too long for one block are split into `chunk`-element pieces along grid.y; the first pass then
-// stores each piece's accumulator and a second reduce_rows<R, Partial> over those finishes. T is the
+// stores each piece's accumulator in `partial` (row-major, gridDim.y per row) and a second
+// reduce_rows<R, Partial> over those finishes, with 256 lanes (kFinishLanes). reduce_rows (one row
+// per block when split) can finish by itself instead: given `counters` (one per blockIdx.x, zero
+// before the launch), the last block of a row to finish folds that row's partials in the same order
+// as that second pass, so either way gives the same bits, and resets its counter. Two launches
+// sharing counters must not run concurrently (the host keeps them per stream). T is the
 // input element type, or Dynamic for a run-time dtype code (integer and bool inputs, and reductions
 // that are rarely hot). The result is stored converted to the run-time dtype `out_code`.
 #include "layout.cuh"
@@ -80,10 +85,38 @@ __device__ __forceinline__ void store_result(const R& r, void* out, int out_code
   static_cast<typename R::acc*>(out)[index] = acc;
 }
 
+constexpr int kFinishLanes = 256;  // lanes that fold the partials of one row (host: _BLOCK)
+
+// Split rows, after this block stored its partial: the last block of row `row` to finish folds the
+// row's gridDim.y partials (lane i: partials i, i + 256, ...; then group_reduce) and stores the
+// result. Called by all kFinishLanes threads of the block.
+template <typename R>
+__device__ __forceinline__ void finish_row(const R& r, const typename R::acc* partial, unsigned* counters,
+                                           void* out, int out_code, index_t row, index_t total, index_t ddof,
+                                           typename R::acc* scratch) {
+  using Acc = typename R::acc;
+  __shared__ bool last;
+  __threadfence();  // the partial is visible device-wide before this block is counted
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&counters[blockIdx.x], 1u) == gridDim.y - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  Acc acc = r.identity();
+  const Acc* parts = partial + row * gridDim.y;
+  for (unsigned k = threadIdx.x; k < gridDim.y; k += kFinishLanes) acc = r.combine(acc, parts[k]);
+  acc = group_reduce<R>(r, acc, kFinishLanes, scratch);
+  if (threadIdx.x == 0) {
+    store_result<R>(r, out, out_code, row, acc, total, ddof);
+    counters[blockIdx.x] = 0u;  // ready for the next launch
+  }
+}
+
 template <typename R, typename T>
 __global__ void reduce_rows(const void* __restrict__ x, int x_code, void* __restrict__ out, int out_code,
                             index_t rows, index_t count, index_t chunk, int lanes, index_t total,
-                            index_t ddof, int mode, ReduceLayout layout) {
+                            index_t ddof, int mode, ReduceLayout layout, void* __restrict__ partial,
+                            unsigned* counters) {
   using Acc = typename R::acc;
   using Value = typename R::value;
   __shared__ Acc scratch[8];
@@ -147,8 +180,11 @@ __global__ void reduce_rows(const void* __restrict__ x, int x_code, void* __rest
     if (gridDim.y == 1) {
       store_result<R>(r, out, out_code, row, acc, total, ddof);
     } else {
-      static_cast<Acc*>(out)[row * gridDim.y + blockIdx.y] = acc;
+      static_cast<Acc*>(partial)[row * gridDim.y + blockIdx.y] = acc;
     }
+  }
+  if (gridDim.y > 1 && counters != nullptr) {  // split rows are one per block: row < rows
+    finish_row<R>(r, static_cast<const Acc*>(partial), counters, out, out_code, row, total, ddof, scratch);
   }
 }
 

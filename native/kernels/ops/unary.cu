@@ -7,11 +7,17 @@
 //   unary_strided<F, O>(out, x, x_code, n, layout, op)   any strides, input dtype known at run time
 //
 // unary_strided<Copy<C>, O> is the converting strided copy (astype of views, concatenate).
+//
+// Results of 16 bits or fewer take cheaper forms of some math functions (kNarrowResult).
 #include "functors.cuh"
 #include "layout.cuh"
 
 namespace pygpukit {
 namespace ops {
+
+// Results stored as fp16, bf16 or fp8 let some math functions take cheaper forms (functors.cuh).
+template <typename O>
+constexpr bool kNarrowResult = Traits<O>::kind == Kind::kNarrow;
 
 template <typename F, typename T, typename O>
 __global__ void unary_contig(const T* __restrict__ x, O* __restrict__ out, index_t n, int op) {
@@ -43,7 +49,7 @@ __global__ void unary_contig(const T* __restrict__ x, O* __restrict__ out, index
       R r[V];
 #pragma unroll
       for (int j = 0; j < V; ++j) c[j] = convert<C>(vx[u].v[j]);
-      F::apply(op, c, r);
+      F::template apply<kNarrowResult<O>>(op, c, r);
       Pack<O, V> vo;
 #pragma unroll
       for (int j = 0; j < V; ++j) vo.v[j] = convert<O>(r[j]);
@@ -70,7 +76,7 @@ __global__ void unary_strided(O* __restrict__ out, const void* __restrict__ x, i
     layout_offsets<2>(layout, i, small, offsets);
     const C c[1] = {load_as<C>(x, x_code, offsets[1])};
     R r[1];
-    F::apply(op, c, r);
+    F::template apply<kNarrowResult<O>>(op, c, r);
     out[offsets[0]] = convert<O>(r[0]);
   }
 }

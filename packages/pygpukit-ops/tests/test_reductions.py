@@ -327,6 +327,34 @@ def test_determinism_gpu(dtype: DType, rng: np.random.Generator) -> None:
     check_determinism(dtype, [(2**20 + 7,), (37, 2**16 + 3), (2**14 + 1, 61), (1029, 4096)], rng)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [gp.float32, gp.bfloat16], ids=str)
+def test_split_rows_finish_in_one_launch_or_two_alike_gpu(dtype: DType, rng: np.random.Generator) -> None:
+    """Long rows are split across blocks. Eagerly the last block of a row finishes it (the stream's
+    completion counters); captured on a stream that has no counters yet, a second pass does. Both
+    give the same bits, and so does the replay, and the counters stay usable afterwards."""
+    x = upload(sample(rng, (3, 2**19 + 5), dtype, -1, 1))
+    cases = [lambda: gp.sum(x), lambda: gp.sum(x, axis=-1), lambda: gp.var(x, axis=-1),
+             lambda: gp.argmax(x, axis=-1), lambda: gp.max(x)]  # fmt: skip
+    eager = [fn().to_numpy() for fn in cases]
+    graph = gp.CudaGraph()
+    outs: list[gp.GPUArray] = []
+    with graph.capture(stream=gp.Stream()) as stream:  # a fresh stream: no counters before this
+        outs = [fn() for fn in cases]
+    for out in outs:
+        out.copy_(gp.full(out.shape, np.nan if out.dtype.is_floating else 7, out.dtype))
+    graph.replay()
+    graph.synchronize()
+    for out, expected in zip(outs, eager, strict=True):
+        assert_bitwise_equal(out.to_numpy(), expected)
+    with stream:  # now eager on that stream: its counters are made here, the kernel finishes
+        again = [fn().to_numpy() for fn in cases]
+        twice = [fn().to_numpy() for fn in cases]
+    for a, b, expected in zip(again, twice, eager, strict=True):
+        assert_bitwise_equal(a, expected)
+        assert_bitwise_equal(b, expected)
+
+
 # -- dtypes, shapes and bad input ---------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_result_dtypes_follow_numpy(dtype: DType) -> None:

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import ml_dtypes
@@ -35,19 +35,32 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class DType:
-    """One element type: its name, NumPy dtype, size, kernel suffix and CUDA C++ type."""
+    """One element type: its name, NumPy dtype, size, kernel suffix and CUDA C++ type. Equal by name;
+    hashing and ``itemsize`` are precomputed, since every op call looks dtypes up."""
 
     name: str
     numpy: np.dtype[Any]
     suffix: str  # entry-point suffix of the built-in kernels (native/kernels/common/element_types.cuh)
     ctype: str  # the CUDA C++ type
     kind: str  # "f" float, "i" signed, "u" unsigned, "b" bool
+    itemsize: int = field(init=False)
+    _hash: int = field(init=False, repr=False)
 
-    @property
-    def itemsize(self) -> int:
-        return int(self.numpy.itemsize)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "itemsize", int(self.numpy.itemsize))
+        object.__setattr__(self, "_hash", hash(self.name))
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if isinstance(other, DType):
+            return self.name == other.name
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def is_floating(self) -> bool:

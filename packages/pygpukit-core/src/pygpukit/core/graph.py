@@ -22,9 +22,16 @@ from .backend import backend_state
 from .errors import DeviceError, PyGPUkitError
 from .stream import Stream
 
-__all__ = ["CudaGraph"]
+__all__ = ["CudaGraph", "is_capturing"]
 
 _MODES = {"global": 0, "thread_local": 1, "relaxed": 2}
+_capturing_streams: set[int] = set()  # handles of the streams a CudaGraph is capturing now
+
+
+def is_capturing(stream: Stream) -> bool:
+    """Whether a :class:`CudaGraph` is capturing ``stream`` now (work issued on it is recorded, not
+    run). Ops whose state must be set up by running work (zeroed counters, for example) check it."""
+    return stream.handle in _capturing_streams
 
 
 def _destroy(native: Any, handles: dict[str, int]) -> None:
@@ -85,11 +92,13 @@ class CudaGraph:
             return
         native.capture_begin(stream.handle, _MODES[mode])
         self._capturing = True
+        _capturing_streams.add(stream.handle)
         try:
             with stream:
                 yield stream
         except BaseException:
             self._capturing = False
+            _capturing_streams.discard(stream.handle)
             try:
                 graph = native.capture_end(stream.handle)
                 native.graph_destroy(graph)
@@ -97,6 +106,7 @@ class CudaGraph:
                 pass  # the capture was already invalidated by whatever failed
             raise
         self._capturing = False
+        _capturing_streams.discard(stream.handle)
         graph = int(native.capture_end(stream.handle))
         old = self._handles.pop("graph", None)
         if old:

@@ -26,10 +26,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from pygpukit.core.array import GPUArray, empty, zeros
+from pygpukit.core.array import GPUArray, empty
 from pygpukit.core.compiler import CompiledProgram, nvrtc_status, parse_arch
 from pygpukit.core.device import get_device_info
-from pygpukit.core.dtypes import DType, bfloat16, float16, float32, uint32
+from pygpukit.core.dtypes import DType, bfloat16, float16, float32
 from pygpukit.core.errors import DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel, Param
 from pygpukit.core.stream import Stream, current_stream
@@ -396,7 +396,6 @@ def _gemm_numpy(
 
 # -- GEMV ---------------------------------------------------------------------------------------------
 GEMV_MAX_ROWS = 8
-_COUNTERS = 1 << 16  # split-K completion counters per workspace: the most blocks along grid.x with splits
 
 
 @dataclass(frozen=True)
@@ -439,12 +438,11 @@ def _gemv_expressions() -> list[str]:
 
 
 class _SplitWorkspace:
-    """Split-K scratch of one stream: float partial sums and zeroed completion counters (each launch
-    leaves them zero). Buffers only grow, and a replaced one is kept alive, because a CUDA graph
-    captured earlier may still use its address."""
+    """Split-K scratch of one stream: float partial sums (its completion counters are the stream's,
+    _kernels.completion_counters). Buffers only grow, and a replaced one is kept alive, because a
+    CUDA graph captured earlier may still use its address."""
 
     def __init__(self, stream: Stream | None) -> None:
-        self.counters = zeros(_COUNTERS, uint32, stream=stream)
         self.partial = empty(0, float32, stream=stream)
         self.retired: list[GPUArray] = []
 
@@ -491,6 +489,11 @@ def gemv(
     and the partial sums are added in a fixed order (results are deterministic); the scratch for that
     belongs to the stream and is allocated on first use, so call once before capturing a CUDA graph.
     """
+    key = _gemv_key(x, w, out, w_layout, activation, bias)
+    launch = _gemv_launches.get(key) if key is not None else None
+    if launch is not None:
+        launch.run(x, w, out, bias, stream)
+        return out
     op = "gemv"
     x = _require_array(x, "x", op)
     w = _require_array(w, "w", op)
@@ -538,21 +541,65 @@ def gemv(
     sms = _device(device).sms
     blocks = -(-n // plan.per_block)
     splits = 1
-    if blocks < plan.target * sms and blocks <= _COUNTERS:
+    if blocks < plan.target * sms and blocks <= _kernels.COUNTERS:
         splits = max(1, min(-(-plan.target * sms // blocks), k // plan.split_unit, 65535))
         per_split = _ceil_div(_ceil_div(k, splits), plan.k_step) * plan.k_step  # as the kernel rounds it
         splits = _ceil_div(k, per_split)
-    partial_ptr = counters_ptr = 0
-    if splits > 1:
-        workspace = _workspace(device, stream)
-        partial_ptr = workspace.partials(splits * m * n, stream).device_ptr
-        counters_ptr = workspace.counters.device_ptr
-    vector = int(_vector(x2, ldx) and _vector(w, ldw))
-    kernel = _kernel(_GEMV, plan.expression)
-    bias_ptr = bias.device_ptr if bias is not None else 0
-    kernel(x2.device_ptr, w.device_ptr, out2.device_ptr, bias_ptr, m, n, k, ldx, ldw, ldy, code, splits, partial_ptr,
-           counters_ptr, vector, grid=(blocks, splits), block=256, stream=stream)  # fmt: skip
+    aligned = (ldx * x.itemsize) % 16 == 0 and (ldw * w.itemsize) % 16 == 0
+    scalars = (m, n, k, ldx, ldw, ldy, code, splits)
+    launch = _GemvLaunch(_kernel(_GEMV, plan.expression), device, (blocks, splits), scalars, aligned)
+    if key is not None:
+        if len(_gemv_launches) >= _GEMV_LAUNCHES_MAX:
+            _gemv_launches.clear()
+        _gemv_launches[key] = launch
+    launch.run(x, w, out, bias, stream)
     return out
+
+
+def _gemv_key(x: Any, w: Any, out: Any, w_layout: str, activation: Any, bias: Any) -> tuple[Any, ...] | None:
+    """What a gemv call's validation and launch shape depend on (None: not cacheable)."""
+    if not (type(x) is GPUArray and type(w) is GPUArray and type(out) is GPUArray):
+        return None
+    if type(w_layout) is not str or not (activation is None or type(activation) is str):
+        return None
+    if not (bias is None or type(bias) is GPUArray):
+        return None
+    bias_key = None if bias is None else (bias._shape, bias._strides, bias._dtype, bias._buffer.device)
+    return (x._shape, x._strides, x._dtype, x._buffer.device, w._shape, w._strides, w._dtype, w._buffer.device,
+            out._shape, out._strides, out._dtype, out._buffer.device, w_layout, activation, bias_key)  # fmt: skip
+
+
+class _GemvLaunch:
+    """A validated gemv call shape (what gemv computes from the operands' shapes, strides, dtypes and
+    devices), kept so that a repeated call (every decode step) only reads the addresses and launches."""
+
+    __slots__ = ("aligned", "device", "grid", "kernel", "scalars", "splits")
+
+    def __init__(self, kernel: JITKernel, device: int, grid: tuple[int, int], scalars: tuple[int, ...],
+                 aligned: bool) -> None:  # fmt: skip
+        self.kernel = kernel
+        self.device = device
+        self.grid = grid
+        self.scalars = scalars  # m, n, k, ldx, ldw, ldy, activation code, splits
+        self.splits = grid[1]
+        self.aligned = aligned  # the leading dimensions keep 16-byte row starts
+
+    def run(self, x: GPUArray, w: GPUArray, out: GPUArray, bias: GPUArray | None, stream: Stream | None) -> None:
+        x_ptr, w_ptr = x.device_ptr, w.device_ptr
+        partial_ptr = counters_ptr = 0
+        if self.splits > 1:
+            m, n = self.scalars[0], self.scalars[1]
+            partial_ptr = _workspace(self.device, stream).partials(self.splits * m * n, stream).device_ptr
+            counters = _kernels.completion_counters(self.device, stream)
+            assert counters is not None  # made even inside a capture (see gemv's docstring)
+            counters_ptr = counters.device_ptr
+        vector = int(self.aligned and (x_ptr | w_ptr) % 16 == 0)
+        self.kernel(x_ptr, w_ptr, out.device_ptr, 0 if bias is None else bias.device_ptr, *self.scalars, partial_ptr,
+                    counters_ptr, vector, grid=self.grid, block=256, stream=stream)  # fmt: skip
+
+
+_GEMV_LAUNCHES_MAX = 4096
+_gemv_launches: dict[tuple[Any, ...], _GemvLaunch] = {}
 
 
 # -- compile checks -----------------------------------------------------------------------------------

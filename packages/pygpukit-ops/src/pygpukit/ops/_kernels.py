@@ -14,15 +14,19 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pygpukit.core.array import GPUArray, zeros
 from pygpukit.core.compiler import parse_arch
 from pygpukit.core.device import get_device_info
+from pygpukit.core.dtypes import uint32
 from pygpukit.core.errors import PyGPUkitError
+from pygpukit.core.graph import is_capturing
 from pygpukit.core.jit import JITKernel, Param
-from pygpukit.core.stream import thread_device
+from pygpukit.core.stream import Stream, current_stream, thread_device
 
 __all__ = [
     "BLOCK",
@@ -33,6 +37,7 @@ __all__ = [
     "KernelGroup",
     "c_param",
     "code_param",
+    "completion_counters",
     "grid_for",
     "kernel_root",
     "layout_param",
@@ -176,6 +181,32 @@ def grid_for(work: int, per_block: int = BLOCK, per_sm: int = 16) -> int:
     if blocks <= 128:  # within the cap of any supported GPU (8 SMs or more): skip the device lookup
         return blocks if blocks > 0 else 1
     return min(blocks, _sm_count() * per_sm)
+
+
+# -- completion counters ----------------------------------------------------------------------------
+COUNTERS = 1 << 16  # per stream: the most blocks along grid.x of a launch that uses them
+_counters: dict[tuple[int, int], GPUArray] = {}
+_counters_lock = threading.Lock()
+
+
+def completion_counters(device: int, stream: Stream | None, *, in_capture: bool = True) -> GPUArray | None:
+    """COUNTERS zeroed uint32 counters of ``stream`` (the current one if None), for kernels whose last
+    block to finish does the final step (gemv's split K, split reductions). Every such launch leaves
+    its counters zero again, so launches on one stream share them; launches on different streams
+    have their own. Made on first use by a memset on the stream; when that stream is being captured
+    the memset would only run at replay, so with ``in_capture=False`` the result is None instead
+    (the caller then takes a path without counters)."""
+    target = stream if stream is not None else current_stream()
+    key = (device, target.handle)
+    found = _counters.get(key)
+    if found is None:
+        if not in_capture and is_capturing(target):
+            return None
+        with _counters_lock:
+            found = _counters.get(key)
+            if found is None:
+                found = _counters[key] = zeros(COUNTERS, uint32, stream=target)
+    return found
 
 
 # -- every group the op library launches ------------------------------------------------------------

@@ -28,12 +28,14 @@ import numpy as np
 from pygpukit.core.array import GPUArray, empty, full
 from pygpukit.core.dtypes import DType, all_dtypes, bool_, float32, float64, int64, uint8, uint64
 from pygpukit.core.errors import DTypeError, ShapeError
+from pygpukit.core.jit import JITKernel
 
 from . import _cpu
 from ._kernels import (
     NAMESPACE,
     Groups,
     code_param,
+    completion_counters,
     grid_for,
     group,
     layout_param,
@@ -176,7 +178,8 @@ _REDUCERS = (_SUM, _MEAN, _PROD, _MAX, _MIN, _ARGMAX, _ARGMIN, _ANY, _ALL, _VAR,
 
 _ROWS_PARAMS = [pointer("x"), code_param("x_code"), pointer("out"), code_param("out_code"), size_param("rows"),
                 size_param("count"), size_param("chunk"), code_param("lanes"), size_param("total"),
-                size_param("ddof"), code_param("mode"), layout_param("layout", "ReduceLayout")]  # fmt: skip
+                size_param("ddof"), code_param("mode"), layout_param("layout", "ReduceLayout"), pointer("partial"),
+                pointer("counters")]  # fmt: skip
 _COLS_PARAMS = [pointer("x"), code_param("x_code"), pointer("out"), code_param("out_code"), size_param("rows"),
                 size_param("count"), size_param("chunk"), size_param("total"), size_param("ddof"), code_param("mode"),
                 layout_param("layout", "ReduceLayout")]  # fmt: skip
@@ -252,12 +255,20 @@ def _launch_reduce(
         step = _BLOCK * width
         chunk = _ceil(_ceil(count, chunks), step) * step
         chunks = _ceil(count, chunk)
-        target = out if chunks == 1 else empty(rows * chunks * reducer.acc_bytes(dtype), uint8)
+        partial = counters = None
+        if chunks > 1:  # one row per block; the last block of a row finishes it (reduce.cu)
+            partial = empty(rows * chunks * reducer.acc_bytes(dtype), uint8)
+            counters = completion_counters(x._buffer.device, None, in_capture=False)
         kernels.kernel(rows_kernel, _ROWS_PARAMS)(
-            x.device_ptr, code, target.device_ptr, out_code, rows, count, chunk, lanes, count, ddof, reducer.mode,
-            layout, grid=(row_blocks, chunks), block=_BLOCK,
+            x.device_ptr, code, out.device_ptr, out_code, rows, count, chunk, lanes, count, ddof, reducer.mode,
+            layout, 0 if partial is None else partial.device_ptr, 0 if counters is None else counters.device_ptr,
+            grid=(row_blocks, chunks), block=_BLOCK,
         )  # fmt: skip
-    elif _packed_columns(expressions, x, outer, inner):
+        if partial is not None and counters is None:  # a capture before the stream had counters
+            _finish_partials(kernels.kernel(partial_kernel, _ROWS_PARAMS), reducer, partial, out, out_code, rows,
+                             chunks, _BLOCK, count, ddof)  # fmt: skip
+        return
+    if _packed_columns(expressions, x, outer, inner):
         width = 16 // dtype.itemsize
         col_blocks = -(-rows // (32 * width))
         chunks = 1
@@ -283,12 +294,17 @@ def _launch_reduce(
             grid=(col_blocks, chunks), block=(32, 8),
         )  # fmt: skip
     if chunks > 1:
-        lanes = _pow2_between(-(-chunks // 4), 4, _BLOCK)
-        partial_layout = _reduce_layout(([rows], [chunks]), ([chunks], [1]))
-        kernels.kernel(partial_kernel, _ROWS_PARAMS)(
-            target.device_ptr, 0, out.device_ptr, out_code, rows, chunks, chunks, lanes, count, ddof, reducer.mode,
-            partial_layout, grid=-(-rows // (_BLOCK // lanes)), block=_BLOCK,
-        )  # fmt: skip
+        _finish_partials(kernels.kernel(partial_kernel, _ROWS_PARAMS), reducer, target, out, out_code, rows, chunks,
+                         _pow2_between(-(-chunks // 4), 4, _BLOCK), count, ddof)  # fmt: skip
+
+
+def _finish_partials(kernel: JITKernel, reducer: _Reducer, partial: GPUArray, out: GPUArray, out_code: int, rows: int,
+                     chunks: int, lanes: int, count: int, ddof: int) -> None:  # fmt: skip
+    """The second pass over split rows: fold each row's ``chunks`` accumulators in ``partial`` into
+    ``out``. With lanes = _BLOCK it folds in the order of reduce_rows' own last-block finish."""
+    layout = _reduce_layout(([rows], [chunks]), ([chunks], [1]))
+    kernel(partial.device_ptr, 0, out.device_ptr, out_code, rows, chunks, chunks, lanes, count, ddof, reducer.mode,
+           layout, 0, 0, grid=-(-rows // (_BLOCK // lanes)), block=_BLOCK)  # fmt: skip
 
 
 def _packed_columns(
@@ -495,7 +511,8 @@ def cumsum(x: GPUArray, axis: int | None = None) -> GPUArray:
         lanes = _pow2_between(-(-chunk // (4 * width)), 4, _BLOCK)
         kernels.kernel(rows_kernel, _ROWS_PARAMS)(
             x.device_ptr, dtype_code(x.dtype), totals.device_ptr, _ACCUMULATOR_CODE, rows, count, chunk, lanes, count,
-            0, 0, _reduce_layout((dims, in_outer), inner), grid=(-(-rows // (_BLOCK // lanes)), chunks), block=_BLOCK,
+            0, 0, _reduce_layout((dims, in_outer), inner), totals.device_ptr, 0,
+            grid=(-(-rows // (_BLOCK // lanes)), chunks), block=_BLOCK,
         )  # fmt: skip
         carries = empty((rows, chunks), acc_dtype)
         code = dtype_code(acc_dtype)
