@@ -11,6 +11,21 @@ namespace pygpukit {
 
 using index_t = long long;
 
+// float8_e5m2 has infinities: values beyond its range become +-inf, as in NumPy (ml_dtypes), PyTorch
+// and the other IEEE-like formats. cuda_fp8.h's constructors saturate to +-57344 instead, so every
+// kernel converts through these. (float8_e4m3fn has no infinity: its constructors' saturation to
+// +-448 is our rule there.)
+__device__ __forceinline__ __nv_fp8_e5m2 e5m2_from(float v) {
+  __nv_fp8_e5m2 r;
+  r.__x = __nv_cvt_float_to_fp8(v, __NV_NOSAT, __NV_E5M2);
+  return r;
+}
+__device__ __forceinline__ __nv_fp8_e5m2 e5m2_from(double v) {
+  __nv_fp8_e5m2 r;
+  r.__x = __nv_cvt_double_to_fp8(v, __NV_NOSAT, __NV_E5M2);
+  return r;
+}
+
 }  // namespace pygpukit
 
 // X(c_type, suffix) for every element type a GPUArray can hold.

@@ -22,7 +22,7 @@ __device__ __forceinline__ __nv_fp8_e4m3 from_double<__nv_fp8_e4m3>(double v) {
 }
 template <>
 __device__ __forceinline__ __nv_fp8_e5m2 from_double<__nv_fp8_e5m2>(double v) {
-  return __nv_fp8_e5m2(v);
+  return e5m2_from(v);
 }
 
 }  // namespace pygpukit

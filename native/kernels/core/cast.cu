@@ -29,7 +29,7 @@ struct Convert<__nv_fp8_e4m3> {
 template <>
 struct Convert<__nv_fp8_e5m2> {
   __device__ static double to_double(__nv_fp8_e5m2 v) { return static_cast<double>(static_cast<float>(v)); }
-  __device__ static __nv_fp8_e5m2 from_double(double v) { return __nv_fp8_e5m2(v); }
+  __device__ static __nv_fp8_e5m2 from_double(double v) { return e5m2_from(v); }
 };
 
 template <typename T>

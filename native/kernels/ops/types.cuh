@@ -132,7 +132,7 @@ __device__ __forceinline__ __nv_fp8_e4m3 narrow_from_float<__nv_fp8_e4m3>(float 
 }
 template <>
 __device__ __forceinline__ __nv_fp8_e5m2 narrow_from_float<__nv_fp8_e5m2>(float v) {
-  return __nv_fp8_e5m2(v);
+  return e5m2_from(v);
 }
 
 template <typename T>
@@ -151,7 +151,7 @@ __device__ __forceinline__ __nv_fp8_e4m3 narrow_from_double<__nv_fp8_e4m3>(doubl
 }
 template <>
 __device__ __forceinline__ __nv_fp8_e5m2 narrow_from_double<__nv_fp8_e5m2>(double v) {
-  return __nv_fp8_e5m2(v);
+  return e5m2_from(v);
 }
 
 // convert<To>(v): NumPy's conversion rules with one rounding. Anything to bool is "!= 0" (NaN is

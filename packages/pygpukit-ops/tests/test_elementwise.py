@@ -31,6 +31,7 @@ from ops_testing import (
 import pygpukit as gp
 from pygpukit.core.dtypes import DType
 from pygpukit.core.errors import DTypeError
+from pygpukit.testing import assert_bitwise_equal
 
 F64 = np.float64
 _erf = np.vectorize(math.erf, otypes=[np.float64])
@@ -409,6 +410,21 @@ def test_gelu_every_narrow_value(dtype: DType) -> None:
     with np.errstate(all="ignore"):
         rounded = expected[finite].astype(dtype.numpy).astype(F64)
     assert np.count_nonzero(contiguous[finite].astype(F64) != rounded) <= finite.sum() // 100
+
+
+def test_float8_overflow_rules() -> None:
+    """float8_e5m2 overflows to infinity (as NumPy/ml_dtypes and PyTorch do); float8_e4m3fn, which has
+    no infinity, saturates to +-448. The same through astype, strided copies and op results."""
+    host = np.array([1e6, -1e6, np.inf, -np.inf, 57344, 61439, 61440, 60000, np.nan, 1.5], np.float32)
+    x = upload(host)
+    e5m2 = host.astype(gp.float8_e5m2.numpy)
+    assert np.isinf(e5m2.astype(F64)[[0, 1, 2, 3, 6]]).all()
+    for got in (x.astype(gp.float8_e5m2), gp.astype(x, gp.float8_e5m2), strided(host)[0].astype(gp.float8_e5m2)):
+        assert_bitwise_equal(got.to_numpy(), e5m2)
+    doubled = gp.mul(upload(np.array([40960, -40960, 2], np.float32).astype(gp.float8_e5m2.numpy)), 2.0)
+    assert doubled.to_numpy().astype(F64).tolist() == [np.inf, -np.inf, 4.0]
+    e4m3 = gp.mul(upload(np.array([448, -448, 2], np.float32).astype(gp.float8_e4m3fn.numpy)), 2.0)
+    assert e4m3.to_numpy().astype(F64).tolist() == [448.0, -448.0, 4.0]
 
 
 def test_in_place_forms_and_overlap() -> None:

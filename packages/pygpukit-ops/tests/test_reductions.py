@@ -31,6 +31,7 @@ from ops_testing import (
 import pygpukit as gp
 from pygpukit.core.dtypes import DType
 from pygpukit.core.errors import DTypeError, ShapeError
+from pygpukit.ops import reduction
 from pygpukit.testing import assert_bitwise_equal
 
 F64 = np.float64
@@ -329,30 +330,41 @@ def test_determinism_gpu(dtype: DType, rng: np.random.Generator) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [gp.float32, gp.bfloat16], ids=str)
-def test_split_rows_finish_in_one_launch_or_two_alike_gpu(dtype: DType, rng: np.random.Generator) -> None:
-    """Long rows are split across blocks. Eagerly the last block of a row finishes it (the stream's
-    completion counters); captured on a stream that has no counters yet, a second pass does. Both
-    give the same bits, and so does the replay, and the counters stay usable afterwards."""
+def test_split_rows_give_the_same_bits_every_way_gpu(
+    dtype: DType, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Long rows are split into chunks across blocks. The last block of a row finishes it (the stream's
+    completion counters); without counters (a capture on a stream that has none yet) a second pass
+    does; a block folds one chunk or a run of them, depending on the device. All of these give the
+    same bits, and so does a CUDA-graph replay."""
     x = upload(sample(rng, (3, 2**19 + 5), dtype, -1, 1))
-    cases = [lambda: gp.sum(x), lambda: gp.sum(x, axis=-1), lambda: gp.var(x, axis=-1),
-             lambda: gp.argmax(x, axis=-1), lambda: gp.max(x)]  # fmt: skip
-    eager = [fn().to_numpy() for fn in cases]
+    whole = upload(sample(rng, 2**22 + 3, dtype, -1, 1))
+    cases = [lambda: gp.sum(x), lambda: gp.sum(x, axis=-1), lambda: gp.var(x, axis=-1), lambda: gp.argmax(x, axis=-1),
+             lambda: gp.max(whole), lambda: gp.sum(whole), lambda: gp.mean(whole)]  # fmt: skip
+    expected = [fn().to_numpy() for fn in cases]
+    for blocks_per_sm in (1, 1000):  # few blocks with long runs of chunks; one chunk per block
+        monkeypatch.setattr(reduction, "_RESIDENT_BLOCKS_PER_SM", blocks_per_sm)
+        for fn, want in zip(cases, expected, strict=True):
+            assert_bitwise_equal(fn().to_numpy(), want)
+    monkeypatch.undo()
+    monkeypatch.setattr(reduction, "completion_counters", lambda *args, **kwargs: None)  # the two-pass path
+    for fn, want in zip(cases, expected, strict=True):
+        assert_bitwise_equal(fn().to_numpy(), want)
+    monkeypatch.undo()
+    stream = gp.Stream()
+    with stream:  # eager first: kernels, counters and pool blocks for this stream exist before the capture
+        for fn, want in zip(cases, expected, strict=True):
+            assert_bitwise_equal(fn().to_numpy(), want)
     graph = gp.CudaGraph()
-    outs: list[gp.GPUArray] = []
-    with graph.capture(stream=gp.Stream()) as stream:  # a fresh stream: no counters before this
+    with graph.capture(stream=stream):
         outs = [fn() for fn in cases]
     for out in outs:
         out.copy_(gp.full(out.shape, np.nan if out.dtype.is_floating else 7, out.dtype))
-    graph.replay()
-    graph.synchronize()
-    for out, expected in zip(outs, eager, strict=True):
-        assert_bitwise_equal(out.to_numpy(), expected)
-    with stream:  # now eager on that stream: its counters are made here, the kernel finishes
-        again = [fn().to_numpy() for fn in cases]
-        twice = [fn().to_numpy() for fn in cases]
-    for a, b, expected in zip(again, twice, eager, strict=True):
-        assert_bitwise_equal(a, expected)
-        assert_bitwise_equal(b, expected)
+    for _ in range(2):
+        graph.replay()
+        graph.synchronize()
+        for out, want in zip(outs, expected, strict=True):
+            assert_bitwise_equal(out.to_numpy(), want)
 
 
 # -- dtypes, shapes and bad input ---------------------------------------------------------------------

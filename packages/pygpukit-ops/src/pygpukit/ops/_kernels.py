@@ -46,6 +46,7 @@ __all__ = [
     "precompile",
     "register_enumerator",
     "size_param",
+    "sm_count",
 ]
 
 BLOCK = 256
@@ -164,7 +165,8 @@ def group(file: str, expressions: Sequence[str]) -> KernelGroup:
 _sm_counts: dict[int, int] = {}
 
 
-def _sm_count() -> int:
+def sm_count() -> int:
+    """Multiprocessors of the calling thread's current device (cached per device)."""
     device = thread_device()
     count = _sm_counts.get(device)
     if count is None:
@@ -180,7 +182,7 @@ def grid_for(work: int, per_block: int = BLOCK, per_sm: int = 16) -> int:
     blocks = -(-work // per_block)
     if blocks <= 128:  # within the cap of any supported GPU (8 SMs or more): skip the device lookup
         return blocks if blocks > 0 else 1
-    return min(blocks, _sm_count() * per_sm)
+    return min(blocks, sm_count() * per_sm)
 
 
 # -- completion counters ----------------------------------------------------------------------------

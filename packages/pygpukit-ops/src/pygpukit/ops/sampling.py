@@ -50,13 +50,13 @@ from . import _cpu
 from ._kernels import (
     NAMESPACE,
     Groups,
-    _sm_count,
     grid_for,
     group,
     layout_param,
     pointer,
     register_enumerator,
     size_param,
+    sm_count,
 )
 from ._layout import check_devices, is_cuda
 
@@ -251,7 +251,7 @@ def _check_out(name: str, out: Any, shape: tuple[int, ...], dtype: DType) -> GPU
 def _chunking(batch: int, vocab: int) -> tuple[int, int]:
     """(blocks per row, elements per block): about two blocks per SM over the batch, at most 8192 and
     at least 512 elements a block (one block for small rows)."""
-    chunks = max(-(-2 * _sm_count() // batch), -(-vocab // _CHUNK_LIMIT))
+    chunks = max(-(-2 * sm_count() // batch), -(-vocab // _CHUNK_LIMIT))
     chunks = max(1, min(chunks, _MAX_CHUNKS, vocab // _CHUNK_LEAST))
     per_block = -(-vocab // chunks)
     chunk = -(-per_block // 64) * 64
