@@ -108,6 +108,10 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 small_from_float<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
+template <>
+__device__ __forceinline__ __nv_fp8_e5m2 small_from_float<__nv_fp8_e5m2>(float v) {
+  return e5m2_from(v);
+}
 
 template <typename Src, typename Dst>
 __device__ __forceinline__ Dst convert(Src v) {

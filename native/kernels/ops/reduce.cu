@@ -15,14 +15,11 @@
 //                       rows of one 16-byte pack, so a warp reads 512 contiguous bytes per step
 //
 // Rows too long for one block are split into `chunk`-element pieces along grid.y; the first pass then
-// stores each piece's accumulator in `partial` (row-major, one per chunk) and a second
+// stores each piece's accumulator in `partial` (row-major, gridDim.y per row) and a second
 // reduce_rows<R, Partial> over those finishes, with 256 lanes (kFinishLanes). reduce_rows (one row
 // per block when split) can finish by itself instead: given `counters` (one per blockIdx.x, zero
 // before the launch), the last block of a row to finish folds that row's partials in the same order
-// as that second pass, so either way gives the same bits, and resets its counter. A block of a split
-// row folds a run of consecutive chunks, each into its own partial, so that grid.y can stay within one
-// wave of resident blocks (each block then waits on its counter once) without changing the result.
-// Two launches
+// as that second pass, so either way gives the same bits, and resets its counter. Two launches
 // sharing counters must not run concurrently (the host keeps them per stream). T is the
 // input element type, or Dynamic for a run-time dtype code (integer and bool inputs, and reductions
 // that are rarely hot). The result is stored converted to the run-time dtype `out_code`.
@@ -90,13 +87,13 @@ __device__ __forceinline__ void store_result(const R& r, void* out, int out_code
 
 constexpr int kFinishLanes = 256;  // lanes that fold the partials of one row (host: _BLOCK)
 
-// Split rows, after this block stored its partials: the last block of row `row` to finish folds the
-// row's `chunks` partials (lane i: partials i, i + 256, ...; then group_reduce) and stores the
+// Split rows, after this block stored its partial: the last block of row `row` to finish folds the
+// row's gridDim.y partials (lane i: partials i, i + 256, ...; then group_reduce) and stores the
 // result. Called by all kFinishLanes threads of the block.
 template <typename R>
-__device__ __forceinline__ void finish_row(const R& r, const typename R::acc* partial, index_t chunks,
-                                           unsigned* counters, void* out, int out_code, index_t row,
-                                           index_t total, index_t ddof, typename R::acc* scratch) {
+__device__ __forceinline__ void finish_row(const R& r, const typename R::acc* partial, unsigned* counters,
+                                           void* out, int out_code, index_t row, index_t total, index_t ddof,
+                                           typename R::acc* scratch) {
   using Acc = typename R::acc;
   __shared__ bool last;
   __threadfence();  // the partial is visible device-wide before this block is counted
@@ -106,8 +103,8 @@ __device__ __forceinline__ void finish_row(const R& r, const typename R::acc* pa
   if (!last) return;
   __threadfence();
   Acc acc = r.identity();
-  const Acc* parts = partial + row * chunks;
-  for (index_t k = threadIdx.x; k < chunks; k += kFinishLanes) acc = r.combine(acc, parts[k]);
+  const Acc* parts = partial + row * gridDim.y;
+  for (unsigned k = threadIdx.x; k < gridDim.y; k += kFinishLanes) acc = r.combine(acc, parts[k]);
   acc = group_reduce<R>(r, acc, kFinishLanes, scratch);
   if (threadIdx.x == 0) {
     store_result<R>(r, out, out_code, row, acc, total, ddof);
@@ -115,97 +112,79 @@ __device__ __forceinline__ void finish_row(const R& r, const typename R::acc* pa
   }
 }
 
-// Fold elements [begin, end) of the row at `base` into one accumulator per lane (lane i of `lanes`:
-// a fixed strided subset, in order).
-template <typename R, typename T>
-__device__ __forceinline__ typename R::acc fold_range(const R& r, const void* __restrict__ x, int x_code,
-                                                      const ReduceLayout& layout, index_t base, index_t begin,
-                                                      index_t end, int lane, int lanes) {
-  using Acc = typename R::acc;
-  using Value = typename R::value;
-  Acc acc = r.identity();
-  if constexpr (!SameType<T, Partial>::value && !SameType<T, Dynamic>::value) {
-    constexpr int V = pack_width<T, T>();
-    const T* row_start = static_cast<const T*>(x) + base;
-    if (V > 1 && layout.inner_ndim == 1 && layout.inner_strides[0] == 1) {
-      // Lane i folds packs i, i + lanes, ... of V consecutive elements, in order; whole aligned
-      // packs are one 16-byte load, the rest element loads: the same order either way.
-      const bool aligned = aligned_to(row_start, V * sizeof(T));
-      const index_t step = static_cast<index_t>(lanes) * V;
-      index_t start = begin + static_cast<index_t>(lane) * V;
-      if (aligned) {
-        // kBatch packs at a time: their loads are in flight together, then they fold in order.
-        constexpr int kBatch = R::kBatch;
-        for (; start + (kBatch - 1) * step + V <= end; start += kBatch * step) {
-          Pack<T, V> packs[kBatch];
-#pragma unroll
-          for (int u = 0; u < kBatch; ++u) {
-            packs[u] = *reinterpret_cast<const Pack<T, V>*>(row_start + start + u * step);
-          }
-#pragma unroll
-          for (int u = 0; u < kBatch; ++u) {
-#pragma unroll
-            for (int j = 0; j < V; ++j)
-              acc = fold(r, acc, convert<Value>(packs[u].v[j]), start + u * step + j);
-          }
-        }
-        for (; start + V <= end; start += step) {
-          const Pack<T, V> pack = *reinterpret_cast<const Pack<T, V>*>(row_start + start);
-#pragma unroll
-          for (int j = 0; j < V; ++j) acc = fold(r, acc, convert<Value>(pack.v[j]), start + j);
-        }
-      }
-      for (; start < end; start += step) {
-        for (int j = 0; j < V && start + j < end; ++j) {
-          acc = fold(r, acc, convert<Value>(row_start[start + j]), start + j);
-        }
-      }
-      return acc;
-    }
-  }
-  for (index_t k = begin + lane; k < end; k += lanes) {
-    acc = fold_element<R, T>(r, acc, x, x_code, base + inner_offset(layout, k), k);
-  }
-  return acc;
-}
-
-// grid.x: groups of rows; grid.y: blocks along a split row, each folding a run of consecutive
-// chunks (grid.y <= the number of chunks; the result does not depend on grid.y).
 template <typename R, typename T>
 __global__ void reduce_rows(const void* __restrict__ x, int x_code, void* __restrict__ out, int out_code,
                             index_t rows, index_t count, index_t chunk, int lanes, index_t total,
                             index_t ddof, int mode, ReduceLayout layout, void* __restrict__ partial,
                             unsigned* counters) {
   using Acc = typename R::acc;
+  using Value = typename R::value;
   __shared__ Acc scratch[8];
   const R r{mode};
   const int group = threadIdx.x / lanes;
   const int lane = threadIdx.x % lanes;
   const index_t row = static_cast<index_t>(blockIdx.x) * (blockDim.x / lanes) + group;
-  const index_t base =
-      row < rows ? dims_offset(layout.outer_ndim, layout.outer_shape, layout.outer_strides, row) : 0;
-  index_t chunks = chunk > 0 ? (count + chunk - 1) / chunk : 1;
-  if (chunks < 1) chunks = 1;
-  const index_t per = (chunks + gridDim.y - 1) / gridDim.y;
-  const index_t first = static_cast<index_t>(blockIdx.y) * per;
-  const index_t stop = first + per < chunks ? first + per : chunks;
-  for (index_t c = first; c < stop; ++c) {  // the same trip count in every thread of the block
-    const index_t begin = c * chunk;
-    const index_t end = begin + chunk < count ? begin + chunk : count;
-    Acc acc =
-        row < rows ? fold_range<R, T>(r, x, x_code, layout, base, begin, end, lane, lanes) : r.identity();
-    acc = group_reduce<R>(r, acc, lanes, scratch);
-    if (lane == 0 && row < rows) {
-      if (chunks == 1) {
-        store_result<R>(r, out, out_code, row, acc, total, ddof);
-      } else {
-        static_cast<Acc*>(partial)[row * chunks + c] = acc;
+  const index_t begin = static_cast<index_t>(blockIdx.y) * chunk;
+  const index_t end = begin + chunk < count ? begin + chunk : count;
+  Acc acc = r.identity();
+  if (row < rows) {
+    const index_t base = dims_offset(layout.outer_ndim, layout.outer_shape, layout.outer_strides, row);
+    bool folded = false;
+    if constexpr (!SameType<T, Partial>::value && !SameType<T, Dynamic>::value) {
+      constexpr int V = pack_width<T, T>();
+      const T* row_start = static_cast<const T*>(x) + base;
+      if (V > 1 && layout.inner_ndim == 1 && layout.inner_strides[0] == 1) {
+        // Lane i folds packs i, i + lanes, ... of V consecutive elements, in order; whole aligned
+        // packs are one 16-byte load, the rest element loads: the same order either way.
+        const bool aligned = aligned_to(row_start, V * sizeof(T));
+        const index_t step = static_cast<index_t>(lanes) * V;
+        index_t start = begin + static_cast<index_t>(lane) * V;
+        if (aligned) {
+          // kBatch packs at a time: their loads are in flight together, then they fold in order.
+          constexpr int kBatch = R::kBatch;
+          for (; start + (kBatch - 1) * step + V <= end; start += kBatch * step) {
+            Pack<T, V> packs[kBatch];
+#pragma unroll
+            for (int u = 0; u < kBatch; ++u) {
+              packs[u] = *reinterpret_cast<const Pack<T, V>*>(row_start + start + u * step);
+            }
+#pragma unroll
+            for (int u = 0; u < kBatch; ++u) {
+#pragma unroll
+              for (int j = 0; j < V; ++j)
+                acc = fold(r, acc, convert<Value>(packs[u].v[j]), start + u * step + j);
+            }
+          }
+          for (; start + V <= end; start += step) {
+            const Pack<T, V> pack = *reinterpret_cast<const Pack<T, V>*>(row_start + start);
+#pragma unroll
+            for (int j = 0; j < V; ++j) acc = fold(r, acc, convert<Value>(pack.v[j]), start + j);
+          }
+        }
+        for (; start < end; start += step) {
+          for (int j = 0; j < V && start + j < end; ++j) {
+            acc = fold(r, acc, convert<Value>(row_start[start + j]), start + j);
+          }
+        }
+        folded = true;
+      }
+    }
+    if (!folded) {
+      for (index_t k = begin + lane; k < end; k += lanes) {
+        acc = fold_element<R, T>(r, acc, x, x_code, base + inner_offset(layout, k), k);
       }
     }
   }
-  if (chunks > 1 && counters != nullptr) {  // split rows are one per block: row < rows
-    finish_row<R>(r, static_cast<const Acc*>(partial), chunks, counters, out, out_code, row, total, ddof,
-                  scratch);
+  acc = group_reduce<R>(r, acc, lanes, scratch);
+  if (lane == 0 && row < rows) {
+    if (gridDim.y == 1) {
+      store_result<R>(r, out, out_code, row, acc, total, ddof);
+    } else {
+      static_cast<Acc*>(partial)[row * gridDim.y + blockIdx.y] = acc;
+    }
+  }
+  if (gridDim.y > 1 && counters != nullptr) {  // split rows are one per block: row < rows
+    finish_row<R>(r, static_cast<const Acc*>(partial), counters, out, out_code, row, total, ddof, scratch);
   }
 }
 

@@ -42,7 +42,6 @@ from ._kernels import (
     pointer,
     register_enumerator,
     size_param,
-    sm_count,
 )
 from ._layout import check_devices, collapse, contiguous_strides, dtype_code, is_cuda, normalize_axes, pack_layout
 from .elementwise import compute_ctype
@@ -73,7 +72,7 @@ _REDUCE_LAYOUT = struct.Struct(f"@ii{4 * _MAX_DIMS}q")
 _SCAN_LAYOUT = struct.Struct(f"@i{3 * _MAX_DIMS}qqq")
 _SOFTMAX_LAYOUT = struct.Struct(f"@i{3 * _MAX_DIMS}q")
 _BLOCK = 256
-_RESIDENT_BLOCKS_PER_SM = 8  # blocks of _BLOCK threads an SM holds at once (2048 threads)
+_SPLIT_BLOCKS = 1024  # blocks of a split reduction over rows (H100 and H200 hold 1056 at once)
 _ACCUMULATOR_CODE = -3  # kCodeAccumulator in reduce.cu
 _SIZES = {"float": 4, "double": 8, "long long": 8, "unsigned long long": 8, "bool": 1}
 _FLOAT_DTYPES = tuple(d for d in all_dtypes() if d.is_floating)
@@ -253,22 +252,22 @@ def _launch_reduce(
         row_blocks = -(-rows // (_BLOCK // lanes))
         chunks = 1
         if lanes == _BLOCK and row_blocks < 1024:
-            chunks = builtins.max(1, builtins.min(_ceil(count, _BLOCK * width * 8), _ceil(2048, row_blocks), 4096))
+            # At most _SPLIT_BLOCKS blocks in all: about one wave of resident blocks on the GPUs we target,
+            # so each waits on its completion counter once, at the end (the count is the same on every GPU,
+            # and so are the results).
+            chunks = builtins.max(1, builtins.min(_ceil(count, _BLOCK * width * 8), _ceil(_SPLIT_BLOCKS, row_blocks),
+                                                  4096))  # fmt: skip
         step = _BLOCK * width
         chunk = _ceil(_ceil(count, chunks), step) * step
         chunks = _ceil(count, chunk)
         partial = counters = None
-        blocks_y = 1
         if chunks > 1:  # one row per block; the last block of a row finishes it (reduce.cu)
             partial = empty(rows * chunks * reducer.acc_bytes(dtype), uint8)
             counters = completion_counters(x._buffer.device, None, in_capture=False)
-            # Blocks along a row fold runs of consecutive chunks: about one wave of resident blocks.
-            per_block = _ceil(chunks, builtins.max(1, sm_count() * _RESIDENT_BLOCKS_PER_SM // row_blocks))
-            blocks_y = _ceil(chunks, per_block)
         kernels.kernel(rows_kernel, _ROWS_PARAMS)(
             x.device_ptr, code, out.device_ptr, out_code, rows, count, chunk, lanes, count, ddof, reducer.mode,
             layout, 0 if partial is None else partial.device_ptr, 0 if counters is None else counters.device_ptr,
-            grid=(row_blocks, blocks_y), block=_BLOCK,
+            grid=(row_blocks, chunks), block=_BLOCK,
         )  # fmt: skip
         if partial is not None and counters is None:  # a capture before the stream had counters
             _finish_partials(kernels.kernel(partial_kernel, _ROWS_PARAMS), reducer, partial, out, out_code, rows,
