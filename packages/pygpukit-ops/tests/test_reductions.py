@@ -350,7 +350,7 @@ def test_split_rows_give_the_same_bits_every_way_gpu(
         results = [fn() for fn in cases]  # all alive at once, as in the capture
         for result, want in zip(results, expected, strict=True):
             assert_bitwise_equal(result.to_numpy(), want)
-        del results
+        del results, result  # back to the stream's pool cache
     graph = gp.CudaGraph()
     with graph.capture(stream=stream):
         outs = [fn() for fn in cases]
