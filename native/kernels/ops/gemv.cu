@@ -262,21 +262,28 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-// Columns handled per block by gemv_kn: 32 * (16 / sizeof(T)). Grid: (ceil(n / columns), splits).
-template <typename T, int MT, int U>
+// Columns handled per block by gemv_kn: L * (16 / sizeof(T)), L lanes side by side covering one row
+// segment (L = 32: 512 contiguous bytes of a row per warp load; L = 8: 128 bytes of each of 4 rows).
+// Narrower blocks give more of them along N, so that a moderate N (4096) needs fewer K splits.
+// Row r of a block's K range goes to the warp and lane group ("row slot") r % (8 * 32 / L).
+// Grid: (ceil(n / columns), splits).
+template <typename T, int MT, int U, int L = 32>
 __global__ void __launch_bounds__(kThreads, 1)
     gemv_kn(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, const T* __restrict__ bias,
             int m, int n, int k, long long ldx, long long ldw, long long ldy, int activation, int splits,
             float* partial, unsigned* counters, int vector) {
+  static_assert(L == 4 || L == 8 || L == 16 || L == 32, "lanes per row segment");
   constexpr int E = Pack<T>::kElems;
-  constexpr int kCols = 32 * E;
+  constexpr int kCols = L * E;
+  constexpr int kSlots = kWarps * (32 / L);  // rows in flight per block step
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int slot = warp * (32 / L) + lane / L;
   const int block_col = static_cast<int>(blockIdx.x) * kCols;
-  const int col = block_col + lane * E;
-  // Whole U * kWarps-row steps per split (the host picks splits to match), so that no warp ends with
+  const int col = block_col + (lane % L) * E;
+  // Whole U * kSlots-row steps per split (the host picks splits to match), so that no warp ends with
   // a tail of single loads.
-  constexpr int kStep = U * kWarps;
+  constexpr int kStep = U * kSlots;
   const int per_split = ((k + splits - 1) / splits + kStep - 1) / kStep * kStep;
   const int k_begin = static_cast<int>(blockIdx.y) * per_split;
   const int k_end = min(k, k_begin + per_split);
@@ -290,12 +297,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (vector != 0 && col + E <= n) {
     const T* column = w + col;
-    int kk = k_begin + warp;
-    for (; kk + (U - 1) * kWarps < k_end; kk += U * kWarps) {
+    int kk = k_begin + slot;
+    for (; kk + (U - 1) * kSlots < k_end; kk += U * kSlots) {
       uint4 wv[U];
 #pragma unroll
       for (int u = 0; u < U; ++u)
-        wv[u] = load_weights(column + static_cast<long long>(kk + u * kWarps) * ldw);
+        wv[u] = load_weights(column + static_cast<long long>(kk + u * kSlots) * ldw);
       await_loads<U>(wv);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
@@ -304,14 +311,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int i = 0; i < MT; ++i) {
           if (i == 0 || i < m) {
-            const float xv = matmul::to_float(x[i * ldx + kk + u * kWarps]);
+            const float xv = matmul::to_float(x[i * ldx + kk + u * kSlots]);
 #pragma unroll
             for (int e = 0; e < E; ++e) acc[i][e] = fmaf(xv, wf[e], acc[i][e]);
           }
         }
       }
     }
-    for (; kk < k_end; kk += kWarps) {
+    for (; kk < k_end; kk += kSlots) {
       float wf[E];
       Pack<T>::unpack(load_weights(column + static_cast<long long>(kk) * ldw), wf);
 #pragma unroll
@@ -324,7 +331,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   } else if (col < n) {
-    for (int kk = k_begin + warp; kk < k_end; kk += kWarps) {
+    for (int kk = k_begin + slot; kk < k_end; kk += kSlots) {
       const T* w_row = w + static_cast<long long>(kk) * ldw;
 #pragma unroll
       for (int i = 0; i < MT; ++i) {
@@ -339,18 +346,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 
-  // Add up the warps' sums through shared memory, one row of x at a time.
-  __shared__ float sums[kWarps][kCols];
+  // Add up the row slots' sums through shared memory, one row of x at a time.
+  __shared__ float sums[kSlots][kCols];
 #pragma unroll
   for (int i = 0; i < MT; ++i) {
     if (i < m) {
 #pragma unroll
-      for (int e = 0; e < E; ++e) sums[warp][lane * E + e] = acc[i][e];
+      for (int e = 0; e < E; ++e) sums[slot][(lane % L) * E + e] = acc[i][e];
       __syncthreads();
       if (threadIdx.x < kCols) {
         float sum = 0.0f;
 #pragma unroll
-        for (int v = 0; v < kWarps; ++v) sum += sums[v][threadIdx.x];
+        for (int v = 0; v < kSlots; ++v) sum += sums[v][threadIdx.x];
         const int out_col = block_col + static_cast<int>(threadIdx.x);
         if (out_col < n) emit(y, bias, activation, partial, m, n, ldy, splits, i, out_col, sum);
       }
