@@ -27,6 +27,7 @@
 // vector != 0 promises that x and W rows start on 16-byte boundaries (aligned base pointers and
 // leading dimensions that are multiples of 16 bytes); otherwise every element is loaded singly.
 // A K (nk) or N (kn) tail that does not fill a chunk is handled element by element.
+#include "../common/completion.cuh"
 #include "matmul_common.cuh"
 
 namespace pygpukit {
@@ -118,15 +119,10 @@ __device__ __forceinline__ void finish_splits(T* __restrict__ y, const T* __rest
                                               const float* partial, unsigned* counters, int m, int n,
                                               long long ldy, int splits, int first, int count) {
   __shared__ bool last;
-  __threadfence();  // this block's partials are visible device-wide before it is counted
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned done = atomicAdd(&counters[blockIdx.x], 1u);
-    last = done == static_cast<unsigned>(splits - 1);
-  }
+  __syncthreads();  // the block's partials, then one acq_rel count (completion.cuh)
+  if (threadIdx.x == 0) last = arrive(&counters[blockIdx.x]) == static_cast<unsigned>(splits - 1);
   __syncthreads();
   if (!last) return;
-  __threadfence();
   for (int i = static_cast<int>(threadIdx.x); i < m * count; i += kThreads) {
     const int row = i / count;
     const int col = first + i % count;

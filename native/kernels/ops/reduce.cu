@@ -23,6 +23,7 @@
 // sharing counters must not run concurrently (the host keeps them per stream). T is the
 // input element type, or Dynamic for a run-time dtype code (integer and bool inputs, and reductions
 // that are rarely hot). The result is stored converted to the run-time dtype `out_code`.
+#include "../common/completion.cuh"
 #include "layout.cuh"
 #include "reducers.cuh"
 
@@ -96,12 +97,10 @@ __device__ __forceinline__ void finish_row(const R& r, const typename R::acc* pa
                                            typename R::acc* scratch) {
   using Acc = typename R::acc;
   __shared__ bool last;
-  __threadfence();  // the partial is visible device-wide before this block is counted
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(&counters[blockIdx.x], 1u) == gridDim.y - 1;
+  __syncthreads();  // the block's partial, then one acq_rel count (completion.cuh)
+  if (threadIdx.x == 0) last = arrive(&counters[blockIdx.x]) == gridDim.y - 1;
   __syncthreads();
   if (!last) return;
-  __threadfence();
   Acc acc = r.identity();
   const Acc* parts = partial + row * gridDim.y;
   for (unsigned k = threadIdx.x; k < gridDim.y; k += 4 * kFinishLanes) {  // 4 loads in flight, in order
