@@ -52,7 +52,8 @@ def timed(fn, reps: int = 15, calls: int = 20) -> float:
 def main() -> None:
     import torch
 
-    assert FINISH_OLD in BASE and BATCH_OLD in BASE
+    assert FINISH_OLD in BASE
+    assert BATCH_OLD in BASE
     rng = np.random.default_rng(0)
     host = rng.uniform(-1, 1, 2**26).astype(np.float32)
     results = {}
@@ -73,20 +74,20 @@ def main() -> None:
                           True),
             "finish batched, 2048": (BASE.replace(FINISH_OLD, FINISH_NEW), 2048, True),
         }
-        torch_us = timed(lambda: torch.sum(t))
+        torch_us = timed(lambda t=t: torch.sum(t))
         print(f"{dtype}: torch {torch_us:.2f} us ({nbytes / torch_us / 1e3:.0f} GB/s)", flush=True)
         for name, (text, blocks, counters) in variants.items():
             use(text)
             reduction._SPLIT_BLOCKS = blocks
             if not counters:
                 reduction.completion_counters = lambda *a, **k: None  # type: ignore[assignment]
-            us = timed(lambda: gp.sum(x))
+            us = timed(lambda x=x: gp.sum(x))
             reduction.completion_counters = _kernels.completion_counters
             ratio = torch_us / us
             same = "same bits" if blocks == 1024 and np.array_equal(gp.sum(x).to_numpy(), ref) else ""
             results[(str(dtype), name)] = us
             print(f"  {name:<22} {us:7.2f} us {nbytes / us / 1e3:6.0f} GB/s  {ratio:.3f}x torch  {same}", flush=True)
-        torch_us2 = timed(lambda: torch.sum(t))
+        torch_us2 = timed(lambda t=t: torch.sum(t))
         print(f"  torch again {torch_us2:.2f} us", flush=True)
     use(BASE)
     reduction._SPLIT_BLOCKS = 1024
