@@ -68,10 +68,16 @@ def main() -> None:
             "finish batched": (BASE.replace(FINISH_OLD, FINISH_NEW), 1024, True),
             "kBatch 8": (BASE.replace(BATCH_OLD, "constexpr int kBatch = 8;"), 1024, True),
             "both": (BASE.replace(FINISH_OLD, FINISH_NEW).replace(BATCH_OLD, "constexpr int kBatch = 8;"), 1024, True),
-            "both, 2048": (BASE.replace(FINISH_OLD, FINISH_NEW).replace(BATCH_OLD, "constexpr int kBatch = 8;"), 2048,
-                           True),
-            "both, 512": (BASE.replace(FINISH_OLD, FINISH_NEW).replace(BATCH_OLD, "constexpr int kBatch = 8;"), 512,
-                          True),
+            "both, 2048": (
+                BASE.replace(FINISH_OLD, FINISH_NEW).replace(BATCH_OLD, "constexpr int kBatch = 8;"),
+                2048,
+                True,
+            ),
+            "both, 512": (
+                BASE.replace(FINISH_OLD, FINISH_NEW).replace(BATCH_OLD, "constexpr int kBatch = 8;"),
+                512,
+                True,
+            ),
             "finish batched, 2048": (BASE.replace(FINISH_OLD, FINISH_NEW), 2048, True),
         }
         torch_us = timed(lambda t=t: torch.sum(t))
