@@ -300,6 +300,31 @@ def test_gemv_vectors_and_views(rng: np.random.Generator, layout: str) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["nk", "kn"])
+def test_gemv_repeated_calls_follow_their_operands(rng: np.random.Generator, layout: str) -> None:
+    # gemv keeps the launch of a call shape (shapes, strides, dtypes, devices, layout, bias, activation);
+    # what it does not key on must still be read per call: the addresses, and with them whether rows
+    # start on 16-byte boundaries (an x one element into its buffer has the same shape and strides).
+    k, n = 1024, 96
+    buffer = _random(rng, (1, k + 1), gp.bfloat16)
+    w_host = _random(rng, (n, k) if layout == "nk" else (k, n), gp.bfloat16)
+    w = gp.from_numpy(w_host)
+    device_buffer = gp.from_numpy(buffer)
+    for x_view, x_host in ((device_buffer[:, :k], buffer[:, :k]), (device_buffer[:, 1:], buffer[:, 1:]),
+                           (device_buffer[:, :k], buffer[:, :k])):  # fmt: skip
+        out = _poisoned((1, n), gp.bfloat16)
+        bg.gemv(x_view, w, out, w_layout=layout)
+        assert _relative_error(out.to_numpy(), _gemv_reference(x_host, w_host, layout)) <= BOUND[("bfloat16",) * 2]
+    bias = _random(rng, (n,), gp.bfloat16)
+    out = _poisoned((1, n), gp.bfloat16)
+    bg.gemv(device_buffer[:, 1:], w, out, w_layout=layout, bias=gp.from_numpy(bias), activation="relu")
+    ref = np.maximum(_gemv_reference(buffer[:, 1:], w_host, layout) + bias.astype(np.float64), 0.0)
+    assert _relative_error(out.to_numpy(), ref) <= BOUND[("bfloat16",) * 2]
+    with pytest.raises(ShapeError):  # a cached call shape does not skip the checks of a new one
+        bg.gemv(device_buffer[:, 1:], w, gp.empty((1, n + 1), gp.bfloat16), w_layout=layout)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["nk", "kn"])
 @pytest.mark.parametrize("m", [1, 4])
 def test_gemv_split_k_is_deterministic(rng: np.random.Generator, layout: str, m: int) -> None:
     # N = 64 gives a handful of blocks, so K is split; repeated runs must agree bitwise and leave the
