@@ -64,29 +64,31 @@ def main() -> None:
     e.synchronize()
     print(f"K={k} N={n}: torch {s.elapsed_time(e) * 1000 / 4 / CALLS:.2f} us per call", flush=True)
     original = bg._gemv_plan
-    for lanes in (32, 16, 8, 4):
-        for u in (4, 8):
-            for target in (1, 2):
-                expression = f"pygpukit::ops::gemv::gemv_kn<__nv_bfloat16, 1, {u}, {lanes}>"
-                plan = bg._GemvPlan(expression, lanes * 8, target, 64, u * 8 * (32 // lanes))
-                bg._gemv_plan = lambda *a, plan=plan: plan  # type: ignore[misc]
-                bg._gemv_launches.clear()
+    plans = [
+        bg._GemvPlan(f"pygpukit::ops::gemv::gemv_kn<__nv_bfloat16, 1, {u}, {lanes}>", lanes * 8, target, 64,
+                     u * 8 * (32 // lanes))
+        for lanes in (32, 16, 8) for u in (4, 8) for target in (1, 2)
+    ]  # fmt: skip
+    # The tensor-core kernel of 2 to 8 rows, with one row (the other seven are zeros).
+    plans += [bg._GemvPlan("pygpukit::ops::gemv::gemv_kn_mma<__nv_bfloat16, 1>", 64, target, 256)
+              for target in (1, 2, 4)]  # fmt: skip
+    for plan in plans:
+        bg._gemv_plan = lambda *a, plan=plan: plan  # type: ignore[misc]
+        bg._gemv_launches.clear()
 
-                def calls() -> None:
-                    for i in range(CALLS):
-                        bg.gemv(x, ws[i % copies], out, w_layout="kn", stream=stream)
+        def calls() -> None:
+            for i in range(CALLS):
+                bg.gemv(x, ws[i % copies], out, w_layout="kn", stream=stream)
 
-                calls()
-                stream.synchronize()
-                got = out.astype(gp.float32).to_numpy()
-                want = x.astype(gp.float32).to_numpy() @ host[(CALLS - 1) % copies].astype(np.float32)
-                err = float(np.abs(got - want).max() / np.abs(want).max())
-                us = graph_us(calls, stream)
-                print(
-                    f"  L={lanes:<2} U={u} target={target}: {us:.2f} us ({2 * k * n / us / 1e3:.0f} GB/s) "
-                    f"rel err {err:.1e}",
-                    flush=True,
-                )
+        calls()
+        stream.synchronize()
+        got = out.astype(gp.float32).to_numpy()
+        want = x.astype(gp.float32).to_numpy() @ host[(CALLS - 1) % copies].astype(np.float32)
+        err = float(np.abs(got - want).max() / np.abs(want).max())
+        us = graph_us(calls, stream)
+        name = plan.expression.split("::")[-1]
+        print(f"  {name} target={plan.target}: {us:.2f} us ({2 * k * n / us / 1e3:.0f} GB/s) rel err {err:.1e}",
+              flush=True)  # fmt: skip
     bg._gemv_plan = original
 
 
