@@ -65,9 +65,9 @@ def main() -> None:
     print(f"K={k} N={n}: torch {s.elapsed_time(e) * 1000 / 4 / CALLS:.2f} us per call", flush=True)
     original = bg._gemv_plan
     plans = [
-        bg._GemvPlan(f"pygpukit::ops::gemv::gemv_kn<__nv_bfloat16, 1, {u}, {lanes}, {packs}>", lanes * packs * 8,
-                     target, 64, u * 8 * (32 // lanes))
-        for lanes, packs in ((32, 1), (16, 1), (32, 2), (16, 2), (32, 4)) for u in (4, 8) for target in (1, 2)
+        bg._GemvPlan(f"pygpukit::ops::gemv::gemv_kn<__nv_bfloat16, 1, {u}, {lanes}>", lanes * 8, target, 64,
+                     u * 8 * (32 // lanes))
+        for lanes in (32, 16, 8) for u in (4, 8) for target in (1, 2)
     ]  # fmt: skip
     # The tensor-core kernel of 2 to 8 rows, with one row (the other seven are zeros).
     plans += [bg._GemvPlan("pygpukit::ops::gemv::gemv_kn_mma<__nv_bfloat16, 1>", 64, target, 256)

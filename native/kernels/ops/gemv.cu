@@ -258,26 +258,25 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-// Columns handled per block by gemv_kn: L * P * (16 / sizeof(T)). L lanes side by side cover one row
-// segment of P 16-byte packs per lane (L = 32, P = 1: 512 contiguous bytes of a row per warp load;
-// L = 8: 128 bytes of each of 4 rows; P = 2 doubles the contiguous run and the block's columns).
+// Columns handled per block by gemv_kn: L * (16 / sizeof(T)), L lanes side by side covering one row
+// segment (L = 32: 512 contiguous bytes of a row per warp load; L = 8: 128 bytes of each of 4 rows).
+// Narrower blocks give more of them along N, so that a moderate N (4096) needs fewer K splits.
 // Row r of a block's K range goes to the warp and lane group ("row slot") r % (8 * 32 / L).
 // Grid: (ceil(n / columns), splits).
-template <typename T, int MT, int U, int L = 32, int P = 1>
+template <typename T, int MT, int U, int L = 32>
 __global__ void __launch_bounds__(kThreads, 1)
     gemv_kn(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, const T* __restrict__ bias,
             int m, int n, int k, long long ldx, long long ldw, long long ldy, int activation, int splits,
             float* partial, unsigned* counters, int vector) {
   static_assert(L == 4 || L == 8 || L == 16 || L == 32, "lanes per row segment");
-  static_assert(P == 1 || P == 2 || P == 4, "packs per lane");
   constexpr int E = Pack<T>::kElems;
-  constexpr int kCols = L * P * E;
+  constexpr int kCols = L * E;
   constexpr int kSlots = kWarps * (32 / L);  // rows in flight per block step
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int slot = warp * (32 / L) + lane / L;
   const int block_col = static_cast<int>(blockIdx.x) * kCols;
-  const int col = block_col + (lane % L) * E;  // pack p at col + p * L * E
+  const int col = block_col + (lane % L) * E;
   // Whole U * kSlots-row steps per split (the host picks splits to match), so that no warp ends with
   // a tail of single loads.
   constexpr int kStep = U * kSlots;
@@ -285,57 +284,45 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int k_begin = static_cast<int>(blockIdx.y) * per_split;
   const int k_end = min(k, k_begin + per_split);
 
-  float acc[MT][P][E];
+  float acc[MT][E];
 #pragma unroll
   for (int i = 0; i < MT; ++i) {
 #pragma unroll
-    for (int p = 0; p < P; ++p) {
-#pragma unroll
-      for (int e = 0; e < E; ++e) acc[i][p][e] = 0.0f;
-    }
+    for (int e = 0; e < E; ++e) acc[i][e] = 0.0f;
   }
 
-  if (vector != 0 && col + (P - 1) * L * E + E <= n) {
+  if (vector != 0 && col + E <= n) {
     const T* column = w + col;
     int kk = k_begin + slot;
     for (; kk + (U - 1) * kSlots < k_end; kk += U * kSlots) {
-      uint4 wv[U][P];
+      uint4 wv[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        wv[u] = load_weights(column + static_cast<long long>(kk + u * kSlots) * ldw);
+      await_loads<U>(wv);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
+        float wf[E];
+        Pack<T>::unpack(wv[u], wf);
 #pragma unroll
-        for (int p = 0; p < P; ++p)
-          wv[u][p] = load_weights(column + static_cast<long long>(kk + u * kSlots) * ldw + p * L * E);
-      }
-      await_loads<U * P>(&wv[0][0]);
+        for (int i = 0; i < MT; ++i) {
+          if (i == 0 || i < m) {
+            const float xv = matmul::to_float(x[i * ldx + kk + u * kSlots]);
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-#pragma unroll
-        for (int p = 0; p < P; ++p) {
-          float wf[E];
-          Pack<T>::unpack(wv[u][p], wf);
-#pragma unroll
-          for (int i = 0; i < MT; ++i) {
-            if (i == 0 || i < m) {
-              const float xv = matmul::to_float(x[i * ldx + kk + u * kSlots]);
-#pragma unroll
-              for (int e = 0; e < E; ++e) acc[i][p][e] = fmaf(xv, wf[e], acc[i][p][e]);
-            }
+            for (int e = 0; e < E; ++e) acc[i][e] = fmaf(xv, wf[e], acc[i][e]);
           }
         }
       }
     }
     for (; kk < k_end; kk += kSlots) {
+      float wf[E];
+      Pack<T>::unpack(load_weights(column + static_cast<long long>(kk) * ldw), wf);
 #pragma unroll
-      for (int p = 0; p < P; ++p) {
-        float wf[E];
-        Pack<T>::unpack(load_weights(column + static_cast<long long>(kk) * ldw + p * L * E), wf);
+      for (int i = 0; i < MT; ++i) {
+        if (i < m) {
+          const float xv = matmul::to_float(x[i * ldx + kk]);
 #pragma unroll
-        for (int i = 0; i < MT; ++i) {
-          if (i < m) {
-            const float xv = matmul::to_float(x[i * ldx + kk]);
-#pragma unroll
-            for (int e = 0; e < E; ++e) acc[i][p][e] = fmaf(xv, wf[e], acc[i][p][e]);
-          }
+          for (int e = 0; e < E; ++e) acc[i][e] = fmaf(xv, wf[e], acc[i][e]);
         }
       }
     }
@@ -347,12 +334,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (i < m) {
           const float xv = matmul::to_float(x[i * ldx + kk]);
 #pragma unroll
-          for (int p = 0; p < P; ++p) {
-#pragma unroll
-            for (int e = 0; e < E; ++e) {
-              const int c = col + p * L * E + e;
-              if (c < n) acc[i][p][e] = fmaf(xv, matmul::to_float(w_row[c]), acc[i][p][e]);
-            }
+          for (int e = 0; e < E; ++e) {
+            if (col + e < n) acc[i][e] = fmaf(xv, matmul::to_float(w_row[col + e]), acc[i][e]);
           }
         }
       }
@@ -365,16 +348,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = 0; i < MT; ++i) {
     if (i < m) {
 #pragma unroll
-      for (int p = 0; p < P; ++p) {
-#pragma unroll
-        for (int e = 0; e < E; ++e) sums[slot][(p * L + lane % L) * E + e] = acc[i][p][e];
-      }
+      for (int e = 0; e < E; ++e) sums[slot][(lane % L) * E + e] = acc[i][e];
       __syncthreads();
-      for (int c = static_cast<int>(threadIdx.x); c < kCols; c += kThreads) {
+      if (threadIdx.x < kCols) {
         float sum = 0.0f;
 #pragma unroll
-        for (int v = 0; v < kSlots; ++v) sum += sums[v][c];
-        const int out_col = block_col + c;
+        for (int v = 0; v < kSlots; ++v) sum += sums[v][threadIdx.x];
+        const int out_col = block_col + static_cast<int>(threadIdx.x);
         if (out_col < n) emit(y, bias, activation, partial, m, n, ldy, splits, i, out_col, sum);
       }
       __syncthreads();
