@@ -5,31 +5,16 @@ CUDA-graph replay rotating over copies of W larger than L2, next to torch. Run o
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 
 import pygpukit as gp
 from pygpukit.ops import _builtin_gemm as bg
 
-CALLS = 50
-
-
-def graph_us(calls, stream) -> float:  # type: ignore[no-untyped-def]
-    graph = gp.CudaGraph()
-    with graph.capture(stream=stream):
-        calls()
-    best = float("inf")
-    for _ in range(5):
-        graph.replay()
-        stream.synchronize()
-        start, end = gp.Event(), gp.Event()
-        start.record(stream)
-        for _ in range(4):
-            graph.replay()
-        end.record(stream)
-        end.synchronize()
-        best = min(best, start.elapsed_time(end) * 1000.0 / 4 / CALLS)
-    return best
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the suite's graph timers
+from test_ops_gemm_builtin import GEMV_ITERATIONS as CALLS
+from test_ops_gemm_builtin import _gp_graph_time, _torch_graph_time
 
 
 def main() -> None:
@@ -45,24 +30,8 @@ def main() -> None:
     stream = gp.Stream()
     tw = [torch.from_numpy(h).cuda().to(torch.bfloat16) for h in host]
     tx = torch.from_numpy(x.astype(gp.float32).to_numpy()).cuda().to(torch.bfloat16)
-    ts = torch.cuda.Stream()
-    with torch.cuda.stream(ts):
-        for i in range(CALLS):
-            torch.matmul(tx, tw[i % copies])
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(CALLS):
-            torch.matmul(tx, tw[i % copies])
-    g.replay()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(4):
-        g.replay()
-    e.record()
-    e.synchronize()
-    print(f"K={k} N={n}: torch {s.elapsed_time(e) * 1000 / 4 / CALLS:.2f} us per call", flush=True)
+    torch_us = _torch_graph_time(lambda: [torch.matmul(tx, tw[i % copies]) for i in range(CALLS)]) / CALLS
+    print(f"K={k} N={n}: torch {torch_us:.2f} us per call", flush=True)
     original = bg._gemv_plan
     plans = [
         bg._GemvPlan(f"pygpukit::ops::gemv::gemv_kn<__nv_bfloat16, 1, {u}, {lanes}>", lanes * 8, target, 64,
@@ -85,7 +54,7 @@ def main() -> None:
         got = out.astype(gp.float32).to_numpy()
         want = x.astype(gp.float32).to_numpy() @ host[(CALLS - 1) % copies].astype(np.float32)
         err = float(np.abs(got - want).max() / np.abs(want).max())
-        us = graph_us(calls, stream)
+        us = _gp_graph_time(calls, stream) / CALLS
         name = plan.expression.split("::")[-1]
         print(f"  {name} target={plan.target}: {us:.2f} us ({2 * k * n / us / 1e3:.0f} GB/s) rel err {err:.1e}",
               flush=True)  # fmt: skip

@@ -209,6 +209,20 @@ __device__ __forceinline__ E raw_get(const NormRaw<E, V>& r, int j) {
   return value;
 }
 
+// Stores pack q of a row (count elements): one 16-byte store when the row is aligned, else the
+// elements that lie inside the row one by one.
+template <typename E, int V>
+__device__ __forceinline__ void store_pack(E* row, int q, int count, bool aligned, const NormRaw<E, V>& r) {
+  if (aligned) {
+    raw_store(row + q * V, r);
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      if (q * V + j < count) row[q * V + j] = raw_get(r, j);
+    }
+  }
+}
+
 __device__ __forceinline__ float2 word_to_float2(unsigned u, __nv_bfloat16) {
   return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
 }
@@ -509,16 +523,7 @@ __global__ void __launch_bounds__(kNormMaxThreads, 1) norm_rows(NormArgs a) {
 #pragma unroll
         for (int j = 0; j < V; ++j) f[j] += g[j];
         raw_pack(rx[i], f);  // the new residual, rounded to T (zeros stay zeros)
-        if (valid && (Full || q < packs)) {
-          if (aligned) {
-            raw_store(residual_out + q * V, rx[i]);
-          } else {
-#pragma unroll
-            for (int j = 0; j < V; ++j) {
-              if (q * V + j < count) residual_out[q * V + j] = raw_get(rx[i], j);
-            }
-          }
-        }
+        if (valid && (Full || q < packs)) store_pack(residual_out, q, count, aligned, rx[i]);
       }
     } else if (add) {
       // Many packs: a residual pack at a time (registers), each stored as the new residual before the
@@ -538,16 +543,7 @@ __global__ void __launch_bounds__(kNormMaxThreads, 1) norm_rows(NormArgs a) {
 #pragma unroll
         for (int j = 0; j < V; ++j) f[j] += g[j];
         raw_pack(rx[i], f);
-        if (valid && (Full || q < packs)) {
-          if (aligned) {
-            raw_store(residual_out + q * V, rx[i]);
-          } else {
-#pragma unroll
-            for (int j = 0; j < V; ++j) {
-              if (q * V + j < count) residual_out[q * V + j] = raw_get(rx[i], j);
-            }
-          }
-        }
+        if (valid && (Full || q < packs)) store_pack(residual_out, q, count, aligned, rx[i]);
       }
     }
     NormHeld<T, P> v;
