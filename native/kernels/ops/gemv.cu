@@ -23,6 +23,8 @@
 // counter per blockIdx.x, which that block resets to zero) adds the partials in split order, so the
 // result is deterministic, and applies bias and activation. counters must be zero before the first
 // launch, and two launches sharing counters must not run concurrently.
+// gemv_kn_cluster (SM 90+): the same split for gemv_kn, with the splits of a column group in one
+// thread-block cluster that adds them up in distributed shared memory, also in split order.
 //
 // vector != 0 promises that x and W rows start on 16-byte boundaries (aligned base pointers and
 // leading dimensions that are multiples of 16 bytes); otherwise every element is loaded singly.
@@ -262,16 +264,24 @@ __global__ void __launch_bounds__(kThreads, 1)
 // segment (L = 32: 512 contiguous bytes of a row per warp load; L = 8: 128 bytes of each of 4 rows).
 // Narrower blocks give more of them along N, so that a moderate N (4096) needs fewer K splits.
 // Row r of a block's K range goes to the warp and lane group ("row slot") r % (8 * 32 / L).
-// Grid: (ceil(n / columns), splits).
-template <typename T, int MT, int U, int L = 32>
-__global__ void __launch_bounds__(kThreads, 1)
-    gemv_kn(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, const T* __restrict__ bias,
-            int m, int n, int k, long long ldx, long long ldw, long long ldy, int activation, int splits,
-            float* partial, unsigned* counters, int vector) {
+template <typename T, int L>
+struct KnShape {
   static_assert(L == 4 || L == 8 || L == 16 || L == 32, "lanes per row segment");
-  constexpr int E = Pack<T>::kElems;
-  constexpr int kCols = L * E;
-  constexpr int kSlots = kWarps * (32 / L);  // rows in flight per block step
+  static constexpr int E = Pack<T>::kElems;
+  static constexpr int kCols = L * E;
+  static constexpr int kSlots = kWarps * (32 / L);  // rows in flight per block step
+};
+
+// One block's sums over its split of K (blockIdx.y of `splits`) for its kCols columns and every row of
+// x, added up over the row slots: sums[i][c] for row i of x and column block_col + c.
+template <typename T, int MT, int U, int L>
+__device__ __forceinline__ void kn_block_sums(const T* __restrict__ x, const T* __restrict__ w, int m, int n,
+                                              int k, long long ldx, long long ldw, int splits, int vector,
+                                              float (&sums)[MT][KnShape<T, L>::kCols]) {
+  using S = KnShape<T, L>;
+  constexpr int E = S::E;
+  constexpr int kCols = S::kCols;
+  constexpr int kSlots = S::kSlots;
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int slot = warp * (32 / L) + lane / L;
@@ -343,24 +353,118 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // Add up the row slots' sums through shared memory, one row of x at a time.
-  __shared__ float sums[kSlots][kCols];
+  __shared__ float slots[kSlots][kCols];
 #pragma unroll
   for (int i = 0; i < MT; ++i) {
     if (i < m) {
 #pragma unroll
-      for (int e = 0; e < E; ++e) sums[slot][(lane % L) * E + e] = acc[i][e];
+      for (int e = 0; e < E; ++e) slots[slot][(lane % L) * E + e] = acc[i][e];
       __syncthreads();
       if (threadIdx.x < kCols) {
         float sum = 0.0f;
 #pragma unroll
-        for (int v = 0; v < kSlots; ++v) sum += sums[v][threadIdx.x];
-        const int out_col = block_col + static_cast<int>(threadIdx.x);
-        if (out_col < n) emit(y, bias, activation, partial, m, n, ldy, splits, i, out_col, sum);
+        for (int v = 0; v < kSlots; ++v) sum += slots[v][threadIdx.x];
+        sums[i][threadIdx.x] = sum;
       }
       __syncthreads();
     }
   }
+}
+
+// Grid: (ceil(n / kCols), splits); with splits > 1 the partial sums meet through global memory
+// (finish_splits).
+template <typename T, int MT, int U, int L = 32>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemv_kn(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, const T* __restrict__ bias,
+            int m, int n, int k, long long ldx, long long ldw, long long ldy, int activation, int splits,
+            float* partial, unsigned* counters, int vector) {
+  constexpr int kCols = KnShape<T, L>::kCols;
+  __shared__ float sums[MT][kCols];
+  kn_block_sums<T, MT, U, L>(x, w, m, n, k, ldx, ldw, splits, vector, sums);
+  const int block_col = static_cast<int>(blockIdx.x) * kCols;
+  for (int idx = static_cast<int>(threadIdx.x); idx < m * kCols; idx += kThreads) {
+    const int i = idx / kCols;
+    const int out_col = block_col + idx % kCols;
+    if (out_col < n) emit(y, bias, activation, partial, m, n, ldy, splits, i, out_col, sums[i][idx % kCols]);
+  }
   if (splits > 1) finish_splits(y, bias, activation, partial, counters, m, n, ldy, splits, block_col, kCols);
+}
+
+// SM 90+: the C splits of a column group form one thread-block cluster (grid (ceil(n / kCols), C),
+// cluster (1, C, 1)) and meet in distributed shared memory: after a cluster barrier, block r of the
+// cluster adds up columns [r * kCols / C, (r + 1) * kCols / C) over the C blocks' sums, in split
+// order, and stores y; a second barrier keeps every block's shared memory alive until all of the
+// cluster has read it. No partials in global memory, no counters. Elsewhere the body is empty (the
+// host launches it only on SM 90 and newer).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PYGPUKIT_KN_CLUSTER_DIMS(c) __cluster_dims__(1, c, 1)
+#else
+#define PYGPUKIT_KN_CLUSTER_DIMS(c)
+#endif
+
+// Waits for every block of the cluster. Release (the shared-memory sums written before it are seen
+// by the blocks that read them after it) or relaxed (only the order of execution).
+template <bool Release>
+__device__ __forceinline__ void cluster_barrier() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (Release) {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+  } else {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+  }
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+
+// The float at `local` (a shared-memory address of this block) in cluster block `rank`'s copy.
+__device__ __forceinline__ float cluster_load(const float* local, unsigned rank) {
+  float v = 0.0f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(local));
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(address), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+#endif
+  return v;
+}
+
+template <typename T, int MT, int U, int L, int C>
+__global__ void __launch_bounds__(kThreads, 1) PYGPUKIT_KN_CLUSTER_DIMS(C)
+    gemv_kn_cluster(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+                    const T* __restrict__ bias, int m, int n, int k, long long ldx, long long ldw,
+                    long long ldy, int activation, int splits, float* partial, unsigned* counters,
+                    int vector) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int kCols = KnShape<T, L>::kCols;
+  static_assert(kCols % C == 0, "each cluster block finishes an equal share of the columns");
+  constexpr int kShare = kCols / C;
+  (void)splits;
+  (void)partial;
+  (void)counters;
+  __shared__ float sums[MT][kCols];
+  kn_block_sums<T, MT, U, L>(x, w, m, n, k, ldx, ldw, C, vector, sums);
+  cluster_barrier<true>();
+  const unsigned rank = blockIdx.y;  // == %cluster_ctarank: the cluster spans all of grid.y
+  const int block_col = static_cast<int>(blockIdx.x) * kCols;
+  for (int idx = static_cast<int>(threadIdx.x); idx < m * kShare; idx += kThreads) {
+    const int i = idx / kShare;
+    const int c = static_cast<int>(rank) * kShare + idx % kShare;
+    float parts[C];
+#pragma unroll
+    for (int s = 0; s < C; ++s) parts[s] = cluster_load(&sums[i][c], s);
+    float sum = 0.0f;
+#pragma unroll
+    for (int s = 0; s < C; ++s) sum += parts[s];
+    const int out_col = block_col + c;
+    if (out_col < n) {
+      if (bias != nullptr) sum += matmul::to_float(bias[out_col]);
+      y[i * ldy + out_col] = matmul::from_float<T>(matmul::activate(sum, activation));
+    }
+  }
+  cluster_barrier<false>();  // this block's sums stay until the whole cluster has read them
+#else
+  __trap();
+#endif
 }
 
 // -- tensor-core kernels (fp16 and bf16) ------------------------------------------------------------

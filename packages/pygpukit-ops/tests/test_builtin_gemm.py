@@ -344,6 +344,65 @@ def test_gemv_split_k_is_deterministic(rng: np.random.Generator, layout: str, m:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("u", bg._GEMV_CLUSTER_LOADS)
+@pytest.mark.parametrize("cluster", bg._GEMV_CLUSTER_SIZES)
+@pytest.mark.parametrize("dtype", [gp.float16, gp.bfloat16], ids=str)
+def test_gemv_cluster_split(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, cluster: int, u: int,
+                            dtype: DType) -> None:  # fmt: skip
+    # SM 90+: K split over the blocks of a thread-block cluster, forced for every cluster size on
+    # shapes with K tails (splits with no rows at all for K = 130), N tails (N = 7 is all tail),
+    # unaligned x (element-wise loads), bias and activation; bitwise repeatable and graph-replayable.
+    if not bg._device(0).clusters:
+        pytest.skip("thread-block clusters need SM 90 or newer")
+    plan = bg._gemv_cluster_expression_plan(dtype, cluster, u=u)
+    monkeypatch.setattr(bg, "_gemv_cluster_plan", lambda *args: plan)
+    monkeypatch.setattr(bg, "_gemv_launches", {})
+    for k, n in ((1000, 2500), (4096, 4096), (130, 7), (777, 1029)):
+        w_host = _random(rng, (k, n), dtype)
+        w = gp.from_numpy(w_host)
+        _check_gemv(rng, _random(rng, (1, k), dtype), w_host, "kn", dtype, w_device=w)
+        _check_gemv(rng, _random(rng, (1, k), dtype), w_host, "kn", dtype, w_device=w, bias=True, activation="silu")
+        buffer = _random(rng, (1, k + 1), dtype)
+        out = _poisoned((1, n), dtype)
+        bg.gemv(gp.from_numpy(buffer)[:, 1:], w, out, w_layout="kn")
+        error = _relative_error(out.to_numpy(), _gemv_reference(buffer[:, 1:], w_host, "kn"))
+        assert error <= BOUND[(dtype.name, dtype.name)], f"unaligned x, K={k} N={n}: {error:.2e}"
+    launches = list(bg._gemv_launches.values())
+    assert launches
+    assert all(launch.grid[1] == cluster and not launch.workspace for launch in launches)
+    x = gp.from_numpy(_random(rng, (1, 4096), dtype))
+    w = gp.from_numpy(_random(rng, (4096, 4096), dtype))
+    with gp.Stream() as stream:
+        results = []
+        for _ in range(3):
+            out = _poisoned((1, 4096), dtype)
+            bg.gemv(x, w, out, w_layout="kn", stream=stream)
+            results.append(out.to_numpy().tobytes())
+        assert results[0] == results[1] == results[2]
+        graph = gp.CudaGraph()
+        with graph.capture(stream):
+            bg.gemv(x, w, out, w_layout="kn", stream=stream)
+        out.copy_(gp.full((1, 4096), float("nan"), dtype))
+        graph.replay(stream)
+        stream.synchronize()
+    assert out.to_numpy().tobytes() == results[0]
+
+
+def test_gemv_cluster_choice() -> None:
+    # Column groups of 128 on 132 SMs: the largest cluster within two blocks per SM; none where the
+    # grid would leave more than a tenth of the SMs idle, for other dtypes, several rows or "nk".
+    sizes = {groups: bg._gemv_cluster_plan(gp.bfloat16, 1, "kn", groups, 132) for groups in (8, 15, 32, 33, 64, 100)}
+    assert {g: p.cluster if p else None for g, p in sizes.items()} == {8: None, 15: 8, 32: 8, 33: 8, 64: 4, 100: 2}
+    assert all(p is None or p.expression.endswith(f", {8 if g * p.cluster <= 132 else 4}, 16, {p.cluster}>")
+               for g, p in sizes.items())  # fmt: skip
+    assert bg._gemv_cluster_plan(gp.float16, 1, "kn", 32, 132) is not None
+    assert bg._gemv_cluster_plan(gp.float32, 1, "kn", 32, 132) is None
+    assert bg._gemv_cluster_plan(gp.bfloat16, 2, "kn", 32, 132) is None
+    assert bg._gemv_cluster_plan(gp.bfloat16, 1, "nk", 32, 132) is None
+    assert bg._gemv_plan(gp.bfloat16, 1, "kn", True).per_block == 128
+
+
+@pytest.mark.gpu
 def test_gemv_on_streams(rng: np.random.Generator) -> None:
     # Each stream has its own split-K scratch, so launches on two streams may overlap.
     k, n = 8192, 128
@@ -391,7 +450,7 @@ def test_wgmma_compiles_for_sm90a() -> None:
 
 
 def test_name_expressions_are_registered() -> None:
-    counts = {"ops/gemm_mma.cu": 48, "ops/gemm_wgmma.cu": 32, "ops/gemv.cu": 16}
+    counts = {"ops/gemm_mma.cu": 48, "ops/gemm_wgmma.cu": 32, "ops/gemv.cu": 30}
     for file, count in counts.items():
         expressions = bg.name_expressions_for(file)
         assert len(expressions) == len(set(expressions)) == count

@@ -168,6 +168,7 @@ class _Device:
     shared_per_block: int
     shared_per_sm: int
     wgmma: bool
+    clusters: bool  # thread-block clusters (SM 90 and newer)
 
 
 @functools.cache
@@ -177,7 +178,8 @@ def _device(ordinal: int) -> _Device:
     if tuple(info.compute_capability) == (9, 0):
         wgmma = 90 in nvrtc_status()["supported_archs"]
     return _Device(int(info.multiprocessor_count), int(info.max_shared_memory_per_block_optin),
-                   int(info.max_shared_memory_per_multiprocessor), wgmma)  # fmt: skip
+                   int(info.max_shared_memory_per_multiprocessor), wgmma,
+                   tuple(info.compute_capability) >= (9, 0))  # fmt: skip
 
 
 def gemm_tile_for(
@@ -405,15 +407,17 @@ class _GemvPlan:
     target: int  # blocks per SM to aim for; fewer blocks than that splits K
     split_unit: int  # K elements below which a split is not worth it
     k_step: int = 1  # each split covers a multiple of this many K elements (gemv_kn: U * 8 warps)
+    cluster: int = 0  # > 0: K is split in exactly this many parts, one thread-block cluster per output group
 
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _gemv_plan(dtype: DType, rows: int, layout: str) -> _GemvPlan:
+def _gemv_plan(dtype: DType, rows: int, layout: str, sm90: bool = False) -> _GemvPlan:
     """Kernel and launch shape for ``rows`` rows of x (measured on an H100 and an H200 at the issue's
-    shapes: bf16 M = 1 reads W at 2.4 to 3.0 TB/s on the H100, 3.0 to 4.4 on the H200)."""
+    shapes: bf16 M = 1 reads W at 2.4 to 3.1 TB/s on the H100, 3.0 to 4.4 on the H200). ``sm90``: the
+    device is SM 90 or newer (thread-block clusters; see _gemv_cluster_plan)."""
     t = dtype.ctype
     ns = "pygpukit::ops::gemv::"
     if dtype in _HALF and rows > 1:  # tensor cores: x as the 8 columns of an m16n8k16 B fragment
@@ -424,8 +428,41 @@ def _gemv_plan(dtype: DType, rows: int, layout: str) -> _GemvPlan:
     if layout == "nk":
         r, u = (1, 4) if mt == 1 else (2, 2)
         return _GemvPlan(f"{ns}gemv_nk<{t}, {mt}, {r}, {u}>", 8 * r, 2, 16 // dtype.itemsize * 32 * u)
+    if sm90 and dtype in _HALF:
+        # 16 lanes per row segment (128 columns per block) and no split once there is a block per SM:
+        # 1 to 4 % faster on the H100 at (3584, 18944), (18944, 3584) and (8192, 29568) than the
+        # 32-lane blocks at two per SM (benchmarks/tools/gemv_variants.py). A split goes through a
+        # cluster where one fits (_gemv_cluster_plan).
+        return _GemvPlan(f"{ns}gemv_kn<{t}, 1, 8, 16>", 16 * 16 // dtype.itemsize, 1, 64, 8 * 16)
     u = 8 if mt == 1 else 4
     return _GemvPlan(f"{ns}gemv_kn<{t}, {mt}, {u}>", 32 * 16 // dtype.itemsize, 2, 64, u * 8)
+
+
+# Cluster sizes gemv_kn_cluster is built with (8 is the largest portable one), and loads in flight.
+_GEMV_CLUSTER_SIZES = (8, 4, 2)
+_GEMV_CLUSTER_LOADS = (4, 8)
+
+
+def _gemv_cluster_plan(dtype: DType, rows: int, layout: str, groups: int, sms: int) -> _GemvPlan | None:
+    """On SM 90 and newer, where the plan splits K over ``groups`` column groups of 128: the split
+    whose parts meet in distributed shared memory, one thread-block cluster per column group
+    (gemv_kn_cluster), with the largest cluster that keeps the grid within two blocks per SM. None
+    where that grid would leave more than a tenth of the SMs idle: then the split through global
+    memory (completion counters), which may use more blocks, is taken. On the H100 at (4096, 4096)
+    this saves about 0.5 us of 14.3 (the finish's atomic and round trip through L2)."""
+    if layout != "kn" or rows != 1 or dtype not in _HALF:
+        return None
+    cluster = next((c for c in _GEMV_CLUSTER_SIZES if groups * c <= 2 * sms), _GEMV_CLUSTER_SIZES[-1])
+    if 10 * groups * cluster < 9 * sms:
+        return None
+    # Loads in flight per thread: 8 with one block per SM (N = 2048: 8.3 us against 9.2 with 4), 4
+    # with two (4096^2: 13.6 against 13.6 to 13.9 us with 8).
+    return _gemv_cluster_expression_plan(dtype, cluster, u=8 if groups * cluster <= sms else 4)
+
+
+def _gemv_cluster_expression_plan(dtype: DType, cluster: int, lanes: int = 16, u: int = 4) -> _GemvPlan:
+    expression = f"pygpukit::ops::gemv::gemv_kn_cluster<{dtype.ctype}, 1, {u}, {lanes}, {cluster}>"
+    return _GemvPlan(expression, lanes * 16 // dtype.itemsize, 0, 0, u * 8 * (32 // lanes), cluster)
 
 
 def _gemv_expressions() -> list[str]:
@@ -433,7 +470,12 @@ def _gemv_expressions() -> list[str]:
     for dtype in (float32, float16, bfloat16):
         for rows in range(1, GEMV_MAX_ROWS + 1):
             for layout in ("nk", "kn"):
-                expressions[_gemv_plan(dtype, rows, layout).expression] = None
+                for sm90 in (False, True):
+                    expressions[_gemv_plan(dtype, rows, layout, sm90).expression] = None
+        if dtype in _HALF:
+            for cluster in _GEMV_CLUSTER_SIZES:
+                for u in _GEMV_CLUSTER_LOADS:
+                    expressions[_gemv_cluster_expression_plan(dtype, cluster, u=u).expression] = None
     return list(expressions)
 
 
@@ -488,6 +530,8 @@ def gemv(
     ``activation`` as in :func:`gemm_mma`. When N alone cannot fill the GPU, K is split across blocks
     and the partial sums are added in a fixed order (results are deterministic); the scratch for that
     belongs to the stream and is allocated on first use, so call once before capturing a CUDA graph.
+    On SM 90 and newer, one row of 16-bit x against W stored K x N splits K within thread-block
+    clusters instead, which needs no scratch.
     """
     key = _gemv_key(x, w, out, w_layout, activation, bias)
     launch = _gemv_launches.get(key) if key is not None else None
@@ -537,17 +581,22 @@ def gemv(
         out2.copy_(_apply_activation(result, code).astype(out.dtype.numpy))
         return out
 
-    plan = _gemv_plan(x.dtype, m, w_layout)
-    sms = _device(device).sms
+    props = _device(device)
+    plan = _gemv_plan(x.dtype, m, w_layout, props.clusters)
     blocks = -(-n // plan.per_block)
     splits = 1
-    if blocks < plan.target * sms and blocks <= _kernels.COUNTERS:
-        splits = max(1, min(-(-plan.target * sms // blocks), k // plan.split_unit, 65535))
+    if blocks < plan.target * props.sms and blocks <= _kernels.COUNTERS:
+        splits = max(1, min(-(-plan.target * props.sms // blocks), k // plan.split_unit, 65535))
         per_split = _ceil_div(_ceil_div(k, splits), plan.k_step) * plan.k_step  # as the kernel rounds it
         splits = _ceil_div(k, per_split)
+    if splits > 1 and props.clusters:
+        clustered = _gemv_cluster_plan(x.dtype, m, w_layout, blocks, props.sms)
+        if clustered is not None:
+            plan, blocks, splits = clustered, -(-n // clustered.per_block), clustered.cluster
     aligned = (ldx * x.itemsize) % 16 == 0 and (ldw * w.itemsize) % 16 == 0
     scalars = (m, n, k, ldx, ldw, ldy, code, splits)
-    launch = _GemvLaunch(_kernel(_GEMV, plan.expression), device, (blocks, splits), scalars, aligned)
+    launch = _GemvLaunch(_kernel(_GEMV, plan.expression), device, (blocks, splits), scalars, aligned,
+                         splits > 1 and plan.cluster == 0)  # fmt: skip
     if key is not None:
         if len(_gemv_launches) >= _GEMV_LAUNCHES_MAX:
             _gemv_launches.clear()
@@ -573,23 +622,23 @@ class _GemvLaunch:
     """A validated gemv call shape (what gemv computes from the operands' shapes, strides, dtypes and
     devices), kept so that a repeated call (every decode step) only reads the addresses and launches."""
 
-    __slots__ = ("aligned", "device", "grid", "kernel", "scalars", "splits")
+    __slots__ = ("aligned", "device", "grid", "kernel", "scalars", "workspace")
 
     def __init__(self, kernel: JITKernel, device: int, grid: tuple[int, int], scalars: tuple[int, ...],
-                 aligned: bool) -> None:  # fmt: skip
+                 aligned: bool, workspace: bool) -> None:  # fmt: skip
         self.kernel = kernel
         self.device = device
         self.grid = grid
         self.scalars = scalars  # m, n, k, ldx, ldw, ldy, activation code, splits
-        self.splits = grid[1]
         self.aligned = aligned  # the leading dimensions keep 16-byte row starts
+        self.workspace = workspace  # split K through global partial sums and completion counters
 
     def run(self, x: GPUArray, w: GPUArray, out: GPUArray, bias: GPUArray | None, stream: Stream | None) -> None:
         x_ptr, w_ptr = x.device_ptr, w.device_ptr
         partial_ptr = counters_ptr = 0
-        if self.splits > 1:
+        if self.workspace:
             m, n = self.scalars[0], self.scalars[1]
-            partial_ptr = _workspace(self.device, stream).partials(self.splits * m * n, stream).device_ptr
+            partial_ptr = _workspace(self.device, stream).partials(self.grid[1] * m * n, stream).device_ptr
             counters = _kernels.completion_counters(self.device, stream)
             assert counters is not None  # made even inside a capture (see gemv's docstring)
             counters_ptr = counters.device_ptr
