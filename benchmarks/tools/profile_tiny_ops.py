@@ -100,6 +100,41 @@ def main() -> None:
     gp.synchronize()
     pstats.Stats(profile).sort_stats("tottime").print_stats(12)
 
+    # The same with a weight small enough for the host path to be all of it.
+    xs = gp.from_numpy(rng.standard_normal((1, 256), dtype=np.float32)).astype(gp.bfloat16)
+    ws = gp.from_numpy(rng.standard_normal((256, 256), dtype=np.float32)).astype(gp.bfloat16)
+    ys = gp.empty((1, 256), gp.bfloat16)
+    per_call("gemv kn 256x256 bf16, out given", lambda: bg.gemv(xs, ws, ys, w_layout="kn"))
+    per_call("gp.matmul (1, 256) @ (256, 256) bf16", lambda: gp.matmul(xs, ws))
+    per_call("gp.matmul (1, 256) @ (256, 256).T bf16", lambda: gp.matmul(xs, ws.T))
+    per_call("gp.matmul, out given", lambda: gp.matmul(xs, ws, out=ys))
+    per_call("x @ w", lambda: xs @ ws)
+    wt = gp.from_numpy(rng.standard_normal((256, 256), dtype=np.float32)).astype(gp.bfloat16)
+    per_call("gp.linear(x, w (256, 256))", lambda: gp.linear(xs, wt))
+    per_call("gp.empty((1, 256), bfloat16)", lambda: gp.empty((1, 256), gp.bfloat16))
+    try:
+        import torch
+
+        txs = torch.from_numpy(xs.astype(gp.float32).to_numpy()).cuda().to(torch.bfloat16)
+        tws = torch.from_numpy(ws.astype(gp.float32).to_numpy()).cuda().to(torch.bfloat16)
+        per_call("torch x @ w (1, 256) @ (256, 256)", lambda: txs @ tws)
+    except ImportError:
+        pass
+    try:
+        import cupy as cp
+
+        cxs, cws = cp.asarray(xs.astype(gp.float32).to_numpy()), cp.asarray(ws.astype(gp.float32).to_numpy())
+        per_call("cupy x @ w float32 (1, 256) @ (256, 256)", lambda: cxs @ cws)
+    except ImportError:
+        pass
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(2000):
+        gp.matmul(xs, ws)
+    profile.disable()
+    gp.synchronize()
+    pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+
     # Host cost of a reduction's Python path (on a tiny input the GPU time is negligible).
     small = gp.from_numpy(rng.standard_normal(1024, dtype=np.float32)).astype(gp.bfloat16)
     per_call("gp.sum(1024 bf16)", lambda: gp.sum(small))

@@ -265,3 +265,49 @@ def test_gpu_matmul_replays_in_a_graph_bitwise() -> None:
         graph.replay(stream)
         stream.synchronize()
     assert out.to_numpy().tobytes() == eager.tobytes()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_gpu_small_m_repeats_follow_their_operands(dtype: str) -> None:
+    # matmul and linear keep the GEMV launch of a small-M call shape (mm._SmallRoute). A repeated call
+    # must give the first call's bits, read new addresses (x one element into its buffer has the same
+    # shape and strides but is not 16-byte aligned) and use out= when given.
+    rng = np.random.default_rng(53)
+    k, n = 515, 300
+    buffer = _random(rng, (3, k + 1), dtype)
+    gbuffer = gp.from_numpy(buffer)
+    w = _random(rng, (k, n), dtype)
+    gw = gp.from_numpy(w)
+    gwt = gp.from_numpy(np.ascontiguousarray(w.T))  # (N, K): the linear-layer weight
+    bias = _random(rng, (n,), dtype)
+    gbias = gp.from_numpy(bias)
+    calls = {
+        "a @ w": (lambda x: mm.matmul(x, gw), lambda x: _reference(x, w)),
+        "a @ w_nk.T": (lambda x: mm.matmul(x, gwt.T), lambda x: _reference(x, w)),
+        "linear + relu": (lambda x: mm.linear(x, gwt, gbias, "relu"),
+                          lambda x: np.maximum(_reference(x, w) + bias.astype(np.float64), 0.0)),
+    }  # fmt: skip
+    flat = buffer.reshape(-1)
+    gflat = gp.from_numpy(flat)
+    xs = [
+        (buffer[:, :k], gbuffer[:, :k]),  # rows k + 1 apart
+        (buffer[:1, 1:], gbuffer[:1, 1:]),
+        (np.ascontiguousarray(buffer[:, :k]), gp.from_numpy(np.ascontiguousarray(buffer[:, :k]))),
+        (flat[1 : 1 + 3 * k].reshape(3, k), gflat[1 : 1 + 3 * k].reshape(3, k)),  # contiguous, unaligned
+        (np.ascontiguousarray(buffer[:, :k]), gp.from_numpy(np.ascontiguousarray(buffer[:, :k]))),
+    ]
+    for name, (call, reference) in calls.items():
+        for x_host, x in xs:
+            first = call(x).to_numpy()
+            again = call(x).to_numpy()
+            assert first.tobytes() == again.tobytes(), name
+            assert _relative_error(again, reference(x_host)) <= TOLERANCE[dtype], (name, x.shape, x.strides)
+        vector = call(gbuffer[0, :k]).to_numpy()  # 1-D x: a 1-D result
+        assert vector.shape == (n,)
+        assert _relative_error(call(gbuffer[0, :k]).to_numpy(), reference(buffer[:1, :k])[0]) <= TOLERANCE[dtype]
+    out = _poisoned((3, n), getattr(gp, dtype))
+    for _ in range(2):
+        assert mm.matmul(gbuffer[:, :k], gw, out=out) is out
+        assert _relative_error(out.to_numpy(), _reference(buffer[:, :k], w)) <= TOLERANCE[dtype]
+        out.copy_(np.full((3, n), np.nan, dtype=out.dtype.numpy))

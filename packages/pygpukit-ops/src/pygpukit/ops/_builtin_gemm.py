@@ -45,6 +45,7 @@ __all__ = [
     "gemm_mma",
     "gemm_tile_for",
     "gemv",
+    "gemv_launch",
     "name_expressions_for",
 ]
 
@@ -533,11 +534,36 @@ def gemv(
     On SM 90 and newer, one row of 16-bit x against W stored K x N splits K within thread-block
     clusters instead, which needs no scratch.
     """
+    launch = gemv_launch(x, w, out, w_layout=w_layout, bias=bias, activation=activation)
+    if launch is not None:
+        launch.run(x, w, out, bias, stream)
+    elif out.size and out.buffer.device < 0:  # the CPU backend
+        x2 = x.reshape(1, x.shape[0]) if x.ndim == 1 else x
+        rhs = w.to_numpy().astype(np.float64)
+        result = x2.to_numpy().astype(np.float64) @ (rhs.T if w_layout == "nk" else rhs)
+        if bias is not None:
+            result = result + bias.to_numpy().astype(np.float64)
+        result = _apply_activation(result, _activation(activation, "gemv")).astype(out.dtype.numpy)
+        out.copy_(result.reshape(out.shape))
+    return out
+
+
+def gemv_launch(
+    x: GPUArray,
+    w: GPUArray,
+    out: GPUArray,
+    *,
+    w_layout: Literal["kn", "nk"] = "kn",
+    bias: GPUArray | None = None,
+    activation: str | None = None,
+) -> _GemvLaunch | None:
+    """The launch :func:`gemv` makes for these operands, validated (the same errors) and kept per call
+    shape; its ``run(x, w, out, bias, stream)`` launches it for operands of that call shape. None when
+    there is nothing to launch: no output elements, or the CPU backend."""
     key = _gemv_key(x, w, out, w_layout, activation, bias)
     launch = _gemv_launches.get(key) if key is not None else None
     if launch is not None:
-        launch.run(x, w, out, bias, stream)
-        return out
+        return launch
     op = "gemv"
     x = _require_array(x, "x", op)
     w = _require_array(w, "w", op)
@@ -570,17 +596,8 @@ def gemv(
     ldw = _row_major(w, "w", op)
     ldy = _row_major(out2, "out", op)
     device = check_devices(op, [v for v in (x, w, out, bias) if v is not None])
-    if m == 0 or n == 0:
-        return out
-    if device < 0:
-        lhs = x2.to_numpy().astype(np.float64)
-        rhs = w.to_numpy().astype(np.float64)
-        result = lhs @ (rhs.T if w_layout == "nk" else rhs)
-        if bias is not None:
-            result = result + bias.to_numpy().astype(np.float64)
-        out2.copy_(_apply_activation(result, code).astype(out.dtype.numpy))
-        return out
-
+    if m == 0 or n == 0 or device < 0:
+        return None
     props = _device(device)
     plan = _gemv_plan(x.dtype, m, w_layout, props.clusters)
     blocks = -(-n // plan.per_block)
@@ -601,8 +618,7 @@ def gemv(
         if len(_gemv_launches) >= _GEMV_LAUNCHES_MAX:
             _gemv_launches.clear()
         _gemv_launches[key] = launch
-    launch.run(x, w, out, bias, stream)
-    return out
+    return launch
 
 
 def _gemv_key(x: Any, w: Any, out: Any, w_layout: str, activation: Any, bias: Any) -> tuple[Any, ...] | None:

@@ -27,6 +27,8 @@ from pygpukit.core.dtypes import DType, as_dtype
 from pygpukit.core.errors import DeviceError, DTypeError, PyGPUkitError, ShapeError
 from pygpukit.core.stream import Stream, current_stream, thread_device
 
+from . import _builtin_gemm
+
 __all__ = [
     "bias_add_inplace",
     "get_tf32",
@@ -155,6 +157,12 @@ def matmul(
     Both operands must have the same dtype (float64, float32, float16, bfloat16 or int8; int8 gives
     int32). ``out`` (contiguous, the result's shape and dtype) receives the result when given.
     """
+    key = None
+    if type(a) is GPUArray and type(b) is GPUArray and (out is None or type(out) is GPUArray):
+        key = ("matmul", _array_key(a), _array_key(b), None if out is None else _array_key(out))
+        route = _routes.get(key)
+        if route is not None:
+            return route(a, b, None, out, stream)
     _check_pair(a, b, "matmul")
     if a.dtype != b.dtype:
         raise DTypeError(f"matmul needs operands of one dtype, got {a.dtype.name} and {b.dtype.name}")
@@ -192,8 +200,47 @@ def matmul(
     if state.name != "cuda":
         _cpu_matmul(a2, b2, d, tf32)
     else:
-        _gemm(a2, b2, d, batch, m, n, k, tf32=tf32, stream=stream)
+        launch = _gemm(a2, b2, d, batch, m, n, k, tf32=tf32, stream=stream)
+        if launch is not None and key is not None and (out is None or result_shape == full_shape):
+            _remember(key, _SmallRoute(full_shape, result_shape, out_dtype, launch))
     return d if result_shape == full_shape else d.reshape(result_shape)
+
+
+class _SmallRoute:
+    """A product that ran on the built-in GEMV, kept per call shape (operands' shapes, strides, dtypes
+    and devices): the decode path repeats the same shapes every step, and a repeated call then only
+    allocates its result (unless ``out`` is given) and launches (host time of a (1, 4096) @ (4096,
+    4096) matmul: see docs/performance.md). The launch reads the addresses and their alignment anew
+    on every call."""
+
+    __slots__ = ("dtype", "full_shape", "launch", "result_shape")
+
+    def __init__(self, full_shape: tuple[int, ...], result_shape: tuple[int, ...], dtype: DType,
+                 launch: _builtin_gemm._GemvLaunch) -> None:  # fmt: skip
+        self.full_shape = full_shape
+        self.result_shape = None if result_shape == full_shape else result_shape
+        self.dtype = dtype
+        self.launch = launch
+
+    def __call__(self, x: GPUArray, w: GPUArray, bias: GPUArray | None, out: GPUArray | None,
+                 stream: Stream | None) -> GPUArray:  # fmt: skip
+        d = _array.empty(self.full_shape, self.dtype, stream=stream) if out is None else out
+        self.launch.run(x, w, d, bias, stream)
+        return d if self.result_shape is None else d.reshape(self.result_shape)
+
+
+_ROUTES_MAX = 4096
+_routes: dict[tuple[Any, ...], _SmallRoute] = {}
+
+
+def _array_key(x: GPUArray) -> tuple[Any, ...]:
+    return (x._shape, x._strides, x._dtype, x._buffer.device)
+
+
+def _remember(key: tuple[Any, ...], route: _SmallRoute) -> None:
+    if len(_routes) >= _ROUTES_MAX:
+        _routes.clear()
+    _routes[key] = route
 
 
 def _check_out(out: Any, shape: tuple[int, ...], dtype: DType, what: str) -> None:
@@ -254,13 +301,16 @@ def _gemm(
     activation: str | None = None,
     scales: tuple[GPUArray, GPUArray] | None = None,
     alpha: float = 1.0,
-) -> None:
-    """d (batch, m, n) row-major = a (.., m, k) @ b (.., k, n), through cuBLASLt or a built-in kernel."""
-    if m <= _GEMV_ROWS and not batch and scales is None and alpha == 1.0 and _gemv(a, b, d, bias, activation, stream):
-        return
+) -> _builtin_gemm._GemvLaunch | None:
+    """d (batch, m, n) row-major = a (.., m, k) @ b (.., k, n), through cuBLASLt or a built-in kernel.
+    Returns the launch when the built-in GEMV ran it (see _SmallRoute), else None."""
+    if m <= _GEMV_ROWS and not batch and scales is None and alpha == 1.0:
+        launch = _gemv(a, b, d, bias, activation, stream)
+        if launch is not None:
+            return launch
     if not _use_cublaslt():
         _fallback(a, b, d, batch, m, n, k, bias=bias, activation=activation, scales=scales, alpha=alpha, stream=stream)
-        return
+        return None
     # Row-major D (m x n) is column-major D^T (n x m) = B^T A^T: cuBLASLt's A is our b, its B our a.
     if a.dtype.name == "int8":  # integer tensor-core GEMMs exist only for the "TN" layout
         if _matrix_layout(k, n, *_element_strides(b)[-2:]) != ("col", k):
@@ -288,7 +338,7 @@ def _gemm(
     key = (dtype, m, n, k, batch_count, trans_a, trans_b, ob.ld, oa.ld)
     if key in _unsupported:
         _fallback(a, b, d, batch, m, n, k, bias=bias, activation=activation, scales=scales, alpha=alpha, stream=stream)
-        return
+        return None
     try:
         _call_gemm(native, a, b, d, ob, oa, trans_a, trans_b, compute, scale_type, m, n, k, batch_count, bias,
                    epilogue, scales, alpha, handle)  # fmt: skip
@@ -297,6 +347,7 @@ def _gemm(
             raise
         _unsupported.add(key)
         _fallback(a, b, d, batch, m, n, k, bias=bias, activation=activation, scales=scales, alpha=alpha, stream=stream)
+    return None
 
 
 _GEMV_ROWS = 8  # up to this many rows of a, the built-in GEMV (memory-bound decode path) runs
@@ -304,11 +355,12 @@ _GEMV_ROWS = 8  # up to this many rows of a, the built-in GEMV (memory-bound dec
 
 def _gemv(
     a: GPUArray, b: GPUArray, d: GPUArray, bias: GPUArray | None, activation: str | None, stream: Stream | None
-) -> bool:
+) -> _builtin_gemm._GemvLaunch | None:
     """Small-M products on the built-in GEMV kernels (native/kernels/ops/gemv.cu), which read the
-    weight once at close to the memory bandwidth. False when the layout or dtype is not one they take."""
+    weight once at close to the memory bandwidth: the launch that ran, or None when the layout or
+    dtype is not one they take."""
     if a.dtype.name not in ("float32", "float16", "bfloat16") or a.ndim != 2 or b.ndim != 2:
-        return False
+        return None
     sb = _element_strides(b)
     layout: Literal["kn", "nk"]
     if sb[1] == 1 and sb[0] == b.shape[1]:
@@ -316,15 +368,15 @@ def _gemv(
     elif sb[0] == 1 and sb[1] == b.shape[0]:
         layout, weight = "nk", _swap_last(b)  # b is the transpose of a contiguous (N, K) weight
     else:
-        return False
-    from . import _builtin_gemm
-
+        return None
     try:
-        _builtin_gemm.gemv(a, weight, d, w_layout=layout, bias=bias, activation=_GEMV_ACTIVATION[activation],
-                           stream=stream)  # fmt: skip
+        launch = _builtin_gemm.gemv_launch(a, weight, d, w_layout=layout, bias=bias,
+                                           activation=_GEMV_ACTIVATION[activation])  # fmt: skip
     except (ShapeError, DTypeError):
-        return False
-    return True
+        return None
+    if launch is not None:  # (None: nothing to launch, which _gemm's callers have ruled out)
+        launch.run(a, weight, d, bias, stream)
+    return launch
 
 
 _GEMV_ACTIVATION = {None: None, "relu": "relu", "gelu": "gelu_tanh"}
@@ -449,6 +501,17 @@ def linear(
     """``activation(x @ w.T + b)`` for a weight ``w`` of shape (out_features, in_features), like
     torch.nn.functional.linear; x is (..., in_features). The bias add and the activation (None, "relu",
     "gelu" in its tanh form) are fused into the GEMM's epilogue."""
+    key = None
+    if (
+        type(x) is GPUArray
+        and type(w) is GPUArray
+        and (b is None or type(b) is GPUArray)
+        and (activation is None or type(activation) is str)
+    ):
+        key = ("linear", _array_key(x), _array_key(w), None if b is None else _array_key(b), activation)
+        route = _routes.get(key)
+        if route is not None:
+            return route(x, w, b, None, stream)
     _check_pair(x, w, "linear")
     if activation not in _ACTIVATIONS:
         raise ValueError(f"linear: activation must be one of {_ACTIVATIONS}, got {activation!r}")
@@ -478,8 +541,10 @@ def linear(
         result = _cpu_activation(result, activation)
         d.copy_(np.ascontiguousarray(result.astype(x.dtype.numpy)))
     else:
-        _gemm(x2, w.T, d, (), rows, out_features, in_features, tf32=get_tf32(), stream=stream, bias=b,
-              activation=activation)  # fmt: skip
+        launch = _gemm(x2, w.T, d, (), rows, out_features, in_features, tf32=get_tf32(), stream=stream, bias=b,
+                       activation=activation)  # fmt: skip
+        if launch is not None and key is not None and x.is_contiguous:  # (else x2 is a copy of x)
+            _remember(key, _SmallRoute(d.shape, (*lead, out_features), x.dtype, launch))
     return d.reshape((*lead, out_features))
 
 
