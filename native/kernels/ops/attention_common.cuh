@@ -41,6 +41,7 @@ struct AttentionArgs {
   int block_size, splits;
   float scale_log2;  // scale * log2(e)
   int min_chunk;     // decode: fewest keys of a split (a multiple of kSplitGranule)
+  int num_blocks;    // paged keys: blocks in k and v (ids outside [0, num_blocks) are not read)
 };
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
@@ -53,12 +54,15 @@ __device__ __forceinline__ int kv_length(const AttentionArgs& a, int b) {
 // Keys of a decode split are a multiple of this (attention_decode.cu).
 constexpr int kSplitGranule = 64;
 
-// Element offset of key j of (batch b, kv head hk) in a K or V operand.
+// Element offset of key j of (batch b, kv head hk) in a K or V operand; -1 for a paged key whose block
+// id is outside [0, num_blocks): the callers read it as zeros, so a bad device table cannot make the
+// kernels read memory outside the cache (host tables are checked before launch).
 template <bool PAGED>
 __device__ __forceinline__ long long key_offset(const AttentionArgs& a, long long s_batch, long long s_seq,
                                                 long long s_head, int b, int hk, int j) {
   if constexpr (PAGED) {
     const int block = a.block_table[b * a.table_stride + j / a.block_size];
+    if (block < 0 || block >= a.num_blocks) return -1;
     return block * s_batch + (j % a.block_size) * s_seq + hk * s_head;
   } else {
     return b * s_batch + j * s_seq + hk * s_head;

@@ -111,16 +111,18 @@ __global__ void __launch_bounds__(WARPS * 32) flash_decode(AttentionArgs a) {
       load_tile<T, KT, HD, kPad, kThreads>(
           k_tile,
           [&](int r) -> const T* {
-            return n0 + r < s_hi ? k + key_offset<true>(a, a.k_batch, a.k_seq, a.k_head, b, hk, n0 + r)
-                                 : nullptr;
+            if (n0 + r >= s_hi) return nullptr;
+            const long long offset = key_offset<true>(a, a.k_batch, a.k_seq, a.k_head, b, hk, n0 + r);
+            return offset < 0 ? nullptr : k + offset;
           },
           k);
       cp_async_commit();
       load_tile<T, KT, HD, kPad, kThreads>(
           v_tile,
           [&](int r) -> const T* {
-            return n0 + r < s_hi ? v + key_offset<true>(a, a.v_batch, a.v_seq, a.v_head, b, hk, n0 + r)
-                                 : nullptr;
+            if (n0 + r >= s_hi) return nullptr;
+            const long long offset = key_offset<true>(a, a.v_batch, a.v_seq, a.v_head, b, hk, n0 + r);
+            return offset < 0 ? nullptr : v + offset;
           },
           v);
       cp_async_commit();

@@ -369,8 +369,10 @@ __global__ void __launch_bounds__(128) attention_simt(AttentionArgs a) {
       const int key = n0 + r;
       float kv = 0.0f, vv = 0.0f;
       if (key < block_hi) {
-        kv = kbase[key_offset<PAGED>(a, a.k_batch, a.k_seq, a.k_head, b, hk, key) + d];
-        vv = vbase[key_offset<PAGED>(a, a.v_batch, a.v_seq, a.v_head, b, hk, key) + d];
+        const long long k_at = key_offset<PAGED>(a, a.k_batch, a.k_seq, a.k_head, b, hk, key);
+        const long long v_at = key_offset<PAGED>(a, a.v_batch, a.v_seq, a.v_head, b, hk, key);
+        kv = k_at < 0 ? 0.0f : kbase[k_at + d];  // (-1: a paged key outside the cache, see key_offset)
+        vv = v_at < 0 ? 0.0f : vbase[v_at + d];
       }
       smem_k[r][d] = kv;
       smem_v[r][d] = vv;

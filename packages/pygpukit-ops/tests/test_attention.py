@@ -275,6 +275,35 @@ def test_paged_decode_attention_shuffled_blocks(dtype: DType, block_size: int) -
     close(out, decode_reference(q, k_cache, v_cache, lens), dtype)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_paged_decode_bad_device_block_ids_read_zeros(dtype: DType) -> None:
+    # A device table is not read back: ids outside [0, num_blocks) (negative, one past the end, huge)
+    # read as zero keys and values instead of memory outside the cache; the rest of each sequence is
+    # attended as usual.
+    heads, kv_heads, dim = LLAMA
+    rng = np.random.default_rng(17)
+    batch, block_size, blocks_per_seq, num_blocks = 2, 16, 4, 9
+    lens = np.array([64, 50], np.int32)
+    table = np.array([[3, -7, 1, 2**30], [8, 0, 9, 5]], np.int32)
+    q = sample(rng, (batch, heads, dim), dtype, -2.0, 2.0)
+    k_blocks = sample(rng, (num_blocks, kv_heads, block_size, dim), dtype, -2.0, 2.0)
+    v_blocks = sample(rng, (num_blocks, kv_heads, block_size, dim), dtype, -1.0, 1.0)
+    results = []
+    for _ in range(2):
+        out = poison(q.shape, dtype)
+        gp.paged_decode_attention(upload(q), upload(k_blocks), upload(v_blocks), upload(table), upload(lens), out=out)
+        results.append(out.to_numpy())
+    assert_bitwise_equal(results[0], results[1])
+    padded_k = np.concatenate([k_blocks, np.zeros_like(k_blocks[:1])])  # block num_blocks: zeros
+    padded_v = np.concatenate([v_blocks, np.zeros_like(v_blocks[:1])])
+    ids = np.where((table < 0) | (table >= num_blocks), num_blocks, table)
+    max_len = blocks_per_seq * block_size
+    k_cache = padded_k[ids].transpose(0, 2, 1, 3, 4).reshape(batch, kv_heads, max_len, dim)
+    v_cache = padded_v[ids].transpose(0, 2, 1, 3, 4).reshape(batch, kv_heads, max_len, dim)
+    close(out, decode_reference(q, k_cache, v_cache, lens), dtype)
+
+
 def test_decode_zero_length_gives_zeros() -> None:
     rng = np.random.default_rng(12)
     q = sample(rng, (2, 4, 64), gp.float16, -1.0, 1.0)

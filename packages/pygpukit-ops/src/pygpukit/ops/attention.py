@@ -64,7 +64,7 @@ _LOG2E = 1.4426950408889634
 _SPLIT_GRANULE = 64  # kSplitGranule in attention_common.cuh
 _PARAMS = [layout_param("args", f"{_NS}AttentionArgs")]
 # AttentionArgs: 7 pointers, 13 strides, 10 ints, the scale, min_chunk.
-_ARGS = struct.Struct("@7Q13q10ifi")
+_ARGS = struct.Struct("@7Q13q10ifii")
 
 # Tensor-core prefill tilings per head dimension, (warps, m16 tiles per warp, keys per tile, Q in
 # registers), best first; the first whose shared memory fits the device runs.
@@ -278,7 +278,7 @@ def _args(q: GPUArray, k: GPUArray, v: GPUArray, out: GPUArray, q_strides: Seque
         partial.device_ptr if partial is not None else 0,
         *q_strides, *k_strides, *v_strides, *o_strides, table._strides[0] if table is not None else 0,
         q.shape[0], heads, kv_heads, seq_q, kv_capacity, lens_add, int(causal), window, block_size, splits,
-        scale * _LOG2E, min_chunk,
+        scale * _LOG2E, min_chunk, k.shape[0] if table is not None else 0,  # paged: k is (num_blocks, ...)
     )  # fmt: skip
 
 
@@ -641,7 +641,9 @@ def paged_decode_attention(
     block ``block_table[b, j // block_size]`` of ``k_blocks``/``v_blocks`` (num_blocks, num_kv_heads,
     block_size, head_dim). ``block_table`` is int32 (batch, max_blocks_per_seq) and ``context_lens``
     int32 (batch,), GPUArrays or host values (then checked: lengths within max_blocks_per_seq *
-    block_size, block ids of the used blocks within num_blocks)."""
+    block_size, block ids of the used blocks within num_blocks). On the GPU a device table is not read
+    back: a block id outside [0, num_blocks) there reads as zero keys and values (nothing outside the
+    cache is read), and device lengths are clamped to max_blocks_per_seq * block_size."""
     name = "paged_decode_attention"
     q, dtype = _check_decode_q(name, q)
     batch, heads, head_dim = q.shape
