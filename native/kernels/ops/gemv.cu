@@ -113,6 +113,15 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// The finished dot product of (row of x, column of W): plus the bias, through the activation, rounded
+// once to T.
+template <typename T>
+__device__ __forceinline__ void store_output(T* __restrict__ y, const T* __restrict__ bias, int activation,
+                                             long long ldy, int row, int col, float sum) {
+  if (bias != nullptr) sum += matmul::to_float(bias[col]);
+  y[row * ldy + col] = matmul::from_float<T>(matmul::activate(sum, activation));
+}
+
 // Split K: after this block stored its partial sums (for `count` outputs per row of x starting at
 // column `first`), the last block of its group adds up every split's partials, in split order, adds
 // the bias, applies the activation and stores y. Called by all threads of the block.
@@ -131,8 +140,7 @@ __device__ __forceinline__ void finish_splits(T* __restrict__ y, const T* __rest
     if (col >= n) continue;
     float sum = 0.0f;
     for (int s = 0; s < splits; ++s) sum += __ldcg(partial + (static_cast<long long>(s) * m + row) * n + col);
-    if (bias != nullptr) sum += matmul::to_float(bias[col]);
-    y[row * ldy + col] = matmul::from_float<T>(matmul::activate(sum, activation));
+    store_output(y, bias, activation, ldy, row, col, sum);
   }
   if (threadIdx.x == 0) counters[blockIdx.x] = 0u;  // ready for the next launch
 }
@@ -143,8 +151,7 @@ __device__ __forceinline__ void emit(T* __restrict__ y, const T* __restrict__ bi
                                      float* partial, int m, int n, long long ldy, int splits, int row,
                                      int col, float sum) {
   if (splits == 1) {
-    if (bias != nullptr) sum += matmul::to_float(bias[col]);
-    y[row * ldy + col] = matmul::from_float<T>(matmul::activate(sum, activation));
+    store_output(y, bias, activation, ldy, row, col, sum);
   } else {
     partial[(static_cast<long long>(blockIdx.y) * m + row) * n + col] = sum;
   }
@@ -407,7 +414,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <bool Release>
 __device__ __forceinline__ void cluster_barrier() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (Release) {
+  if constexpr (Release) {
     asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
   } else {
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
@@ -455,11 +462,7 @@ __global__ void __launch_bounds__(kThreads, 1) PYGPUKIT_KN_CLUSTER_DIMS(C)
     float sum = 0.0f;
 #pragma unroll
     for (int s = 0; s < C; ++s) sum += parts[s];
-    const int out_col = block_col + c;
-    if (out_col < n) {
-      if (bias != nullptr) sum += matmul::to_float(bias[out_col]);
-      y[i * ldy + out_col] = matmul::from_float<T>(matmul::activate(sum, activation));
-    }
+    if (block_col + c < n) store_output(y, bias, activation, ldy, i, block_col + c, sum);
   }
   cluster_barrier<false>();  // this block's sums stay until the whole cluster has read them
 #else
