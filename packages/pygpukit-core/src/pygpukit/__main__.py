@@ -1,24 +1,68 @@
-"""Command line: ``python -m pygpukit info [--json]``."""
+"""Command line: ``python -m pygpukit info [--json]``, and ``chat``, ``generate``, ``models``.
+
+``chat``, ``generate`` and ``models`` belong to the pygpukit-llm distribution: they are handed to
+``pygpukit.llm.cli`` when it is installed. pygpukit-core does not depend on it, so without it those
+commands exit with status 2 and say what to install.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import warnings
 from collections.abc import Sequence
 
+from .core.errors import PyGPUkitError
+
 __all__ = ["main"]
+
+# command -> help; run by pygpukit.llm.cli (the pygpukit-llm distribution)
+_LLM_COMMANDS: dict[str, str] = {
+    "chat": "chat with a language model (pygpukit-llm)",
+    "generate": "continue a prompt with a language model (pygpukit-llm)",
+    "models": "list, pull and verify cached models (pygpukit-llm)",
+}
+
+
+def _run_llm_command(argv: list[str]) -> int:
+    try:
+        cli = importlib.import_module("pygpukit.llm.cli")
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("pygpukit.llm", "pygpukit.llm.cli"):
+            if isinstance(exc, PyGPUkitError):  # e.g. a sibling that pygpukit-llm needs is missing
+                print(f"pygpukit: error: {exc}", file=sys.stderr)
+                return 2
+            raise  # a third-party dependency is missing: Python's own message names it
+        print(
+            f"pygpukit {argv[0]}: this command needs the pygpukit-llm distribution, which is not installed: "
+            "pip install pygpukit-llm (or pip install 'pygpukit[llm]')",
+            file=sys.stderr,
+        )
+        return 2
+    except PyGPUkitError as exc:  # installed, but unusable (mismatched sibling versions)
+        print(f"pygpukit: error: {exc}", file=sys.stderr)
+        return 2
+    status: int = cli.main(argv)
+    return status
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    # The LLM commands parse their own arguments; importing pygpukit.llm only for them keeps `info`
+    # fast and independent of the optional distribution.
+    if args_list and args_list[0] in _LLM_COMMANDS:
+        return _run_llm_command(args_list)
+
     parser = argparse.ArgumentParser(prog="pygpukit", description="pygpukit command line")
     sub = parser.add_subparsers(dest="command", required=True)
     info_parser = sub.add_parser("info", help="report backend, driver, devices, NVRTC, cuBLASLt and versions")
     info_parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    args = parser.parse_args(argv)
+    for name, text in _LLM_COMMANDS.items():
+        sub.add_parser(name, help=text, add_help=False)  # listed in --help; handled above
+    args = parser.parse_args(args_list)
 
-    # "info" is the only command so far; argparse rejects anything else.
     from .core.backend import BackendFallbackWarning
     from .info import collect_info, format_info
 

@@ -399,7 +399,7 @@ def run_cases(cases: Sequence[Case], warmup: int, iterations: int, progress: boo
     results: list[Result] = []
     iterator: Any = cases
     if progress:
-        from tqdm import tqdm  # type: ignore[import-untyped]
+        from tqdm import tqdm
 
         iterator = tqdm(cases, desc="benchmark", unit="case", file=sys.stderr)
     for case in iterator:

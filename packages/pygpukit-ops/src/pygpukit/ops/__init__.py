@@ -20,6 +20,7 @@ check_siblings("pygpukit-ops", required=("pygpukit-core",))
 from . import (  # noqa: E402
     attention,
     elementwise,
+    gguf,
     kv_cache,
     linalg,
     moe,
@@ -33,6 +34,7 @@ from . import (  # noqa: E402
 from ._kernels import precompile  # noqa: E402
 from .attention import *  # noqa: E402,F403
 from .elementwise import *  # noqa: E402,F403
+from .gguf import *  # noqa: E402,F403
 from .kv_cache import *  # noqa: E402,F403
 from .linalg import *  # noqa: E402,F403
 from .moe import *  # noqa: E402,F403
@@ -50,6 +52,7 @@ __all__ = [
     "precompile",
     *attention.__all__,
     *elementwise.__all__,
+    *gguf.__all__,
     *kv_cache.__all__,
     *linalg.__all__,
     *nn.__all__,

@@ -1,0 +1,376 @@
+"""Text generation with a :class:`~pygpukit.llm.model.CausalTransformerModel`: prefill, a decode loop
+over the KV cache, GPU sampling, stop conditions, streaming and timing.
+
+Per decode step the host reads back only the sampled token ids (one small copy); the logits, the
+sampling and the positions stay on the device. The same seed gives the same tokens.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+import pygpukit.ops as ops
+from pygpukit.core.array import GPUArray, from_numpy, full
+from pygpukit.core.dtypes import int32
+from pygpukit.core.errors import ArgumentError
+
+if TYPE_CHECKING:
+    from .model import CausalTransformerModel
+
+__all__ = ["GenerationStats", "SamplingParams", "generate", "generate_stream", "render_chat"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How the next token is picked (transformers' order: repetition penalty, temperature, top-k,
+    top-p, min-p). ``temperature == 0`` is greedy."""
+
+    temperature: float = 1.0
+    top_k: int | None = 50
+    top_p: float | None = 0.9
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0 and not self.repetition_penalty
+
+
+@dataclass
+class GenerationStats:
+    """Timing of the last generation: time to first token (prefill and first sample, until the id is on
+    the host) and decode speed over the remaining tokens."""
+
+    prompt_tokens: int = 0
+    new_tokens: int = 0
+    time_to_first_token_s: float = 0.0
+    decode_tokens_per_s: float = 0.0
+    total_s: float = 0.0
+    finish_reason: str = "length"
+    batch: int = 1
+    backend: str = ""
+
+    def summary(self) -> str:
+        return (
+            f"ttft {self.time_to_first_token_s:.3f} s, {self.new_tokens} tokens, "
+            f"{self.decode_tokens_per_s:.1f} tokens/s ({self.backend})"
+        )
+
+
+def render_chat(model: CausalTransformerModel, messages: Sequence[Mapping[str, Any]],
+                add_generation_prompt: bool = True, **template_kwargs: Any) -> str:  # fmt: skip
+    """``messages`` rendered with the model's chat template."""
+    if model.chat_template is None:
+        raise ArgumentError("this model has no chat template (tokenizer_config.json or GGUF metadata)")
+    return model.chat_template.render(messages, add_generation_prompt=add_generation_prompt, **template_kwargs)
+
+
+def _tokenizer(model: CausalTransformerModel) -> Any:
+    if model.tokenizer is None:
+        raise ArgumentError("a text prompt needs a tokenizer; this model has none (pass token ids)")
+    return model.tokenizer
+
+
+def _prompts(model: CausalTransformerModel, prompt: Any, add_special_tokens: bool) -> tuple[list[list[int]], str]:
+    """Token id lists and the prompt kind: "text", "ids", "texts" or "ids_batch"."""
+    if isinstance(prompt, str):
+        return [_tokenizer(model).encode(prompt, add_special_tokens=add_special_tokens)], "text"
+    if isinstance(prompt, GPUArray):
+        prompt = prompt.to_numpy()
+    if isinstance(prompt, np.ndarray):
+        prompt = prompt.tolist()
+    if not isinstance(prompt, Sequence) or len(prompt) == 0:
+        raise ArgumentError(f"prompt must be a str, token ids or a non-empty list of either, got {type(prompt)}")
+    if all(isinstance(p, str) for p in prompt):
+        tok = _tokenizer(model)
+        return [tok.encode(p, add_special_tokens=add_special_tokens) for p in prompt], "texts"
+    if all(isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in prompt):
+        return [[int(t) for t in prompt]], "ids"
+    if all(isinstance(p, Sequence) and not isinstance(p, str) for p in prompt):
+        return [[int(t) for t in p] for p in prompt], "ids_batch"
+    raise ArgumentError("prompt must be a str, a list of str, a list of token ids or a list of such lists")
+
+
+def _check_ids(model: CausalTransformerModel, prompts: list[list[int]]) -> None:
+    vocab = model.config.vocab_size
+    for row, ids in enumerate(prompts):
+        if not ids:
+            raise ArgumentError(f"prompt {row} is empty (no tokens)")
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise ArgumentError(f"prompt {row}: token id {bad[0]} is outside the vocabulary [0, {vocab})")
+
+
+def _stop_ids(model: CausalTransformerModel, stop_token_ids: Sequence[int] | None, ignore_eos: bool) -> set[int]:
+    ids: set[int] = {int(t) for t in stop_token_ids or ()}
+    if not ignore_eos:
+        tok = model.tokenizer
+        ids.update(getattr(tok, "eos_token_ids", ()) or ())
+        if tok is None or not getattr(tok, "eos_token_ids", ()):
+            ids.update(model.config.eos_token_ids)
+    return ids
+
+
+class _Run:
+    """One batch being generated: yields the new token ids of every row, step by step."""
+
+    def __init__(self, model: CausalTransformerModel, prompts: list[list[int]], max_new_tokens: int,
+                 sampling: SamplingParams) -> None:  # fmt: skip
+        if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
+            raise ArgumentError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+        _check_ids(model, prompts)
+        self.model = model
+        self.prompts = prompts
+        self.sampling = sampling
+        longest = max(len(p) for p in prompts)
+        limit = model.config.max_position_embeddings
+        if longest > limit:
+            raise ArgumentError(f"a {longest}-token prompt exceeds the model's {limit} positions")
+        self.max_new_tokens = min(max_new_tokens, limit - longest)
+        self.longest = longest
+        self.stats = GenerationStats(prompt_tokens=sum(len(p) for p in prompts), batch=len(prompts),
+                                     backend=model.backend)  # fmt: skip
+
+    def tokens(self) -> Iterator[np.ndarray[Any, Any]]:
+        model, s = self.model, self.sampling
+        batch = len(self.prompts)
+        if self.max_new_tokens == 0:
+            return
+        pad = 0
+        ids = np.full((batch, self.longest), pad, np.int32)
+        for row, p in enumerate(self.prompts):
+            ids[row, : len(p)] = p
+        state = model.new_state(batch, self.longest + self.max_new_tokens)
+        vocab = model.config.vocab_size
+        sampler = None
+        if not s.greedy:
+            seed = s.seed if s.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
+            sampler = ops.Sampler(seed, batch, vocab, model.dtype)
+        history = history_host = None
+        if s.repetition_penalty:
+            history_host = np.full((batch, self.longest + self.max_new_tokens), -1, np.int32)
+            history_host[:, : self.longest] = np.where(
+                np.arange(self.longest)[None, :] < np.array([len(p) for p in self.prompts])[:, None], ids, -1
+            )
+            history = from_numpy(history_host)
+        out = full(batch, 0, int32)
+        settings: dict[str, Any] = {"temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p, "min_p": s.min_p,
+                                        "repetition_penalty": s.repetition_penalty, "history": history}  # fmt: skip
+        start = time.perf_counter()
+        self._first = start
+        try:
+            yield from self._loop(model, ids, state, sampler, settings, out, history, history_host, start)
+        finally:
+            end = time.perf_counter()
+            self.stats.total_s = end - start
+            if self.stats.new_tokens > 1 and end > self._first:
+                self.stats.decode_tokens_per_s = (self.stats.new_tokens - 1) / (end - self._first)
+
+    def _loop(self, model: CausalTransformerModel, ids: np.ndarray[Any, Any], state: Any, sampler: Any,
+              settings: dict[str, Any], out: GPUArray, history: GPUArray | None,
+              history_host: np.ndarray[Any, Any] | None, start: float) -> Iterator[np.ndarray[Any, Any]]:  # fmt: skip
+        logits = model.prefill(from_numpy(ids), state, [len(p) for p in self.prompts])
+        for step in range(self.max_new_tokens):
+            if sampler is None:
+                ops.greedy(logits, out)
+            else:
+                sampler.sample(logits, out, **settings)
+            host = out.to_numpy()  # the one read-back per step
+            if step == 0:
+                self._first = time.perf_counter()
+                self.stats.time_to_first_token_s = self._first - start
+            self.stats.new_tokens = step + 1
+            yield host
+            if step + 1 == self.max_new_tokens:
+                break
+            if history is not None and history_host is not None:
+                history_host[:, self.longest + step] = host
+                history.copy_(history_host)
+            logits = model.decode_step(out, state)
+
+
+class _StopText:
+    """Stop strings over a growing text: finds the first occurrence and how much text is safe to emit
+    (text that cannot be the start of a stop string)."""
+
+    def __init__(self, stop: Sequence[str]) -> None:
+        self.stop = [s for s in stop if s]
+        self.longest = max((len(s) for s in self.stop), default=0)
+
+    def find(self, text: str, since: int) -> int:
+        """Index of the first stop string that ends after ``since``, or -1."""
+        if not self.stop:
+            return -1
+        begin = max(0, since - self.longest)
+        hits = [i for i in (text.find(s, begin) for s in self.stop) if i >= 0]
+        return min(hits) if hits else -1
+
+    def safe(self, text: str) -> int:
+        return len(text) - max(0, self.longest - 1)
+
+
+def _normalize_stop(stop: str | Sequence[str] | None) -> list[str]:
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        return [stop]
+    if not all(isinstance(s, str) for s in stop):
+        raise ArgumentError("stop must be a string or a list of strings")
+    return list(stop)
+
+
+def _sampling(temperature: float, top_k: int | None, top_p: float | None, min_p: float | None,
+              repetition_penalty: float | None, seed: int | None) -> SamplingParams:  # fmt: skip
+    if not isinstance(temperature, (int, float)) or temperature < 0 or temperature != temperature:
+        raise ArgumentError(f"temperature must be a number >= 0, got {temperature!r}")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+        raise ArgumentError(f"seed must be a non-negative int, got {seed!r}")
+    return SamplingParams(float(temperature), top_k, top_p, min_p, repetition_penalty, seed)
+
+
+def _row_streams(model: CausalTransformerModel, run: _Run, stop_ids: set[int], stop: list[str],
+                 skip_special_tokens: bool) -> Iterator[tuple[int, str, bool]]:  # fmt: skip
+    """For every step and row: (row, new text piece, finished now). Rows that finished are skipped."""
+    from .tokenizer import StreamDecoder
+
+    tok = model.tokenizer
+    batch = len(run.prompts)
+    decoders = [StreamDecoder(tok, skip_special_tokens=skip_special_tokens) for _ in range(batch)] if tok else []
+    stopper = _StopText(stop)
+    texts = [""] * batch
+    emitted = [0] * batch
+    done = [False] * batch
+    for host in run.tokens():
+        for row in range(batch):
+            if done[row]:
+                continue
+            token = int(host[row])
+            if token in stop_ids:
+                done[row] = True
+                run.stats.finish_reason = "stop"
+                piece = texts[row][emitted[row] :]
+                if decoders:
+                    piece += decoders[row].flush()
+                yield row, piece, True
+                continue
+            if not decoders:
+                yield row, "", False
+                continue
+            before = len(texts[row])
+            texts[row] += decoders[row].push(token)
+            cut = stopper.find(texts[row], before)
+            if cut >= 0:
+                done[row] = True
+                run.stats.finish_reason = "stop"
+                yield row, texts[row][emitted[row] : cut], True
+                continue
+            safe = stopper.safe(texts[row])
+            if safe > emitted[row]:
+                yield row, texts[row][emitted[row] : safe], False
+                emitted[row] = safe
+        if all(done):
+            return
+    for row in range(batch):
+        if not done[row] and decoders:
+            rest = texts[row] + decoders[row].flush()
+            cut = stopper.find(rest, emitted[row])
+            yield row, rest[emitted[row] : cut if cut >= 0 else len(rest)], True
+
+
+def generate(
+    model: CausalTransformerModel,
+    prompt: Any,
+    max_new_tokens: int = 128,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = 50,
+    top_p: float | None = 0.9,
+    min_p: float | None = None,
+    repetition_penalty: float | None = None,
+    seed: int | None = None,
+    stop: str | Sequence[str] | None = None,
+    stop_token_ids: Sequence[int] | None = None,
+    ignore_eos: bool = False,
+    add_special_tokens: bool = True,
+    skip_special_tokens: bool = True,
+) -> Any:
+    """Generate up to ``max_new_tokens`` tokens after ``prompt``.
+
+    ``prompt``: a str (returns the new text), a list of token ids (returns prompt + new ids, as
+    transformers does), or a list of either (a batch: returns a list). Generation of a row stops at an
+    end-of-sequence id (the tokenizer's, unless ``ignore_eos``), at one of ``stop_token_ids``, or when
+    its text contains one of the ``stop`` strings (the text is cut before it). ``temperature=0`` is
+    greedy; the same ``seed`` gives the same tokens. ``model.last_stats`` holds the timing."""
+    prompts, kind = _prompts(model, prompt, add_special_tokens)
+    run = _Run(model, prompts, max_new_tokens, _sampling(temperature, top_k, top_p, min_p, repetition_penalty, seed))
+    stop_ids = _stop_ids(model, stop_token_ids, ignore_eos)
+    stops = _normalize_stop(stop)
+    batch = len(prompts)
+    new_ids: list[list[int]] = [[] for _ in range(batch)]
+    done = [False] * batch
+    if kind in ("text", "texts"):
+        texts = [""] * batch
+        for row, piece, _ in _row_streams(model, run, stop_ids, stops, skip_special_tokens):
+            texts[row] += piece
+        model.last_stats = run.stats
+        return texts[0] if kind == "text" else texts
+    stopper = _StopText(stops)
+    tok = model.tokenizer if stops else None
+    for host in run.tokens():
+        for row in range(batch):
+            if done[row]:
+                continue
+            token = int(host[row])
+            if token in stop_ids:
+                done[row] = True
+                run.stats.finish_reason = "stop"
+                continue
+            new_ids[row].append(token)
+            if tok is not None and stopper.find(tok.decode(new_ids[row]), 0) >= 0:
+                done[row] = True
+                run.stats.finish_reason = "stop"
+        if all(done):
+            break
+    model.last_stats = run.stats
+    results = [p + n for p, n in zip(prompts, new_ids, strict=True)]
+    return results[0] if kind == "ids" else results
+
+
+def generate_stream(
+    model: CausalTransformerModel,
+    prompt: Any,
+    max_new_tokens: int = 128,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = 50,
+    top_p: float | None = 0.9,
+    min_p: float | None = None,
+    repetition_penalty: float | None = None,
+    seed: int | None = None,
+    stop: str | Sequence[str] | None = None,
+    stop_token_ids: Sequence[int] | None = None,
+    ignore_eos: bool = False,
+    add_special_tokens: bool = True,
+    skip_special_tokens: bool = True,
+) -> Iterator[str]:
+    """Like :func:`generate` for one prompt (a str or token ids), yielding the new text in pieces as
+    the tokens are sampled; the pieces never split a UTF-8 character and never show a stop string."""
+    prompts, kind = _prompts(model, prompt, add_special_tokens)
+    if kind not in ("text", "ids"):
+        raise ArgumentError("generate_stream takes one prompt; use generate for a batch")
+    _tokenizer(model)
+    run = _Run(model, prompts, max_new_tokens, _sampling(temperature, top_k, top_p, min_p, repetition_penalty, seed))
+    stop_ids = _stop_ids(model, stop_token_ids, ignore_eos)
+    try:
+        for _, piece, _ in _row_streams(model, run, stop_ids, _normalize_stop(stop), skip_special_tokens):
+            if piece:
+                yield piece
+    finally:
+        model.last_stats = run.stats

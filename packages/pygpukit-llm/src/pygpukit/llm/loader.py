@@ -1,0 +1,346 @@
+"""Loading models: a Hugging Face checkpoint directory, a safetensors file (or sharded index) or a
+GGUF file becomes a :class:`CausalTransformerModel` with its tokenizer and chat template.
+
+Weights are uploaded in their stored form and converted on the device (dtype casts, GPT-2's Conv1D
+transposes, stacking gate/up projections and experts, GGUF block dequantization and the inverse of
+llama.cpp's Q/K row permutation); nothing is dequantized or transposed on the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import pygpukit.ops as ops
+from pygpukit.core.array import GPUArray, empty, from_numpy
+from pygpukit.core.dtypes import DType, as_dtype
+from pygpukit.core.errors import ArgumentError, PyGPUkitError
+
+from .config import (
+    GPT2_SPEC,
+    MIXTRAL_SPEC,
+    ModelConfigError,
+    ModelSpec,
+    TransformerConfig,
+    config_from_gguf_metadata,
+    config_from_hf,
+    detect_model_spec,
+    load_hf_config,
+)
+from .model import CausalTransformerModel, LayerWeights, ModelWeights
+
+__all__ = ["MissingWeightError", "load", "load_gguf", "load_model_from_safetensors"]
+
+_DTYPES = ("float32", "float16", "bfloat16")
+
+
+class MissingWeightError(PyGPUkitError, KeyError):
+    """A tensor the architecture needs is not in the checkpoint."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+def _model_dtype(dtype: Any, default: str) -> DType:
+    name = default if dtype is None else as_dtype(dtype).name
+    if name not in _DTYPES:
+        raise ArgumentError(f"model dtype must be one of {', '.join(_DTYPES)}, got {name}")
+    return as_dtype(name)
+
+
+def _progress(total: int, desc: str, enabled: bool) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="tensor", disable=None if enabled else True, leave=False)
+
+
+class _Source:
+    """Named weights on the device, in the model dtype, from some checkpoint."""
+
+    def __init__(self, names: Sequence[str], fetch: Callable[[str, DType], GPUArray], dtype: DType,
+                 progress: Any) -> None:  # fmt: skip
+        self.names = set(names)
+        self._fetch = fetch
+        self.dtype = dtype
+        self._progress = progress
+
+    def has(self, name: str) -> bool:
+        return name in self.names
+
+    def get(self, name: str, dtype: DType | None = None) -> GPUArray:
+        if name not in self.names:
+            raise MissingWeightError(f"the checkpoint has no tensor {name!r}")
+        array = self._fetch(name, dtype or self.dtype)
+        self._progress.update(1)
+        return array
+
+    def first(self, *names: str) -> GPUArray:
+        for name in names:
+            if name in self.names:
+                return self.get(name)
+        raise MissingWeightError(f"the checkpoint has none of the tensors {', '.join(repr(n) for n in names)}")
+
+    def optional(self, name: str) -> GPUArray | None:
+        return self.get(name) if name in self.names else None
+
+
+def _stack_rows(parts: Sequence[GPUArray]) -> GPUArray:
+    """Arrays of one trailing shape stacked along the first axis, on the device."""
+    rows = sum(p.shape[0] for p in parts)
+    out = empty((rows, *parts[0].shape[1:]), parts[0].dtype)
+    start = 0
+    for part in parts:
+        out[start : start + part.shape[0]].copy_(part)
+        start += part.shape[0]
+    return out
+
+
+def _check_shape(name: str, array: GPUArray, shape: tuple[int, ...]) -> GPUArray:
+    if array.shape != shape:
+        raise ModelConfigError(f"weight {name}: shape {array.shape} does not match the config's {shape}")
+    return array
+
+
+# -- Hugging Face names ---------------------------------------------------------------------------
+def _hf_prefix(names: set[str], spec: ModelSpec) -> str:
+    if spec is GPT2_SPEC:
+        return "transformer." if any(n.startswith("transformer.") for n in names) else ""
+    return "model." if any(n.startswith("model.") for n in names) else ""
+
+
+def _gpt2_weights(src: _Source, config: TransformerConfig, prefix: str) -> ModelWeights:
+    h = config.hidden_size
+
+    def conv(name: str) -> GPUArray:  # Conv1D stores (in, out): transpose on the device
+        return src.get(name).T.contiguous()
+
+    layers = []
+    for i in range(config.num_layers):
+        p = f"{prefix}h.{i}."
+        qkv = conv(p + "attn.c_attn.weight")
+        qkv_b = src.get(p + "attn.c_attn.bias")
+        layers.append(LayerWeights(
+            attn_norm=src.get(p + "ln_1.weight"), attn_norm_bias=src.get(p + "ln_1.bias"),
+            wq=qkv[:h].contiguous(), wk=qkv[h : 2 * h].contiguous(), wv=qkv[2 * h :].contiguous(),
+            bq=qkv_b[:h].contiguous(), bk=qkv_b[h : 2 * h].contiguous(), bv=qkv_b[2 * h :].contiguous(),
+            wo=conv(p + "attn.c_proj.weight"), bo=src.get(p + "attn.c_proj.bias"),
+            mlp_norm=src.get(p + "ln_2.weight"), mlp_norm_bias=src.get(p + "ln_2.bias"),
+            w_gate_up=conv(p + "mlp.c_fc.weight"), b_gate_up=src.get(p + "mlp.c_fc.bias"),
+            w_down=conv(p + "mlp.c_proj.weight"), b_down=src.get(p + "mlp.c_proj.bias"),
+        ))  # fmt: skip
+    embed = src.get(prefix + "wte.weight")
+    lm_head = src.get("lm_head.weight") if src.has("lm_head.weight") else embed
+    return ModelWeights(embed=embed, layers=layers, final_norm=src.get(prefix + "ln_f.weight"),
+                        final_norm_bias=src.get(prefix + "ln_f.bias"), lm_head=lm_head,
+                        position_embed=src.get(prefix + "wpe.weight"))  # fmt: skip
+
+
+def _hf_experts(src: _Source, config: TransformerConfig, p: str) -> tuple[GPUArray, GPUArray, GPUArray]:
+    """Router (E, H), stacked gate/up (E, 2I, H) and down (E, H, I) of one MoE block."""
+    router = src.first(p + "block_sparse_moe.gate.weight", p + "mlp.gate.weight")
+    for base in (p + "mlp.experts.", p + "block_sparse_moe.experts."):
+        if src.has(base + "gate_up_proj"):  # transformers 5's fused expert parameters
+            return router, src.get(base + "gate_up_proj"), src.get(base + "down_proj")
+    gate_up, down = [], []
+    for e in range(config.num_experts):
+        if src.has(f"{p}block_sparse_moe.experts.{e}.w1.weight"):
+            b = f"{p}block_sparse_moe.experts.{e}."
+            gate, up, dn = src.get(b + "w1.weight"), src.get(b + "w3.weight"), src.get(b + "w2.weight")
+        else:
+            b = f"{p}mlp.experts.{e}."
+            gate, up, dn = (
+                src.get(b + "gate_proj.weight"),
+                src.get(b + "up_proj.weight"),
+                src.get(b + "down_proj.weight"),
+            )
+        gate_up.append(_stack_rows([gate, up]))
+        down.append(dn)
+    i, h = config.moe_intermediate_size, config.hidden_size
+    stacked_gate_up = _stack_rows([g.reshape(1, 2 * i, h) for g in gate_up])
+    stacked_down = _stack_rows([d.reshape(1, h, i) for d in down])
+    return router, stacked_gate_up, stacked_down
+
+
+def _hf_weights(src: _Source, config: TransformerConfig, prefix: str) -> ModelWeights:
+    spec = config.spec
+    layers = []
+    for i in range(config.num_layers):
+        p = f"{prefix}layers.{i}."
+        a = p + "self_attn."
+        layer = LayerWeights(
+            attn_norm=src.get(p + "input_layernorm.weight"), mlp_norm=src.get(p + "post_attention_layernorm.weight"),
+            wq=src.get(a + "q_proj.weight"), wk=src.get(a + "k_proj.weight"), wv=src.get(a + "v_proj.weight"),
+            wo=src.get(a + "o_proj.weight"), bq=src.optional(a + "q_proj.bias"), bk=src.optional(a + "k_proj.bias"),
+            bv=src.optional(a + "v_proj.bias"), bo=src.optional(a + "o_proj.bias"),
+        )  # fmt: skip
+        if spec.qk_norm:
+            layer.q_norm, layer.k_norm = src.get(a + "q_norm.weight"), src.get(a + "k_norm.weight")
+        if spec.moe:
+            layer.w_router, layer.experts_gate_up, layer.experts_down = _hf_experts(src, config, p)
+        else:
+            m = p + "mlp."
+            layer.w_gate_up = _stack_rows([src.get(m + "gate_proj.weight"), src.get(m + "up_proj.weight")])
+            layer.b_gate_up = None
+            if src.has(m + "gate_proj.bias"):
+                layer.b_gate_up = _stack_rows([src.get(m + "gate_proj.bias"), src.get(m + "up_proj.bias")])
+            layer.w_down, layer.b_down = src.get(m + "down_proj.weight"), src.optional(m + "down_proj.bias")
+        layers.append(layer)
+    embed = _check_shape(
+        "embed_tokens", src.get(prefix + "embed_tokens.weight"), (config.vocab_size, config.hidden_size)
+    )
+    tied = config.tie_word_embeddings or not src.has("lm_head.weight")
+    lm_head = embed if tied else src.get("lm_head.weight")
+    return ModelWeights(embed=embed, layers=layers, final_norm=src.get(prefix + "norm.weight"), lm_head=lm_head)
+
+
+def _safetensors(path: Path) -> Any:
+    from .safetensors import load_safetensors
+
+    return load_safetensors(path)
+
+
+def load_model_from_safetensors(
+    path: str | Path, dtype: Any = None, spec: ModelSpec | None = None, *, config: TransformerConfig | None = None,
+    progress: bool = True,
+) -> CausalTransformerModel:  # fmt: skip
+    """A model from a safetensors file, a sharded checkpoint's ``model.safetensors.index.json`` or a
+    checkpoint directory (with its ``config.json``; the tokenizer and chat template are attached when
+    ``tokenizer.json`` is there). ``dtype`` (float32, float16 or bfloat16) defaults to the stored
+    floating dtype. ``spec`` overrides the architecture read from config.json or the tensor names."""
+    path = Path(path)
+    directory = path if path.is_dir() else path.parent
+    st = _safetensors(path)
+    names = list(st.tensor_names)
+    if config is None:
+        hf = load_hf_config(directory)
+        config = config_from_hf(hf, spec or (detect_model_spec(names) if "model_type" not in hf else None),
+                                name=directory.name)  # fmt: skip
+    elif spec is not None and spec is not config.spec:
+        config = config.with_(spec=spec)
+    stored = {st.info(n).dtype for n in names}
+    default = "bfloat16" if "BF16" in stored else "float16" if "F16" in stored else "float32"
+    model_dtype = _model_dtype(dtype, default)
+
+    def fetch(name: str, target: DType) -> GPUArray:
+        array: GPUArray = st.to_gpu(name)
+        return array if array.dtype == target else array.astype(target)
+
+    with _progress(len(names), f"loading {config.name or path.name}", progress) as bar:
+        src = _Source(names, fetch, model_dtype, bar)
+        prefix = _hf_prefix(src.names, config.spec)
+        weights = _gpt2_weights(src, config, prefix) if config.spec is GPT2_SPEC else _hf_weights(src, config, prefix)
+    tokenizer = chat = None
+    if (directory / "tokenizer.json").is_file():
+        from .chat import ChatTemplate
+        from .tokenizer import Tokenizer
+
+        tokenizer = Tokenizer.from_pretrained(directory)
+        if tokenizer.chat_template:
+            chat = ChatTemplate(tokenizer.chat_template, bos_token=tokenizer.bos_token or "",
+                                eos_token=tokenizer.eos_token or "")  # fmt: skip
+    return CausalTransformerModel(config, weights, model_dtype, tokenizer, chat)
+
+
+# -- GGUF ------------------------------------------------------------------------------------------
+def _unpermute_rows(w: GPUArray, heads: int) -> GPUArray:
+    """Undo llama.cpp's Q/K row permutation (its converter interleaves the two rotary halves of every
+    head for its own RoPE): a row gather on the device, bit for bit."""
+    rows = w.shape[0]
+    half = rows // heads // 2
+    index = np.arange(rows, dtype=np.int32).reshape(heads, half, 2).swapaxes(1, 2).reshape(-1)
+    return ops.embedding(w, from_numpy(np.ascontiguousarray(index)))
+
+
+def load_gguf(path: str | Path, dtype: Any = None, *, progress: bool = True) -> CausalTransformerModel:
+    """A model from a GGUF v2/v3 file: the config, tokenizer and chat template come from its metadata;
+    quantized tensors are uploaded in their block format and dequantized on the device (dtype defaults
+    to float32)."""
+    from .chat import ChatTemplate
+    from .gguf import GGUFFile
+    from .tokenizer import Tokenizer
+
+    path = Path(path)
+    f = GGUFFile(path)
+    metadata = f.metadata
+    config = config_from_gguf_metadata(metadata, name=str(metadata.get("general.name") or path.stem))
+    model_dtype = _model_dtype(dtype, "float32")
+    arch = metadata.get("general.architecture")
+    names = list(f.tensor_names)
+
+    def fetch(name: str, target: DType) -> GPUArray:
+        array: GPUArray = f.to_gpu(name, target)
+        return array
+
+    c = config
+    with _progress(len(names), f"loading {path.name}", progress) as bar:
+        src = _Source(names, fetch, model_dtype, bar)
+        if c.spec is GPT2_SPEC:
+            raise ModelConfigError(f"{path}: GGUF GPT-2 files are not supported yet; use the safetensors checkpoint")
+        permute = arch in ("llama", "mistral")
+        layers = []
+        for i in range(c.num_layers):
+            p = f"blk.{i}."
+            wq, wk = src.get(p + "attn_q.weight"), src.get(p + "attn_k.weight")
+            if permute:
+                wq, wk = _unpermute_rows(wq, c.num_heads), _unpermute_rows(wk, c.num_kv_heads)
+            layer = LayerWeights(
+                attn_norm=src.get(p + "attn_norm.weight"), mlp_norm=src.get(p + "ffn_norm.weight"), wq=wq, wk=wk,
+                wv=src.get(p + "attn_v.weight"), wo=src.get(p + "attn_output.weight"),
+                bq=src.optional(p + "attn_q.bias"), bk=src.optional(p + "attn_k.bias"),
+                bv=src.optional(p + "attn_v.bias"), bo=src.optional(p + "attn_output.bias"),
+            )  # fmt: skip
+            if c.spec.qk_norm:
+                layer.q_norm, layer.k_norm = src.get(p + "attn_q_norm.weight"), src.get(p + "attn_k_norm.weight")
+            if c.spec.moe or src.has(p + "ffn_gate_inp.weight"):
+                layer.w_router = src.get(p + "ffn_gate_inp.weight")
+                gate, up = src.get(p + "ffn_gate_exps.weight"), src.get(p + "ffn_up_exps.weight")
+                e, i_size, h = gate.shape
+                stacked = empty((e, 2 * i_size, h), model_dtype)
+                stacked[:, :i_size].copy_(gate)
+                stacked[:, i_size:].copy_(up)
+                layer.experts_gate_up, layer.experts_down = stacked, src.get(p + "ffn_down_exps.weight")
+            else:
+                layer.w_gate_up = _stack_rows([src.get(p + "ffn_gate.weight"), src.get(p + "ffn_up.weight")])
+                layer.w_down = src.get(p + "ffn_down.weight")
+            layers.append(layer)
+        embed = _check_shape("token_embd", src.get("token_embd.weight"), (c.vocab_size, c.hidden_size))
+        lm_head = src.get("output.weight") if src.has("output.weight") else embed
+        if not src.has("output.weight"):
+            config = config.with_(tie_word_embeddings=True)
+        weights = ModelWeights(embed=embed, layers=layers, final_norm=src.get("output_norm.weight"), lm_head=lm_head)
+    if config.spec.moe and config.spec is not MIXTRAL_SPEC:
+        config = config.with_(norm_topk_prob=bool(metadata.get(f"{arch}.expert_weights_norm", True)))
+    tokenizer = Tokenizer.from_gguf_metadata(metadata) if "tokenizer.ggml.tokens" in metadata else None
+    chat = None
+    template = metadata.get("tokenizer.chat_template")
+    if isinstance(template, str) and template:
+        bos = (tokenizer.bos_token or "") if tokenizer else ""
+        eos = (tokenizer.eos_token or "") if tokenizer else ""
+        chat = ChatTemplate(template, bos_token=bos, eos_token=eos)
+    return CausalTransformerModel(config, weights, model_dtype, tokenizer, chat)
+
+
+def load(path: str | Path, dtype: Any = None, *, progress: bool = True) -> CausalTransformerModel:
+    """Load a model from a checkpoint directory, a ``.safetensors`` file, a sharded index
+    (``*.index.json``) or a ``.gguf`` file; the kind is detected from the path (and a GGUF file's
+    magic bytes)."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise ArgumentError(f"model path {path} does not exist")
+    if path.is_dir():
+        ggufs = sorted(path.glob("*.gguf"))
+        if (path / "config.json").is_file():
+            return load_model_from_safetensors(path, dtype, progress=progress)
+        if len(ggufs) == 1:
+            return load_gguf(ggufs[0], dtype, progress=progress)
+        raise ArgumentError(f"{path}: no config.json and not exactly one .gguf file; cannot tell what to load")
+    with path.open("rb") as fh:
+        magic = fh.read(4)
+    if magic == b"GGUF":
+        return load_gguf(path, dtype, progress=progress)
+    if path.suffix == ".json" or path.suffix == ".safetensors":
+        return load_model_from_safetensors(path, dtype, progress=progress)
+    raise ArgumentError(f"{path}: neither a GGUF file (magic {magic!r}) nor a .safetensors/.index.json file")

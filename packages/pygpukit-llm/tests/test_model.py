@@ -1,0 +1,255 @@
+"""CausalTransformerModel on small random checkpoints (any backend; CI runs the CPU backend).
+
+A float64 NumPy forward pass written from the architectures' definitions is the reference for the
+logits; the cached decode path must agree with full recomputation; the same weights stored as a GGUF
+file (with llama.cpp's Q/K row permutation) and as safetensors must give the same logits. The
+comparisons with transformers' own model classes run on the GPU machine (test_models_gpu.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import pygpukit as gp
+import pygpukit.llm as llm
+
+VOCAB, HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, INTER = 96, 128, 2, 4, 2, 64, 160
+
+
+def _config(model_type: str, **extra: Any) -> dict[str, Any]:
+    return dict(model_type=model_type, vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
+                num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM, intermediate_size=INTER,
+                max_position_embeddings=256, rms_norm_eps=1e-5, rope_theta=10000.0, **extra)  # fmt: skip
+
+
+def _weights(config: dict[str, Any], seed: int) -> dict[str, np.ndarray[Any, Any]]:
+    rng = np.random.default_rng(seed)
+
+    def w(*shape: int, scale: float = 0.08) -> np.ndarray[Any, Any]:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    def norm(n: int) -> np.ndarray[Any, Any]:
+        return rng.uniform(0.5, 1.5, n).astype(np.float32)
+
+    q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
+    out = {"model.embed_tokens.weight": w(VOCAB, HIDDEN, scale=1.0), "model.norm.weight": norm(HIDDEN)}
+    if not config.get("tie_word_embeddings"):
+        out["lm_head.weight"] = w(VOCAB, HIDDEN)
+    for i in range(LAYERS):
+        p = f"model.layers.{i}."
+        out |= {p + "input_layernorm.weight": norm(HIDDEN), p + "post_attention_layernorm.weight": norm(HIDDEN),
+                p + "self_attn.q_proj.weight": w(q, HIDDEN), p + "self_attn.k_proj.weight": w(kv, HIDDEN),
+                p + "self_attn.v_proj.weight": w(kv, HIDDEN), p + "self_attn.o_proj.weight": w(HIDDEN, q),
+                p + "mlp.gate_proj.weight": w(INTER, HIDDEN), p + "mlp.up_proj.weight": w(INTER, HIDDEN),
+                p + "mlp.down_proj.weight": w(HIDDEN, INTER)}  # fmt: skip
+        if config["model_type"] == "qwen2":
+            out |= {p + "self_attn.q_proj.bias": w(q), p + "self_attn.k_proj.bias": w(kv),
+                    p + "self_attn.v_proj.bias": w(kv)}  # fmt: skip
+        if config["model_type"] == "qwen3":
+            out |= {p + "self_attn.q_norm.weight": norm(HEAD_DIM), p + "self_attn.k_norm.weight": norm(HEAD_DIM)}
+    return out
+
+
+def _save(directory: Path, config: dict[str, Any], weights: dict[str, np.ndarray[Any, Any]]) -> Path:
+    from safetensors.numpy import save_file
+
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(config))
+    save_file(weights, str(directory / "model.safetensors"))
+    return directory
+
+
+def _reference(config: dict[str, Any], w: dict[str, np.ndarray[Any, Any]], ids: list[int]) -> np.ndarray[Any, Any]:
+    """float64 logits of every position, straight from the LLaMA/Qwen definitions."""
+    f = {k: v.astype(np.float64) for k, v in w.items()}
+    eps, seq = config["rms_norm_eps"], len(ids)
+
+    def rms(x: np.ndarray[Any, Any], g: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * g
+
+    inv = config["rope_theta"] ** (-np.arange(0, HEAD_DIM, 2) / HEAD_DIM)
+    ang = np.arange(seq)[:, None] * inv[None, :]
+    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+
+    def rope(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        a, b = x[..., : HEAD_DIM // 2], x[..., HEAD_DIM // 2 :]
+        return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
+
+    h = f["model.embed_tokens.weight"][ids]
+    mask = np.triu(np.full((seq, seq), -np.inf), 1)
+    for i in range(LAYERS):
+        p = f"model.layers.{i}."
+        x = rms(h, f[p + "input_layernorm.weight"])
+
+        def proj(name: str, x: np.ndarray[Any, Any] = x, p: str = p) -> np.ndarray[Any, Any]:
+            out = x @ f[p + f"self_attn.{name}.weight"].T
+            return out + f[p + f"self_attn.{name}.bias"] if p + f"self_attn.{name}.bias" in f else out
+
+        q = proj("q_proj").reshape(seq, HEADS, HEAD_DIM)
+        k = proj("k_proj").reshape(seq, KV_HEADS, HEAD_DIM)
+        v = proj("v_proj").reshape(seq, KV_HEADS, HEAD_DIM)
+        if p + "self_attn.q_norm.weight" in f:
+            q, k = rms(q, f[p + "self_attn.q_norm.weight"]), rms(k, f[p + "self_attn.k_norm.weight"])
+        q, k = rope(q), rope(k)
+        k, v = np.repeat(k, HEADS // KV_HEADS, axis=1), np.repeat(v, HEADS // KV_HEADS, axis=1)
+        scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(HEAD_DIM) + mask
+        probs = np.exp(scores - scores.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        attn = np.einsum("hqk,khd->qhd", probs, v).reshape(seq, HEADS * HEAD_DIM)
+        h = h + attn @ f[p + "self_attn.o_proj.weight"].T
+        x = rms(h, f[p + "post_attention_layernorm.weight"])
+        gate, up = x @ f[p + "mlp.gate_proj.weight"].T, x @ f[p + "mlp.up_proj.weight"].T
+        h = h + (gate / (1 + np.exp(-gate)) * up) @ f[p + "mlp.down_proj.weight"].T
+    head = f.get("lm_head.weight", f["model.embed_tokens.weight"])
+    return rms(h, f["model.norm.weight"]) @ head.T
+
+
+def _rel(ours: np.ndarray[Any, Any], ref: np.ndarray[Any, Any]) -> float:
+    return float(np.max(np.abs(ours.astype(np.float64) - ref)) / np.max(np.abs(ref)))
+
+
+@pytest.mark.parametrize(
+    ("model_type", "extra"), [("llama", {}), ("llama", {"tie_word_embeddings": True}), ("qwen2", {}), ("qwen3", {})]
+)
+def test_logits_match_a_float64_reference(model_type: str, extra: dict[str, Any], tmp_path: Path) -> None:
+    config = _config(model_type, **extra)
+    weights = _weights(config, 0)
+    model = llm.load(_save(tmp_path, config, weights), dtype="float32", progress=False)
+    assert model.spec.name == model_type
+    ids = np.random.default_rng(1).integers(0, VOCAB, 23).tolist()
+    ours = model.forward(ids).to_numpy()
+    assert ours.shape == (23, VOCAB)
+    assert _rel(ours, _reference(config, weights, ids)) < 2e-5
+
+
+def test_cached_decode_equals_recomputation(tmp_path: Path) -> None:
+    config = _config("qwen3")
+    model = llm.load(_save(tmp_path, config, _weights(config, 2)), progress=False)
+    ids = np.random.default_rng(3).integers(0, VOCAB, 12).tolist()
+    full = model.forward(ids).to_numpy()
+    state = model.new_state(1, 16)
+    got = [model.prefill(gp.from_numpy(np.array([ids[:5]], np.int32)), state).to_numpy()[0]]
+    for token in ids[5:]:
+        got.append(model.decode_step(gp.from_numpy(np.array([token], np.int32)), state).to_numpy()[0])
+    assert _rel(np.stack(got), full[4:].astype(np.float64)) < 1e-5
+
+
+def test_generate_batch_and_greedy(tmp_path: Path) -> None:
+    config = _config("llama")
+    weights = _weights(config, 4)
+    model = llm.load(_save(tmp_path, config, weights), progress=False)
+    prompts = [[3, 4, 5], [7, 8, 9, 10, 11, 12]]
+    batch = model.generate(prompts, max_new_tokens=6, temperature=0, ignore_eos=True)
+    for prompt, row in zip(prompts, batch, strict=True):
+        single = model.generate(prompt, max_new_tokens=6, temperature=0, ignore_eos=True)
+        assert row == single
+        assert row[: len(prompt)] == prompt
+        assert len(row) == len(prompt) + 6
+        expected = list(prompt)
+        for _ in range(6):  # greedy against the float64 reference, token by token
+            expected.append(int(np.argmax(_reference(config, weights, expected)[-1])))
+        assert single == expected
+    stats = model.last_stats
+    assert stats.new_tokens == 6
+    assert stats.finish_reason == "length"
+
+
+def test_stop_token_ids_and_errors(tmp_path: Path) -> None:
+    config = _config("llama")
+    model = llm.load(_save(tmp_path, config, _weights(config, 5)), progress=False)
+    first = model.generate([1, 2], max_new_tokens=5, temperature=0, ignore_eos=True)
+    stop = first[-1]
+    stopped = model.generate([1, 2], max_new_tokens=5, temperature=0, stop_token_ids=[stop])
+    assert stopped == first[: 2 + first[2:].index(stop)]
+    assert model.last_stats.finish_reason == "stop"
+    with pytest.raises(gp.core.errors.ArgumentError, match="outside the vocabulary"):
+        model.generate([1, VOCAB], max_new_tokens=2)
+    with pytest.raises(gp.core.errors.ArgumentError, match="tokenizer"):
+        model.generate("text needs a tokenizer", max_new_tokens=2)
+    with pytest.raises(gp.core.errors.ArgumentError, match="max_new_tokens"):
+        model.generate([1], max_new_tokens=-1)
+
+
+def _llama_cpp_permute(w: np.ndarray[Any, Any], heads: int) -> np.ndarray[Any, Any]:
+    """llama.cpp's converter's row order for Q and K (written here from its documented effect)."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def test_gguf_and_safetensors_give_the_same_logits(tmp_path: Path) -> None:
+    gguf = pytest.importorskip("gguf")
+    config = _config("llama")
+    weights = _weights(config, 6)
+    st_model = llm.load(_save(tmp_path / "st", config, weights), progress=False)
+    path = tmp_path / "tiny.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(LAYERS)
+    writer.add_context_length(256)
+    writer.add_embedding_length(HIDDEN)
+    writer.add_feed_forward_length(INTER)
+    writer.add_head_count(HEADS)
+    writer.add_head_count_kv(KV_HEADS)
+    writer.add_key_length(HEAD_DIM)  # head_dim != hidden / heads here, as llama.cpp records it then
+    writer.add_value_length(HEAD_DIM)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_vocab_size(VOCAB)
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+             "lm_head.weight": "output.weight"}  # fmt: skip
+    per_layer = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q",
+                 "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+                 "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}  # fmt: skip
+    for i in range(LAYERS):
+        for hf, gg in per_layer.items():
+            names[f"model.layers.{i}.{hf}.weight"] = f"blk.{i}.{gg}.weight"
+    for hf, gg in names.items():
+        tensor = weights[hf]
+        if gg.endswith("attn_q.weight"):
+            tensor = _llama_cpp_permute(tensor, HEADS)
+        elif gg.endswith("attn_k.weight"):
+            tensor = _llama_cpp_permute(tensor, KV_HEADS)
+        writer.add_tensor(gg, np.ascontiguousarray(tensor))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    gguf_model = llm.load(path, progress=False)
+    assert gguf_model.tokenizer is None
+    assert gguf_model.spec.name == "llama"
+    ids = [5, 17, 33, 2, 90, 41]
+    assert np.array_equal(gguf_model.forward(ids).to_numpy(), st_model.forward(ids).to_numpy())
+
+
+def test_detect_model_spec_and_configs() -> None:
+    assert llm.detect_model_spec(["model.layers.0.self_attn.q_proj.weight"]) is llm.LLAMA_SPEC
+    assert llm.detect_model_spec(["model.layers.0.self_attn.q_proj.bias"] * 1 +
+                                 ["model.layers.0.self_attn.q_proj.weight"]) is llm.QWEN2_SPEC  # fmt: skip
+    assert llm.detect_model_spec(["model.layers.0.self_attn.q_norm.weight"]) is llm.QWEN3_SPEC
+    assert llm.detect_model_spec(["h.0.attn.c_attn.weight"]) is llm.GPT2_SPEC
+    assert llm.detect_model_spec(["model.layers.0.block_sparse_moe.gate.weight"]) is llm.MIXTRAL_SPEC
+    moe = ["model.layers.0.self_attn.q_norm.weight", "model.layers.0.mlp.gate.weight",
+           "model.layers.0.mlp.experts.0.up_proj.weight"]  # fmt: skip
+    assert llm.detect_model_spec(moe) is llm.QWEN3_MOE_SPEC
+    with pytest.raises(llm.ModelConfigError, match="no supported architecture"):
+        llm.detect_model_spec(["encoder.weight"])
+    with pytest.raises(llm.ModelConfigError, match="not a multiple"):
+        llm.config_from_hf(_config("llama") | {"num_key_value_heads": 3})
+    with pytest.raises(llm.ModelConfigError, match="not supported"):
+        llm.config_from_hf({"model_type": "bert"})
+    c = llm.config_from_hf(_config("llama") | {"rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+                           "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                           "original_max_position_embeddings": 64}})  # fmt: skip
+    assert c.rope_scaling is not None
+    assert c.rope_scaling["rope_type"] == "llama3"
+
+
+def test_missing_tensor_is_named(tmp_path: Path) -> None:
+    config = _config("llama")
+    weights = _weights(config, 7)
+    del weights["model.layers.1.mlp.up_proj.weight"]
+    with pytest.raises(llm.MissingWeightError, match=r"model\.layers\.1\.mlp\.up_proj\.weight"):
+        llm.load(_save(tmp_path, config, weights), progress=False)
