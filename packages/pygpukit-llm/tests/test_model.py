@@ -165,7 +165,7 @@ def test_stop_token_ids_and_errors(tmp_path: Path) -> None:
     first = model.generate([1, 2], max_new_tokens=5, temperature=0, ignore_eos=True)
     stop = first[-1]
     stopped = model.generate([1, 2], max_new_tokens=5, temperature=0, stop_token_ids=[stop])
-    assert stopped == first[: 2 + first[2:].index(stop)]
+    assert stopped == first[: 3 + first[2:].index(stop)]  # the stopping token included, as transformers does
     assert model.last_stats.finish_reason == "stop"
     with pytest.raises(gp.core.errors.ArgumentError, match="outside the vocabulary"):
         model.generate([1, VOCAB], max_new_tokens=2)

@@ -157,3 +157,35 @@ def test_same_seed_same_tokens(refs: Any, tmp_path: Path) -> None:
     c = model.generate(prompt, max_new_tokens=24, temperature=0.9, top_k=40, top_p=0.95, seed=8, ignore_eos=True)
     assert a == b
     assert a != c
+
+
+def test_a_decode_step_reads_back_only_the_sampled_tokens(refs: Any, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Two generations that differ only in length: the extra steps cost exactly one device-to-host copy
+    each (the sampled ids) and no stream, event or device synchronisation from Python."""
+    from collections import Counter
+
+    import pygpukit.llm as llm
+    from pygpukit.core.backend import native_module
+
+    _build(refs, "qwen3", tmp_path)
+    model = llm.load(tmp_path, dtype="bfloat16", progress=False)
+    native = native_module()
+    counts: Counter[str] = Counter()
+    for name in ("memcpy_pageable_dtoh", "stream_synchronize", "device_synchronize", "event_synchronize"):
+        original = getattr(native, name)
+
+        def counted(*args: Any, _name: str = name, _original: Any = original) -> Any:
+            counts[_name] += 1
+            return _original(*args)
+
+        monkeypatch.setattr(native, name, counted)
+    kwargs: dict[str, Any] = {"temperature": 0.8, "top_k": 20, "seed": 3, "ignore_eos": True}
+    model.generate([1, 2, 3], max_new_tokens=4, **kwargs)  # compiles every kernel
+    counts.clear()
+    model.generate([1, 2, 3], max_new_tokens=8, **kwargs)
+    short = Counter(counts)
+    counts.clear()
+    model.generate([1, 2, 3], max_new_tokens=24, **kwargs)
+    extra = counts - short
+    assert dict(extra) == {"memcpy_pageable_dtoh": 16}, (short, counts)

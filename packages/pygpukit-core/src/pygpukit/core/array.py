@@ -632,7 +632,8 @@ def arange(
 
 def from_numpy(array: Any, *, stream: Stream | None = None) -> GPUArray:
     """Copy a NumPy array (any layout, any supported dtype) to a new contiguous device array."""
-    host = np.ascontiguousarray(array)
+    host = np.asarray(array)
+    host = np.ascontiguousarray(host).reshape(host.shape)  # ascontiguousarray alone makes a 0-d array 1-d
     dt = as_dtype(host.dtype)
     out = empty(host.shape, dt, stream=stream)
     if out.nbytes == 0:

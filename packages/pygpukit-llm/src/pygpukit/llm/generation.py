@@ -196,26 +196,6 @@ class _Run:
             logits = model.decode_step(out, state)
 
 
-class _StopText:
-    """Stop strings over a growing text: finds the first occurrence and how much text is safe to emit
-    (text that cannot be the start of a stop string)."""
-
-    def __init__(self, stop: Sequence[str]) -> None:
-        self.stop = [s for s in stop if s]
-        self.longest = max((len(s) for s in self.stop), default=0)
-
-    def find(self, text: str, since: int) -> int:
-        """Index of the first stop string that ends after ``since``, or -1."""
-        if not self.stop:
-            return -1
-        begin = max(0, since - self.longest)
-        hits = [i for i in (text.find(s, begin) for s in self.stop) if i >= 0]
-        return min(hits) if hits else -1
-
-    def safe(self, text: str) -> int:
-        return len(text) - max(0, self.longest - 1)
-
-
 def _normalize_stop(stop: str | Sequence[str] | None) -> list[str]:
     if stop is None:
         return []
@@ -235,53 +215,53 @@ def _sampling(temperature: float, top_k: int | None, top_p: float | None, min_p:
     return SamplingParams(float(temperature), top_k, top_p, min_p, repetition_penalty, seed)
 
 
-def _row_streams(model: CausalTransformerModel, run: _Run, stop_ids: set[int], stop: list[str],
-                 skip_special_tokens: bool) -> Iterator[tuple[int, str, bool]]:  # fmt: skip
-    """For every step and row: (row, new text piece, finished now). Rows that finished are skipped."""
+def _events(model: CausalTransformerModel, run: _Run, stop_ids: set[int], stops: list[str],
+            skip_special_tokens: bool) -> Iterator[tuple[int, int | None, str, bool]]:  # fmt: skip
+    """For every step and live row: (row, token, new text, finished). ``token`` is None when the row
+    ended without a new token (the run's last flush). The text never ends inside a possible stop
+    string and never splits a UTF-8 character; a stop string cuts it."""
+    from .chat import StopChecker
     from .tokenizer import StreamDecoder
 
     tok = model.tokenizer
+    if stops and tok is None:
+        raise ArgumentError("stop strings need a tokenizer; this model has none (use stop_token_ids)")
     batch = len(run.prompts)
-    decoders = [StreamDecoder(tok, skip_special_tokens=skip_special_tokens) for _ in range(batch)] if tok else []
-    stopper = _StopText(stop)
-    texts = [""] * batch
-    emitted = [0] * batch
-    done = [False] * batch
+    decoders = [StreamDecoder(tok, skip_special_tokens=skip_special_tokens) for _ in range(batch)] if tok else None
+    checkers = [StopChecker((), stops) for _ in range(batch)]
+    hold = max((len(s) for s in stops), default=1) - 1  # a partial stop string is held back
+    texts, emitted, done = [""] * batch, [0] * batch, [False] * batch
+
+    def finish(row: int, text: str) -> str:
+        done[row] = True
+        cut = checkers[row].find(text)
+        return text[emitted[row] : cut if cut >= 0 else len(text)]
+
     for host in run.tokens():
         for row in range(batch):
             if done[row]:
                 continue
             token = int(host[row])
-            if token in stop_ids:
-                done[row] = True
-                run.stats.finish_reason = "stop"
-                piece = texts[row][emitted[row] :]
-                if decoders:
-                    piece += decoders[row].flush()
-                yield row, piece, True
-                continue
-            if not decoders:
-                yield row, "", False
-                continue
-            before = len(texts[row])
-            texts[row] += decoders[row].push(token)
-            cut = stopper.find(texts[row], before)
-            if cut >= 0:
-                done[row] = True
-                run.stats.finish_reason = "stop"
-                yield row, texts[row][emitted[row] : cut], True
-                continue
-            safe = stopper.safe(texts[row])
-            if safe > emitted[row]:
-                yield row, texts[row][emitted[row] : safe], False
+            if decoders is None:
+                done[row] = token in stop_ids
+                yield row, token, "", done[row]
+            elif token in stop_ids:
+                yield row, token, finish(row, texts[row] + decoders[row].flush()), True
+            else:
+                texts[row] += decoders[row].push(token)
+                if checkers[row].check(token, texts[row]):
+                    yield row, token, finish(row, texts[row]), True
+                    continue
+                safe = max(emitted[row], len(texts[row]) - hold)
+                yield row, token, texts[row][emitted[row] : safe], False
                 emitted[row] = safe
+            if done[row]:
+                run.stats.finish_reason = "stop"
         if all(done):
             return
     for row in range(batch):
-        if not done[row] and decoders:
-            rest = texts[row] + decoders[row].flush()
-            cut = stopper.find(rest, emitted[row])
-            yield row, rest[emitted[row] : cut if cut >= 0 else len(rest)], True
+        if not done[row]:
+            yield row, None, finish(row, texts[row] + (decoders[row].flush() if decoders else "")), True
 
 
 def generate(
@@ -304,41 +284,24 @@ def generate(
     """Generate up to ``max_new_tokens`` tokens after ``prompt``.
 
     ``prompt``: a str (returns the new text), a list of token ids (returns prompt + new ids, as
-    transformers does), or a list of either (a batch: returns a list). Generation of a row stops at an
-    end-of-sequence id (the tokenizer's, unless ``ignore_eos``), at one of ``stop_token_ids``, or when
-    its text contains one of the ``stop`` strings (the text is cut before it). ``temperature=0`` is
+    transformers does, the stopping token included), or a list of either (a batch: returns a list).
+    Generation of a row stops at an end-of-sequence id (the tokenizer's, unless ``ignore_eos``), at one
+    of ``stop_token_ids``, or when its text contains one of the ``stop`` strings (the text is cut
+    before it). ``temperature=0`` is
     greedy; the same ``seed`` gives the same tokens. ``model.last_stats`` holds the timing."""
     prompts, kind = _prompts(model, prompt, add_special_tokens)
     run = _Run(model, prompts, max_new_tokens, _sampling(temperature, top_k, top_p, min_p, repetition_penalty, seed))
     stop_ids = _stop_ids(model, stop_token_ids, ignore_eos)
-    stops = _normalize_stop(stop)
     batch = len(prompts)
     new_ids: list[list[int]] = [[] for _ in range(batch)]
-    done = [False] * batch
-    if kind in ("text", "texts"):
-        texts = [""] * batch
-        for row, piece, _ in _row_streams(model, run, stop_ids, stops, skip_special_tokens):
-            texts[row] += piece
-        model.last_stats = run.stats
-        return texts[0] if kind == "text" else texts
-    stopper = _StopText(stops)
-    tok = model.tokenizer if stops else None
-    for host in run.tokens():
-        for row in range(batch):
-            if done[row]:
-                continue
-            token = int(host[row])
-            if token in stop_ids:
-                done[row] = True
-                run.stats.finish_reason = "stop"
-                continue
+    texts = [""] * batch
+    for row, token, piece, _ in _events(model, run, stop_ids, _normalize_stop(stop), skip_special_tokens):
+        texts[row] += piece
+        if token is not None:
             new_ids[row].append(token)
-            if tok is not None and stopper.find(tok.decode(new_ids[row]), 0) >= 0:
-                done[row] = True
-                run.stats.finish_reason = "stop"
-        if all(done):
-            break
     model.last_stats = run.stats
+    if kind in ("text", "texts"):
+        return texts[0] if kind == "text" else texts
     results = [p + n for p, n in zip(prompts, new_ids, strict=True)]
     return results[0] if kind == "ids" else results
 
@@ -369,7 +332,7 @@ def generate_stream(
     run = _Run(model, prompts, max_new_tokens, _sampling(temperature, top_k, top_p, min_p, repetition_penalty, seed))
     stop_ids = _stop_ids(model, stop_token_ids, ignore_eos)
     try:
-        for _, piece, _ in _row_streams(model, run, stop_ids, _normalize_stop(stop), skip_special_tokens):
+        for _, _, piece, _ in _events(model, run, stop_ids, _normalize_stop(stop), skip_special_tokens):
             if piece:
                 yield piece
     finally:

@@ -239,8 +239,7 @@ def load_model_from_safetensors(
 
         tokenizer = Tokenizer.from_pretrained(directory)
         if tokenizer.chat_template:
-            chat = ChatTemplate(tokenizer.chat_template, bos_token=tokenizer.bos_token or "",
-                                eos_token=tokenizer.eos_token or "")  # fmt: skip
+            chat = ChatTemplate.from_tokenizer(tokenizer)
     return CausalTransformerModel(config, weights, model_dtype, tokenizer, chat)
 
 
@@ -317,9 +316,7 @@ def load_gguf(path: str | Path, dtype: Any = None, *, progress: bool = True) -> 
     chat = None
     template = metadata.get("tokenizer.chat_template")
     if isinstance(template, str) and template:
-        bos = (tokenizer.bos_token or "") if tokenizer else ""
-        eos = (tokenizer.eos_token or "") if tokenizer else ""
-        chat = ChatTemplate(template, bos_token=bos, eos_token=eos)
+        chat = ChatTemplate.from_tokenizer(tokenizer, template) if tokenizer else ChatTemplate(template)
     return CausalTransformerModel(config, weights, model_dtype, tokenizer, chat)
 
 
