@@ -4,7 +4,6 @@ golden outputs, round trips, tokenizer.json loading, and incremental (streaming)
 from __future__ import annotations
 
 import json
-import os
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -21,17 +20,11 @@ TOKEN_NORMAL = 1  # llama.cpp token types
 TOKEN_CONTROL = 3
 CORPUS: list[str] = json.loads((DATA_DIR / "tokenizer_corpus.json").read_text(encoding="utf-8"))
 SMOLLM2_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<repo_name>", "<file_sep>", "<empty_output>"]
-GOLDEN_SKIP_REASON = "golden file not generated yet: run make_tokenizer_golden.py on a machine with transformers"
 
 
 def _golden(name: str) -> dict[str, Any]:
-    """Load tests/data/tokenizer_golden_<name>.json; skip (or fail with PYGPUKIT_REQUIRE_GOLDENS=1) if absent."""
-    path = DATA_DIR / f"tokenizer_golden_{name}.json"
-    if not path.is_file():
-        if os.environ.get("PYGPUKIT_REQUIRE_GOLDENS") == "1":
-            pytest.fail(f"{path.name} is missing (PYGPUKIT_REQUIRE_GOLDENS=1): {GOLDEN_SKIP_REASON}")
-        pytest.skip(GOLDEN_SKIP_REASON)
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    """tests/data/tokenizer_golden_<name>.json, written by make_tokenizer_golden.py with transformers."""
+    data: dict[str, Any] = json.loads((DATA_DIR / f"tokenizer_golden_{name}.json").read_text(encoding="utf-8"))
     return data
 
 
