@@ -36,7 +36,8 @@ def test_round_trip_is_bitwise(rng: np.random.Generator, dtype: gp.DType, size: 
 def test_a_0d_array_keeps_its_shape() -> None:
     for host in (np.array(2.5, np.float32), np.int64(7)):
         array = gp.from_numpy(host)
-        assert array.shape == () and array.size == 1
+        assert array.shape == ()
+        assert array.size == 1
         same(array.to_numpy(), np.asarray(host))
 
 
