@@ -17,8 +17,10 @@ status=0
 
 if [[ -d .device/dist ]]; then
   site="$(mktemp -d)/site"
+  # .whl (carried too, when present): third-party wheels the machine lacks, e.g. gguf for pygpukit-llm.
+  extra=(); compgen -G ".whl/*.whl" >/dev/null && extra=(.whl/*.whl)
   "$python" -m pip install --quiet --no-deps --no-index --no-compile --target "$site" .device/dist/*cp312*.whl \
-    .device/dist/*py3-none-any.whl .device/dist/*abi3*.whl || exit 1
+    .device/dist/*py3-none-any.whl .device/dist/*abi3*.whl "${extra[@]}" || exit 1
   export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
