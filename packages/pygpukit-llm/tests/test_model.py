@@ -19,6 +19,7 @@ import pygpukit as gp
 import pygpukit.llm as llm
 
 VOCAB, HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, INTER = 96, 128, 2, 4, 2, 64, 160
+EXPERTS, TOP_K = 4, 2
 
 
 def _config(model_type: str, **extra: Any) -> dict[str, Any]:
@@ -50,8 +51,52 @@ def _weights(config: dict[str, Any], seed: int) -> dict[str, np.ndarray[Any, Any
         if config["model_type"] == "qwen2":
             out |= {p + "self_attn.q_proj.bias": w(q), p + "self_attn.k_proj.bias": w(kv),
                     p + "self_attn.v_proj.bias": w(kv)}  # fmt: skip
-        if config["model_type"] == "qwen3":
+        if config["model_type"] in ("qwen3", "qwen3_moe"):
             out |= {p + "self_attn.q_norm.weight": norm(HEAD_DIM), p + "self_attn.k_norm.weight": norm(HEAD_DIM)}
+        if config["model_type"] in ("mixtral", "qwen3_moe"):  # experts replace the dense MLP
+            for name in ("gate_proj", "up_proj", "down_proj"):
+                del out[p + f"mlp.{name}.weight"]
+            mixtral = config["model_type"] == "mixtral"
+            out[p + ("block_sparse_moe.gate.weight" if mixtral else "mlp.gate.weight")] = w(EXPERTS, HIDDEN, scale=0.5)
+            for e in range(EXPERTS):
+                b = f"{p}block_sparse_moe.experts.{e}." if mixtral else f"{p}mlp.experts.{e}."
+                gate, up, down = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
+                out |= {b + f"{gate}.weight": w(INTER, HIDDEN), b + f"{up}.weight": w(INTER, HIDDEN),
+                        b + f"{down}.weight": w(HIDDEN, INTER)}  # fmt: skip
+    return out
+
+
+def _expert_names(config: dict[str, Any], p: str, e: int) -> tuple[str, str, str]:
+    if config["model_type"] == "mixtral":
+        b = f"{p}block_sparse_moe.experts.{e}."
+        return b + "w1.weight", b + "w3.weight", b + "w2.weight"
+    b = f"{p}mlp.experts.{e}."
+    return b + "gate_proj.weight", b + "up_proj.weight", b + "down_proj.weight"
+
+
+def _mlp(config: dict[str, Any], f: dict[str, np.ndarray[Any, Any]], p: str, x: np.ndarray[Any, Any]) -> Any:
+    """The SwiGLU MLP, or the sparse MoE block: softmax over the router logits, the top 2 experts,
+    their weights renormalised (Mixtral always, Qwen3-MoE with norm_topk_prob)."""
+
+    def swiglu(gate: str, up: str, down: str, rows: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        g, u = rows @ f[gate].T, rows @ f[up].T
+        out: np.ndarray[Any, Any] = (g / (1 + np.exp(-g)) * u) @ f[down].T
+        return out
+
+    if config["model_type"] not in ("mixtral", "qwen3_moe"):
+        return swiglu(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight", p + "mlp.down_proj.weight", x)
+    router = f[p + ("block_sparse_moe.gate.weight" if config["model_type"] == "mixtral" else "mlp.gate.weight")]
+    logits = x @ router.T
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    out = np.zeros_like(x)
+    for t in range(x.shape[0]):
+        top = np.argsort(-probs[t], kind="stable")[:TOP_K]
+        weights = probs[t, top]
+        if config["model_type"] == "mixtral" or config.get("norm_topk_prob"):
+            weights = weights / weights.sum()
+        for e, wt in zip(top, weights, strict=True):
+            out[t] += wt * swiglu(*_expert_names(config, p, int(e)), x[t : t + 1])[0]
     return out
 
 
@@ -102,9 +147,7 @@ def _reference(config: dict[str, Any], w: dict[str, np.ndarray[Any, Any]], ids: 
         probs /= probs.sum(-1, keepdims=True)
         attn = np.einsum("hqk,khd->qhd", probs, v).reshape(seq, HEADS * HEAD_DIM)
         h = h + attn @ f[p + "self_attn.o_proj.weight"].T
-        x = rms(h, f[p + "post_attention_layernorm.weight"])
-        gate, up = x @ f[p + "mlp.gate_proj.weight"].T, x @ f[p + "mlp.up_proj.weight"].T
-        h = h + (gate / (1 + np.exp(-gate)) * up) @ f[p + "mlp.down_proj.weight"].T
+        h = h + _mlp(config, f, p, rms(h, f[p + "post_attention_layernorm.weight"]))
     head = f.get("lm_head.weight", f["model.embed_tokens.weight"])
     return rms(h, f["model.norm.weight"]) @ head.T
 
@@ -113,9 +156,14 @@ def _rel(ours: np.ndarray[Any, Any], ref: np.ndarray[Any, Any]) -> float:
     return float(np.max(np.abs(ours.astype(np.float64) - ref)) / np.max(np.abs(ref)))
 
 
+MOE = {"num_local_experts": EXPERTS, "num_experts": EXPERTS, "num_experts_per_tok": TOP_K}
+
+
 @pytest.mark.parametrize(
-    ("model_type", "extra"), [("llama", {}), ("llama", {"tie_word_embeddings": True}), ("qwen2", {}), ("qwen3", {})]
-)
+    ("model_type", "extra"),
+    [("llama", {}), ("llama", {"tie_word_embeddings": True}), ("qwen2", {}), ("qwen3", {}), ("mixtral", MOE),
+     ("qwen3_moe", MOE | {"norm_topk_prob": True}), ("qwen3_moe", MOE | {"norm_topk_prob": False})],
+)  # fmt: skip
 def test_logits_match_a_float64_reference(model_type: str, extra: dict[str, Any], tmp_path: Path) -> None:
     config = _config(model_type, **extra)
     weights = _weights(config, 0)
@@ -253,3 +301,59 @@ def test_missing_tensor_is_named(tmp_path: Path) -> None:
     del weights["model.layers.1.mlp.up_proj.weight"]
     with pytest.raises(llm.MissingWeightError, match=r"model\.layers\.1\.mlp\.up_proj\.weight"):
         llm.load(_save(tmp_path, config, weights), progress=False)
+
+
+def test_gpt2_matches_a_float64_reference(tmp_path: Path) -> None:
+    """GPT-2: learned positions, LayerNorm with bias, Conv1D weights stored (in, out), fused QKV,
+    GELU (tanh form), tied head."""
+    rng = np.random.default_rng(8)
+    heads, hidden, positions = 2, 128, 64
+
+    def w(*shape: int, scale: float = 0.08) -> np.ndarray[Any, Any]:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    weights = {"transformer.wte.weight": w(VOCAB, hidden, scale=1.0), "transformer.wpe.weight": w(positions, hidden),
+               "transformer.ln_f.weight": w(hidden) + 1, "transformer.ln_f.bias": w(hidden)}  # fmt: skip
+    for i in range(LAYERS):
+        p = f"transformer.h.{i}."
+        weights |= {p + "ln_1.weight": w(hidden) + 1, p + "ln_1.bias": w(hidden), p + "ln_2.weight": w(hidden) + 1,
+                    p + "ln_2.bias": w(hidden), p + "attn.c_attn.weight": w(hidden, 3 * hidden),
+                    p + "attn.c_attn.bias": w(3 * hidden), p + "attn.c_proj.weight": w(hidden, hidden),
+                    p + "attn.c_proj.bias": w(hidden), p + "mlp.c_fc.weight": w(hidden, 4 * hidden),
+                    p + "mlp.c_fc.bias": w(4 * hidden), p + "mlp.c_proj.weight": w(4 * hidden, hidden),
+                    p + "mlp.c_proj.bias": w(hidden)}  # fmt: skip
+    config = {"model_type": "gpt2", "vocab_size": VOCAB, "n_embd": hidden, "n_layer": LAYERS, "n_head": heads,
+              "n_positions": positions, "layer_norm_epsilon": 1e-5}  # fmt: skip
+    model = llm.load(_save(tmp_path, config, weights), progress=False)
+    assert model.spec is llm.GPT2_SPEC
+    ids = [3, 50, 7, 7, 91, 0, 12]
+    f = {k: v.astype(np.float64) for k, v in weights.items()}
+
+    def ln(x: np.ndarray[Any, Any], name: str) -> np.ndarray[Any, Any]:
+        mean = x.mean(-1, keepdims=True)
+        var = ((x - mean) ** 2).mean(-1, keepdims=True)
+        return (x - mean) / np.sqrt(var + 1e-5) * f[name + ".weight"] + f[name + ".bias"]
+
+    seq, dim = len(ids), hidden // heads
+    h = f["transformer.wte.weight"][ids] + f["transformer.wpe.weight"][:seq]
+    mask = np.triu(np.full((seq, seq), -np.inf), 1)
+    for i in range(LAYERS):
+        p = f"transformer.h.{i}."
+        qkv = ln(h, p + "ln_1") @ f[p + "attn.c_attn.weight"] + f[p + "attn.c_attn.bias"]
+        q, k, v = (qkv[:, j * hidden : (j + 1) * hidden].reshape(seq, heads, dim) for j in range(3))
+        scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(dim) + mask
+        probs = np.exp(scores - scores.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        attn = np.einsum("hqk,khd->qhd", probs, v).reshape(seq, hidden)
+        h = h + attn @ f[p + "attn.c_proj.weight"] + f[p + "attn.c_proj.bias"]
+        a = ln(h, p + "ln_2") @ f[p + "mlp.c_fc.weight"] + f[p + "mlp.c_fc.bias"]
+        gelu = 0.5 * a * (1 + np.tanh(np.sqrt(2 / np.pi) * (a + 0.044715 * a**3)))
+        h = h + gelu @ f[p + "mlp.c_proj.weight"] + f[p + "mlp.c_proj.bias"]
+    ref = ln(h, "transformer.ln_f") @ f["transformer.wte.weight"].T
+    assert _rel(model.forward(ids).to_numpy(), ref) < 2e-5
+    # cached decode over learned positions equals recomputation
+    state = model.new_state(1, 16)
+    got = [model.prefill(gp.from_numpy(np.array([ids[:3]], np.int32)), state).to_numpy()[0]]
+    for token in ids[3:]:
+        got.append(model.decode_step(gp.from_numpy(np.array([token], np.int32)), state).to_numpy()[0])
+    assert _rel(np.stack(got), ref[2:]) < 2e-5
