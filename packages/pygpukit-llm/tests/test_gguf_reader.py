@@ -385,17 +385,9 @@ def test_to_gpu_plain_types(written: tuple[Path, dict[str, tuple[str, Array]]], 
         assert kept.to_numpy().tobytes() == f.raw(name).tobytes()
 
 
-def _require_dequantize() -> None:
-    import pygpukit.ops
-
-    if not hasattr(pygpukit.ops, "dequantize_gguf"):
-        pytest.skip("pygpukit.ops.dequantize_gguf does not exist yet: to_gpu of quantized tensors needs it")
-
-
 @pytest.mark.parametrize("name", ["q.Q8_0", "q.Q4_1", "q.Q4_0", "q.Q5_1", "q.Q6_K"])
 @pytest.mark.parametrize("dtype", [None, gp.float16])
 def test_to_gpu_quantized_types(written: tuple[Path, dict[str, tuple[str, Array]]], name: str, dtype: Any) -> None:
-    _require_dequantize()
     path, expected = written
     _, values = expected[name]
     with GGUFFile(path) as f:
@@ -460,7 +452,6 @@ def test_smollm2_matches_gguf_reader(smollm2: Path) -> None:
 
 
 def test_smollm2_dequantizes_like_gguf(smollm2: Path) -> None:
-    _require_dequantize()
     with GGUFFile(smollm2) as f:
         for name in ("blk.0.ffn_down.weight", "blk.0.attn_q.weight"):
             info = f.tensors[name]

@@ -8,6 +8,7 @@ raises :class:`SafeTensorsError` naming the file and the byte offset (and the te
 
 from __future__ import annotations
 
+import abc
 import itertools
 import json
 import math
@@ -210,31 +211,31 @@ class TensorInfo:
 
 
 # -- the shared reader interface --------------------------------------------------------------------
-class _Reader:
+class _Reader(abc.ABC):
     """What single files and sharded checkpoints have in common; subclasses provide the lookups."""
 
     path: str
 
     @property
-    def tensor_names(self) -> list[str]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def tensor_names(self) -> list[str]: ...
 
     @property
-    def metadata(self) -> dict[str, str]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def metadata(self) -> dict[str, str]: ...
 
-    def info(self, name: str) -> TensorInfo:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def info(self, name: str) -> TensorInfo: ...
 
-    def numpy(self, name: str) -> np.ndarray[Any, Any]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def numpy(self, name: str) -> np.ndarray[Any, Any]: ...
 
-    def close(self) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def close(self) -> None: ...
 
     @property
-    def num_tensors(self) -> int:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def num_tensors(self) -> int: ...
 
     def to_gpu(self, name: str, dtype: Any = None, stream: Stream | None = None) -> GPUArray:
         """Upload tensor ``name`` to a new device array, converted to ``dtype`` on the device if given.
