@@ -264,7 +264,7 @@ def load_gguf(path: str | Path, dtype: Any = None, *, progress: bool = True) -> 
     path = Path(path)
     f = GGUFFile(path)
     metadata = f.metadata
-    config = config_from_gguf_metadata(metadata, name=str(metadata.get("general.name") or path.stem))
+    config = config_from_gguf_metadata(metadata, name=path.stem)  # the file name, as the user knows it
     model_dtype = _model_dtype(dtype, "float32")
     arch = metadata.get("general.architecture")
     names = list(f.tensor_names)
