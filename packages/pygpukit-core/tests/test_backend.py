@@ -81,3 +81,80 @@ def test_no_message_suggests_installing_other_gpu_libraries() -> None:
             if "install" in lowered and any(name in lowered for name in forbidden):
                 offenders.append(f"{path}:{number}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+# -- PYGPUKIT_* on/off flags ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_warnings_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pygpukit.core import _env
+
+    monkeypatch.setattr(_env, "_warned", set())
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("1", True), ("TRUE", True), (" yes ", True), ("On", True), ("0", False), ("false", False), ("NO", False),
+     ("off", False)],
+)  # fmt: skip
+def test_env_flag_accepts_the_usual_spellings(
+    no_warnings_yet: None, monkeypatch: pytest.MonkeyPatch, value: str, expected: bool
+) -> None:
+    import warnings
+
+    monkeypatch.setenv("PYGPUKIT_TEST_FLAG", value)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert backend.env_flag("PYGPUKIT_TEST_FLAG", not expected) is expected
+
+
+def test_env_flag_unset_or_empty_is_the_default(no_warnings_yet: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYGPUKIT_TEST_FLAG", raising=False)
+    assert backend.env_flag("PYGPUKIT_TEST_FLAG", True) is True
+    monkeypatch.setenv("PYGPUKIT_TEST_FLAG", "  ")
+    assert backend.env_flag("PYGPUKIT_TEST_FLAG", False) is False
+
+
+def test_env_flag_junk_warns_once_by_name_and_falls_back(
+    no_warnings_yet: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import warnings
+
+    monkeypatch.setenv("PYGPUKIT_TEST_FLAG", "maybe")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert backend.env_flag("PYGPUKIT_TEST_FLAG", False) is False
+        assert backend.env_flag("PYGPUKIT_TEST_FLAG", False) is False  # announced once
+        assert backend.env_flag("PYGPUKIT_TEST_FLAG", True) is True
+    (warning,) = caught
+    assert issubclass(warning.category, backend.EnvironmentVariableWarning)
+    assert issubclass(warning.category, RuntimeWarning)
+    message = str(warning.message)
+    assert "PYGPUKIT_TEST_FLAG='maybe'" in message
+    assert "1, true, yes, on, 0, false, no, off" in message
+    assert message.endswith("using the default, off")
+    assert warning.message.variable == "PYGPUKIT_TEST_FLAG"  # type: ignore[union-attr]
+    assert warning.message.value == "maybe"  # type: ignore[union-attr]
+    assert warning.filename == __file__  # points at the caller
+
+
+def test_kernel_cache_switch_reads_every_off_spelling(no_warnings_yet: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pygpukit.core import kernel_cache
+
+    monkeypatch.setenv("PYGPUKIT_CACHE_DIR", "/tmp/pygpukit-test-kernels")
+    for off in ("0", "false", "OFF", "no"):
+        monkeypatch.setenv("PYGPUKIT_KERNEL_CACHE", off)
+        assert kernel_cache._default_directory() is None
+    monkeypatch.setenv("PYGPUKIT_KERNEL_CACHE", "disabled")
+    with pytest.warns(backend.EnvironmentVariableWarning, match="PYGPUKIT_KERNEL_CACHE='disabled'.*default, on"):
+        assert kernel_cache._default_directory() is not None
+
+
+def test_invalid_cuda_variant_is_rejected_through_the_backend(
+    fresh_backend: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYGPUKIT_BACKEND", "auto")
+    monkeypatch.setenv("PYGPUKIT_CUDA_VARIANT", "cu11")
+    with pytest.raises(PyGPUkitError, match=r"PYGPUKIT_CUDA_VARIANT must be 'cu12' or 'cu13' \(or unset\), got 'cu11'"):
+        backend.backend_state()

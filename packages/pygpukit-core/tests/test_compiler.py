@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import pygpukit as gp
 from pygpukit.core.compiler import parse_arch
-from pygpukit.core.errors import LibraryNotFoundError, NvrtcError
+from pygpukit.core.errors import ArgumentError, LibraryNotFoundError, NvrtcError
 
 SAXPY = """
 extern "C" __global__ void saxpy(float a, const float* x, float* y, long long n) {
@@ -28,8 +29,72 @@ def test_parse_arch(arch: object, expected: str) -> None:
 
 
 def test_parse_arch_rejects_nonsense() -> None:
-    with pytest.raises(ValueError, match="architecture must look like"):
+    with pytest.raises(ArgumentError, match="architecture must look like"):
         parse_arch("hopper")
+
+
+@pytest.mark.parametrize(
+    ("arch", "message"),
+    [
+        ((9,), r"architecture tuple must be \(major, minor\).*got \(9,\)"),
+        ((9, 0, 1), r"architecture tuple must be \(major, minor\)"),
+        ((9, 10), r"architecture tuple must be \(major, minor\)"),
+        ((-1, 0), r"architecture tuple must be \(major, minor\)"),
+        ((9.0, 0), r"architecture tuple must be \(major, minor\)"),
+        ((True, 0), r"architecture tuple must be \(major, minor\)"),
+        ("sm_9x", r"architecture must look like 'sm_90', '90' or \(9, 0\), got 'sm_9x'"),
+        (-1, r"architecture must look like .*got -1"),
+        (9, r"architecture must look like .*got 9"),
+        (True, r"architecture must be a str, an int or a \(major, minor\) tuple.*got bool True"),
+        (9.0, r"architecture must be a str, an int .*got float 9.0"),
+        ([9, 0], r"architecture must be a str, an int .*got list \[9, 0\]"),
+    ],
+    ids=repr,
+)
+def test_malformed_arch_is_an_argument_error(arch: object, message: str) -> None:
+    with pytest.raises(ArgumentError, match=message):
+        parse_arch(arch)  # type: ignore[arg-type]
+    with pytest.raises(ArgumentError, match=message):  # before NVRTC is needed: no nvrtc mark
+        gp.compile_source(SAXPY, arch=arch)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("keyword", "value", "message"),
+    [
+        ("options", [1], r"options must be a list of str, got the item 1 of type int"),
+        ("options", ["-G", None], r"options must be a list of str, got the item None"),
+        ("options", b"-G", r"options must be a list of str, got bytes"),
+        ("options", 3, r"options must be a list of str, got int 3"),
+        ("name_expressions", [b"k"], r"name_expressions must be a list of str"),
+        ("include_dirs", 7, r"include_dirs must be a list of str, got int 7"),
+        ("name", "", r"name must be a non-empty str"),
+        ("target", "sass", r"target must be 'cubin' or 'ptx'"),
+    ],
+)
+def test_malformed_compile_arguments_are_argument_errors(keyword: str, value: object, message: str) -> None:
+    with pytest.raises(ArgumentError, match=message):
+        gp.compile_source(SAXPY, arch=90, **{keyword: value})  # type: ignore[arg-type]
+
+
+def test_source_must_be_a_str() -> None:
+    with pytest.raises(ArgumentError, match="source must be a str of CUDA C\\+\\+, got bytes"):
+        gp.compile_source(SAXPY.encode(), arch=90)  # type: ignore[arg-type]
+
+
+@pytest.mark.nvrtc
+def test_a_single_str_is_one_option(tmp_path: Path) -> None:
+    """``options="-lineinfo"`` is one option (not nine one-character ones); so is a single include
+    directory or name expression; lists of them and path objects work as before."""
+    program = gp.compile_source(SAXPY, arch=90, options="-lineinfo")
+    assert program.options[-1] == "-lineinfo"
+    assert program.options == gp.compile_source(SAXPY, arch=90, options=["-lineinfo"]).options
+    (tmp_path / "answer.h").write_text("#define ANSWER 42\n")
+    source = '#include "answer.h"\ntemplate <int N> __global__ void k(int* x) { x[0] = N + ANSWER; }\n'
+    program = gp.compile_source(source, arch=(9, 0), include_dirs=tmp_path, name_expressions="k<1>")
+    assert f"--include-path={tmp_path}" in program.options
+    assert set(program.lowered_names) == {"k<1>"}
+    program = gp.compile_source(source, arch=90, include_dirs=[str(tmp_path)], name_expressions=("k<2>",))
+    assert set(program.lowered_names) == {"k<2>"}
 
 
 @pytest.mark.nvrtc
@@ -90,7 +155,7 @@ def test_bad_option_is_an_nvrtc_error() -> None:
 
 
 def test_target_is_validated() -> None:
-    with pytest.raises(ValueError, match="target must be 'cubin' or 'ptx'"):
+    with pytest.raises(ArgumentError, match="target must be 'cubin' or 'ptx'"):
         gp.compile_source(SAXPY, arch=90, target="sass")  # type: ignore[arg-type]
 
 

@@ -52,6 +52,70 @@ def test_forced_cpu_backend_in_report() -> None:
     assert report["backend"] == {"name": "cpu", "reason": "forced by PYGPUKIT_BACKEND=cpu", "native_variant": None}
 
 
+def run_info_with(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PYGPUKIT_")}
+    return subprocess.run(
+        [sys.executable, "-m", "pygpukit", "info", *args],
+        capture_output=True,
+        text=True,
+        env={**clean, **env},
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "problem"),
+    [
+        ("PYGPUKIT_BACKEND", "rocm", "must be 'auto', 'cuda' or 'cpu'"),
+        ("PYGPUKIT_CUDA_VARIANT", "cu11", "must be 'cu12' or 'cu13'"),
+        ("PYGPUKIT_KERNEL_CACHE", "maybe", "not an on/off value"),
+        ("PYGPUKIT_ALLOW_TF32", "sure", "not an on/off value"),
+        ("PYGPUKIT_DEBUG_LIBRARY_LOAD", "false", "reads every value but 0 as on"),
+        ("PYGPUKIT_NVRTC_PATH", "/nonexistent/libnvrtc.so.13", "/nonexistent/libnvrtc.so.13 does not exist"),
+        ("PYGPUKIT_COPY_THREADS", "many", "must be a non-negative integer"),
+        ("PYGPUKIT_BACKNED", "cpu", "did you mean PYGPUKIT_BACKEND?"),
+    ],
+)
+def test_bad_variable_is_reported_not_raised(variable: str, value: str, problem: str) -> None:
+    result = run_info_with({variable: value})
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    (line,) = [line for line in result.stdout.splitlines() if line.strip().startswith(f"{variable}=")]
+    assert line.strip().startswith(f"{variable}={value!r}  BAD: ")
+    assert problem in line
+
+
+def test_refused_backend_value_leaves_the_rest_of_the_report() -> None:
+    result = run_info_with({"PYGPUKIT_BACKEND": "rocm"})
+    assert result.returncode == 0, result.stderr
+    assert "backend:   none  (PYGPUKIT_BACKEND must be 'auto', 'cuda' or 'cpu' (or unset), got 'rocm')" in result.stdout
+    for needle in ("driver:", "NVRTC:", "cuBLASLt:", "distributions:"):
+        assert needle in result.stdout
+    report = json.loads(run_info_with({"PYGPUKIT_CUDA_VARIANT": "cu11"}, "--json").stdout)
+    assert report["backend"]["name"] is None
+    assert "PYGPUKIT_CUDA_VARIANT must be" in report["backend"]["reason"]
+    assert report["devices"] == []
+    (row,) = report["environment"]
+    assert row["variable"] == "PYGPUKIT_CUDA_VARIANT"
+    assert row["value"] == "cu11"
+    assert row["problem"].startswith("must be 'cu12' or 'cu13'")
+    (row,) = report["environment"]
+    assert row["variable"] == "PYGPUKIT_CUDA_VARIANT"
+    assert row["value"] == "cu11"
+    assert row["problem"].startswith("must be 'cu12' or 'cu13'")
+
+
+def test_good_variables_are_listed_as_ok() -> None:
+    result = run_info_with({"PYGPUKIT_BACKEND": "CPU", "PYGPUKIT_KERNEL_CACHE": "off"})
+    assert result.returncode == 0, result.stderr
+    assert "PYGPUKIT_BACKEND='CPU'  ok" in result.stdout
+    assert "PYGPUKIT_KERNEL_CACHE='off'  ok" in result.stdout
+    assert "Warning" not in result.stderr
+    assert "environment: no PYGPUKIT_* run-time variable is set" in run_info_with({}).stdout
+
+
 def test_bad_command_is_a_usage_error() -> None:
     result = subprocess.run([sys.executable, "-m", "pygpukit", "frobnicate"], capture_output=True, text=True)
     assert result.returncode == 2

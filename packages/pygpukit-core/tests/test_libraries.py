@@ -10,15 +10,90 @@ from pathlib import Path
 import pytest
 
 from pygpukit.core import _libraries
+from pygpukit.core.errors import DriverNotFoundError, LibraryNotFoundError
 
 
 def test_explicit_path_is_the_only_candidate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     lib = tmp_path / "libnvrtc.so.13"
+    lib.write_bytes(b"")
     monkeypatch.setenv("PYGPUKIT_NVRTC_PATH", str(lib))
     assert _libraries.candidates(_libraries.NVRTC) == [str(lib)]
 
 
+@pytest.mark.parametrize("spec", [_libraries.NVRTC, _libraries.CUBLASLT, _libraries.CUDA_DRIVER])
+def test_explicit_path_that_does_not_exist_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, spec: _libraries.LibrarySpec
+) -> None:
+    missing = tmp_path / "nope" / "lib.so"
+    monkeypatch.setenv(spec.env_var, str(missing))
+    expected = DriverNotFoundError if spec is _libraries.CUDA_DRIVER else LibraryNotFoundError
+    with pytest.raises(expected) as caught:
+        _libraries.candidates(spec)
+    message = str(caught.value)
+    assert message.startswith(f"{spec.name} could not be loaded: {spec.env_var} is set, but {missing} does not exist")
+    assert "unset it" in message
+    assert caught.value.library == spec.name
+    assert caught.value.attempts == [f"{spec.env_var}={missing}: {missing} does not exist"]
+    assert _libraries.explicit_problem(spec) == f"{missing} does not exist"
+
+
+def test_explicit_directory_without_the_library_names_the_sonames(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PYGPUKIT_CUBLASLT_PATH", str(tmp_path))
+    with pytest.raises(LibraryNotFoundError, match=r"PYGPUKIT_CUBLASLT_PATH is set, but the directory .* holds none of "
+                       r"libcublasLt\.so\.13, libcublasLt\.so\.12"):  # fmt: skip
+        _libraries.candidates(_libraries.CUBLASLT)
+    (tmp_path / "libcublasLt.so.12").write_bytes(b"")
+    assert _libraries.explicit_problem(_libraries.CUBLASLT) is None
+    monkeypatch.delenv("PYGPUKIT_CUBLASLT_PATH")
+    assert _libraries.explicit_problem(_libraries.CUBLASLT) is None
+
+
+def test_missing_nvrtc_path_is_reported_by_the_loader(tmp_path: Path) -> None:
+    missing = str(tmp_path / "libnvrtc.so.13")
+    code = (
+        "import pygpukit as gp\n"
+        "from pygpukit.core.errors import LibraryNotFoundError\n"
+        "print(gp.is_nvrtc_available())\n"
+        "try:\n"
+        "    gp.compile_source('', arch=90)\n"
+        "except LibraryNotFoundError as exc:\n"
+        "    print(exc)\n"
+    )
+    env = {**os.environ, "PYGPUKIT_NVRTC_PATH": missing}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    assert result.returncode == 0, result.stderr
+    available, message = result.stdout.splitlines()
+    assert available == "False"
+    assert f"PYGPUKIT_NVRTC_PATH is set, but {missing} does not exist" in message
+
+
+@pytest.mark.parametrize(("value", "warns"), [("1", False), ("0", False), ("", False), ("yes", False),
+                                              ("false", True), ("off", True), ("loud", True)])  # fmt: skip
+def test_debug_flag_the_native_loader_would_misread_warns(
+    monkeypatch: pytest.MonkeyPatch, value: str, warns: bool
+) -> None:
+    import warnings
+
+    from pygpukit.core import _env
+
+    monkeypatch.setattr(_env, "_warned", set())
+    monkeypatch.setenv("PYGPUKIT_DEBUG_LIBRARY_LOAD", value)
+    monkeypatch.delenv("PYGPUKIT_NVRTC_PATH", raising=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _libraries.candidates(_libraries.NVRTC)
+        _libraries.candidates(_libraries.NVRTC)
+    assert len(caught) == int(warns)
+    if warns:
+        assert issubclass(caught[0].category, _env.EnvironmentVariableWarning)
+        assert f"PYGPUKIT_DEBUG_LIBRARY_LOAD={value!r}" in str(caught[0].message)
+        assert "the native library loader treats every value but 0" in str(caught[0].message)
+
+
 def test_explicit_directory_expands_to_sonames(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "libcublasLt.so.12").write_bytes(b"")  # one of them is enough to search the directory
     monkeypatch.setenv("PYGPUKIT_CUBLASLT_PATH", str(tmp_path))
     assert _libraries.candidates(_libraries.CUBLASLT) == [
         str(tmp_path / "libcublasLt.so.13"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import types
+from pathlib import Path
 
 import pytest
 
@@ -58,8 +59,27 @@ def test_forced_variant(fake, monkeypatch: pytest.MonkeyPatch) -> None:  # type:
     assert choice.variant == "cu12"
     assert "PYGPUKIT_CUDA_VARIANT" in choice.reason
     monkeypatch.setenv("PYGPUKIT_CUDA_VARIANT", "cu11")
-    with pytest.raises(PyGPUkitError, match="PYGPUKIT_CUDA_VARIANT must be one of"):
+    with pytest.raises(PyGPUkitError, match=r"PYGPUKIT_CUDA_VARIANT must be 'cu12' or 'cu13' \(or unset\), got 'cu11'"):
         _variant.choose_variant()
+    monkeypatch.setenv("PYGPUKIT_CUDA_VARIANT", " CU13 ")  # case and blanks do not matter
+    assert _variant.choose_variant().variant == "cu13"
+    monkeypatch.setenv("PYGPUKIT_CUDA_VARIANT", "")  # empty is unset
+    assert "forced" not in _variant.choose_variant().reason
+
+
+def test_libcuda_path_that_does_not_exist_is_explained(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    missing = tmp_path / "libcuda.so.1"
+    monkeypatch.setenv("PYGPUKIT_LIBCUDA_PATH", str(missing))
+    probe = _variant.probe_driver_version()  # no exception: the probe reports it
+    assert probe.version is None
+    assert probe.error is not None
+    assert "PYGPUKIT_LIBCUDA_PATH" in probe.error
+    assert probe.attempts == [f"PYGPUKIT_LIBCUDA_PATH={missing}: {missing} does not exist"]
+    monkeypatch.delenv("PYGPUKIT_CUDA_VARIANT", raising=False)
+    monkeypatch.setattr(_variant, "installed_variants", lambda: ["cu13"])
+    reason = _variant.choose_variant().reason
+    assert reason.startswith("CUDA driver not detected: libcuda could not be loaded: PYGPUKIT_LIBCUDA_PATH is set")
+    assert f"{missing} does not exist" in reason
 
 
 def test_native_module_version_must_match_core(monkeypatch: pytest.MonkeyPatch) -> None:

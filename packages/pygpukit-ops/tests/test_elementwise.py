@@ -426,6 +426,82 @@ def test_float8_overflow_rules() -> None:
     assert e4m3.to_numpy().astype(F64).tolist() == [448.0, -448.0, 4.0]
 
 
+_E4M3 = gp.float8_e4m3fn
+
+
+def _e4m3(values: list[float]) -> gp.GPUArray:
+    return upload(np.array(values, np.float32).astype(_E4M3.numpy))
+
+
+def _floats(x: gp.GPUArray) -> list[float]:
+    return [float(v) for v in x.to_numpy().astype(F64)]
+
+
+def _same(got: list[float], expected: list[float]) -> bool:
+    if len(got) != len(expected):
+        return False
+    return all(a == b or (math.isnan(a) and math.isnan(b)) for a, b in zip(got, expected, strict=True))
+
+
+def test_float8_e4m3fn_python_scalars_saturate() -> None:
+    """A Python scalar beyond +-448 meets a float8_e4m3fn array as +-448 (it takes the array's dtype,
+    NumPy's rule for weak scalars, and e4m3fn saturates), not as NaN; infinities too; NaN stays NaN."""
+    x = _e4m3([1.0, -1.0, 0.5, math.nan])
+    assert _same(_floats(x * 1000.0), [448.0, -448.0, 224.0, math.nan])
+    assert _same(_floats(gp.mul(x, -1000.0)), [-448.0, 448.0, -224.0, math.nan])
+    assert _same(_floats(x * math.inf), [448.0, -448.0, 224.0, math.nan])
+    assert _same(_floats(x * 1000), [448.0, -448.0, 224.0, math.nan])  # a Python int as well
+    assert _same(_floats(x + 1000.0), [448.0, 448.0, 448.0, math.nan])
+    assert _same(_floats(1000.0 - x), [448.0, 448.0, 448.0, math.nan])
+    assert _same(_floats(gp.maximum(x, 1000.0)), [448.0, 448.0, 448.0, math.nan])
+    assert _same(_floats(x * math.nan), [math.nan] * 4)
+    assert _same(_floats(gp.where(x > 0, 1000.0, x)), [448.0, -1.0, 448.0, math.nan])
+    view, _ = strided(np.array([1.0, -2.0, 3.0], np.float32).astype(_E4M3.numpy))
+    assert _floats(view * 1000.0) == [448.0, -448.0, 448.0]  # the strided kernel's scalar too
+
+
+def test_float8_e4m3fn_clamp_with_wide_bounds() -> None:
+    x = _e4m3([-448.0, 448.0, 3.0, -0.5, math.nan])
+    assert _same(_floats(gp.clamp(x, -1000, 1000)), [-448.0, 448.0, 3.0, -0.5, math.nan])
+    assert _same(_floats(gp.clamp(x, -1000.0, 1000.0)), [-448.0, 448.0, 3.0, -0.5, math.nan])
+    assert _same(_floats(gp.clamp(x, min=-math.inf, max=math.inf)), [-448.0, 448.0, 3.0, -0.5, math.nan])
+    assert _same(_floats(gp.clamp(x, min=0, max=1000)), [0.0, 448.0, 3.0, 0.0, math.nan])
+    assert _same(_floats(gp.clip(x, -1000.0, 2.0)), [-448.0, 2.0, 2.0, -0.5, math.nan])
+
+
+def test_float8_e4m3fn_conversions_saturate() -> None:
+    """astype into float8_e4m3fn from float32, bfloat16 and float8_e5m2 (contiguous and strided), and op
+    results beyond its range: +-448 with infinities, NaN stays NaN, values up to 448 round as usual."""
+    host = np.array([1000.0, -1e9, math.inf, -math.inf, math.nan, 460.0, 470.0, 447.0, 1.5, -0.0], np.float32)
+    expected = [448.0, -448.0, 448.0, -448.0, math.nan, 448.0, 448.0, 448.0, 1.5, -0.0]
+    x = upload(host)
+    assert _same(_floats(gp.astype(x, _E4M3)), expected)
+    assert _same(_floats(x.astype(_E4M3)), expected)
+    assert _same(_floats(gp.astype(strided(host)[0], _E4M3)), expected)
+    for source in (gp.bfloat16, gp.float8_e5m2):
+        wide = host.astype(source.numpy)
+        assert _same(_floats(gp.astype(upload(wide), _E4M3)), expected), source
+        assert _same(_floats(gp.astype(strided(wide)[0], _E4M3)), expected), source
+    assert _floats(gp.astype(upload(np.array([1000, -70000, 3], np.int32)), _E4M3)) == [448.0, -448.0, 3.0]
+    big = _e4m3([400.0, -400.0, 448.0, 2.0])
+    assert _floats(big + big) == [448.0, -448.0, 448.0, 4.0]
+    assert _floats(gp.add(big, _e4m3([100.0, -100.0, 448.0, 1.0]))) == [448.0, -448.0, 448.0, 3.0]
+    assert _floats(gp.exp(_e4m3([10.0, 0.0]))) == [448.0, 1.0]  # exp(10) = 22026
+    assert _floats(gp.sum(_e4m3([400.0, 400.0, -0.5]))[None]) == [448.0]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="gp.full converts the fill value with core/array.py's _bits, which does not saturate yet "
+    "(it should use pygpukit.core.dtypes.cast_values)",
+)
+def test_float8_e4m3fn_full_saturates() -> None:
+    for value, expected in ((1000.0, 448.0), (-1000.0, -448.0), (math.inf, 448.0), (-math.inf, -448.0), (1000, 448.0)):
+        assert _floats(gp.full(3, value, _E4M3)) == [expected] * 3, value
+    assert all(math.isnan(v) for v in _floats(gp.full(2, math.nan, _E4M3)))
+    assert _floats(gp.full_like(_e4m3([1.0]), 1e6)) == [448.0]
+
+
 def test_in_place_forms_and_overlap() -> None:
     host = np.arange(10, dtype=np.float32)
     x = upload(host)

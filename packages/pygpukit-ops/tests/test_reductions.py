@@ -9,6 +9,7 @@ use 1, 3, 1023 and 2**20 + 7 and check that ten runs give bitwise identical resu
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -30,7 +31,7 @@ from ops_testing import (
 
 import pygpukit as gp
 from pygpukit.core.dtypes import DType
-from pygpukit.core.errors import DTypeError, ShapeError
+from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 from pygpukit.ops import reduction
 from pygpukit.testing import assert_bitwise_equal
 
@@ -406,7 +407,7 @@ def test_reduction_errors() -> None:
         gp.sum(x, axis=2)
     with pytest.raises(ShapeError, match="repeated"):
         gp.sum(x, axis=(0, 0))
-    with pytest.raises(TypeError, match="axis"):
+    with pytest.raises(ArgumentError, match="argmax: axis must be an int or None"):
         gp.argmax(x, axis=(0, 1))
     with pytest.raises(ValueError, match="ddof"):
         gp.var(x, ddof=-1)
@@ -414,3 +415,42 @@ def test_reduction_errors() -> None:
         gp.softmax(gp.zeros(3, gp.int32))
     with pytest.raises(DTypeError, match="GPUArray"):
         gp.sum(np.zeros(3))  # type: ignore[arg-type]
+
+
+_REDUCTIONS = [gp.sum, gp.prod, gp.mean, gp.max, gp.min, gp.any, gp.all, gp.var, gp.std, gp.argmax, gp.argmin]
+_BAD_AXES = [1.5, 1.0, True, False, np.True_, "0", (0, 1.5), (True,), [0, None], np.float64(1)]
+
+
+@pytest.mark.parametrize("fn", _REDUCTIONS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("axis", _BAD_AXES, ids=repr)
+def test_axis_of_a_wrong_type_is_an_argument_error(fn: Callable[..., gp.GPUArray], axis: Any) -> None:
+    """A float, bool, str or a tuple holding one is an ArgumentError naming the op and the axis, not a
+    Python-internal TypeError (and never silently truncated)."""
+    with pytest.raises(ArgumentError, match=rf"{fn.__name__}: axis must be .*got {re.escape(repr(axis))}"):
+        fn(gp.zeros((2, 3)), axis=axis)
+
+
+@pytest.mark.parametrize("fn", _REDUCTIONS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("axis", [2, -3, 100])
+def test_axis_out_of_range_is_a_shape_error(fn: Callable[..., gp.GPUArray], axis: int) -> None:
+    with pytest.raises(ShapeError, match=f"{fn.__name__}: axis {axis} is out of bounds for an array of 2 dimensions"):
+        fn(gp.zeros((2, 3)), axis=axis)
+
+
+def test_axis_checks_of_cumsum_softmax_and_sum_axis() -> None:
+    x = gp.zeros((2, 3))
+    for fn in (gp.cumsum, gp.softmax, gp.log_softmax):
+        for bad in (1.5, True, (0,), "1"):
+            with pytest.raises(ArgumentError, match=f"{fn.__name__}: axis must be an int"):
+                fn(x, axis=bad)
+        with pytest.raises(ShapeError, match="out of bounds"):
+            fn(x, axis=2)
+        assert fn(x, axis=np.int64(-1)).shape == (2, 3)
+    with pytest.raises(ArgumentError, match="sum: axis must be"):
+        gp.sum_axis(x, 0.5)  # type: ignore[arg-type]
+    # Accepted forms: NumPy integers, tuples and lists of ints, None.
+    assert gp.sum(x, axis=np.int32(1)).shape == (2,)
+    assert gp.sum(x, axis=[0, 1]).shape == ()
+    assert gp.sum(x, axis=(np.int64(0),)).shape == (3,)
+    assert gp.argmax(x, axis=np.int64(0)).shape == (3,)
+    assert gp.cumsum(gp.from_numpy(np.array(2.0, np.float32)), axis=0).to_numpy() == 2.0

@@ -11,6 +11,7 @@ import pytest
 
 import pygpukit as gp
 from pygpukit import scheduler as sched
+from pygpukit.core.errors import ArgumentError
 from pygpukit.scheduler import GB, MB, AdmissionError, ContextError, QuotaExceededError
 
 
@@ -126,6 +127,61 @@ def test_destroyed_context_refuses_allocations_in_a_running_session() -> None:
         sched.destroy_context(ctx)
         with pytest.raises(ContextError, match="was destroyed"):
             gp.empty(MB, gp.uint8)
+
+
+def test_destroying_a_stale_context_leaves_the_newer_one_of_its_name_alive() -> None:
+    old = sched.create_context("x", max_vram=600 * MB, qos="guaranteed")
+    sched.destroy_context(old)
+    new = sched.create_context("x", max_vram=600 * MB, qos="guaranteed")
+    with pytest.raises(ContextError, match="already destroyed; the live context of that name is a newer one"):
+        sched.destroy_context(old)
+    assert sched.get_context("x") is new
+    assert not new.destroyed
+    with sched.context_session(new):
+        keep = gp.empty(MB, gp.uint8)  # still charged to, and allowed by, the newer context
+    assert new.used_bytes == MB
+    with pytest.raises(AdmissionError, match="insufficient memory"):  # its reservation still holds
+        sched.create_context("y", max_vram=600 * MB, qos="guaranteed")
+    del keep
+    sched.destroy_context(new)
+    assert sched.list_contexts() == []
+
+
+def test_a_context_from_before_shutdown_cannot_destroy_its_successor() -> None:
+    before = sched.create_context("x", max_vram=MB)
+    sched.shutdown()
+    sched.initialize(0, capacity=1 * GB)
+    after = sched.create_context("x", max_vram=MB)
+    with pytest.raises(ContextError, match="already destroyed"):
+        sched.destroy_context(before)
+    assert sched.get_context("x") is after
+    stranger = sched.ExecutionContext("x", MB, "burstable", 0, 0)  # never admitted
+    with pytest.raises(ContextError, match="not the scheduler's context of that name"):
+        sched.destroy_context(stranger)
+    assert not after.destroyed
+
+
+def test_wrong_argument_types_are_typed_errors() -> None:
+    ctx = sched.create_context("x", max_vram=MB)
+    for bad in ("x", None, 3, ctx):
+        with pytest.raises(ArgumentError, match="wait needs a pygpukit Event or Stream, got"):
+            asyncio.run(sched.wait(bad))  # type: ignore[arg-type]
+    with pytest.raises(ArgumentError, match="get_context"):
+        asyncio.run(sched.wait("x"))  # type: ignore[arg-type]
+    for interval in (0, -1.0, "1", float("nan"), float("inf"), True):
+        with pytest.raises(ArgumentError, match="poll_interval must be a positive, finite number"):
+            asyncio.run(sched.wait(gp.Stream(), poll_interval=interval))  # type: ignore[arg-type]
+        with pytest.raises(ArgumentError, match="max_interval must be a positive, finite number"):
+            asyncio.run(sched.wait(gp.Stream(), max_interval=interval))  # type: ignore[arg-type]
+    asyncio.run(sched.wait(gp.Stream(), poll_interval=1e-4, max_interval=1e-5))  # max below poll: fine
+    for bad_ctx in (3, None, b"x"):
+        with pytest.raises(ContextError, match="destroy_context needs an ExecutionContext or its name"):
+            sched.destroy_context(bad_ctx)  # type: ignore[arg-type]
+        with pytest.raises(ContextError, match="get_context needs a context name"):
+            sched.get_context(bad_ctx)  # type: ignore[arg-type]
+    with pytest.raises(ContextError, match="capacity"):
+        sched.initialize(0, capacity=True)  # type: ignore[arg-type]
+    assert [c.name for c in sched.list_contexts()] == ["x"]  # nothing changed
 
 
 def test_uninitialised_scheduler_is_a_clear_error() -> None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import platform
 import sys
+import warnings
 from typing import Any
 
 from ._distributions import installed_versions
-from .core import _variant
-from .core.backend import backend_state
+from .core import _env, _libraries, _variant
+from .core.backend import BackendState, backend_state
 from .core.compiler import nvrtc_status
 from .core.cublaslt import cublaslt_status
 from .core.device import device_count, get_device_info
@@ -26,20 +27,49 @@ def _library(loader: Any) -> dict[str, Any]:
     return {"found": True, **status}
 
 
+def _environment() -> list[dict[str, Any]]:
+    """Every PYGPUKIT_* run-time variable that is set, with what is wrong with it (None when nothing)."""
+    settings = _env.environment_report()
+    paths = {spec.env_var: spec for spec in (_libraries.CUDA_DRIVER, _libraries.NVRTC, _libraries.CUBLASLT)}
+    rows = []
+    for setting in settings:
+        problem = setting.problem
+        if setting.variable in paths:
+            problem = _libraries.explicit_problem(paths[setting.variable])
+        rows.append({"variable": setting.variable, "value": setting.value, "problem": problem})
+    return rows
+
+
 def collect_info() -> dict[str, Any]:
-    """Backend, driver, devices, NVRTC, cuBLASLt and distribution versions, as plain data."""
-    state = backend_state()
-    probe = state.driver_probe or _variant.probe_driver_version()
+    """Backend, driver, devices, NVRTC, cuBLASLt, distribution versions and the PYGPUKIT_* variables
+    that are set, as plain data. A variable with a value pygpukit refuses (``PYGPUKIT_BACKEND=rocm``)
+    is reported, not raised: ``backend.name`` is then None and ``backend.reason`` the error."""
+    with warnings.catch_warnings():
+        # The report names every bad variable itself (the "environment" entry).
+        warnings.simplefilter("ignore", _env.EnvironmentVariableWarning)
+        return _collect()
+
+
+def _collect() -> dict[str, Any]:
+    state: BackendState | None
+    try:
+        state = backend_state()
+    except PyGPUkitError as exc:
+        state = None
+        backend: dict[str, Any] = {"name": None, "reason": str(exc), "native_variant": None}
+    else:
+        backend = {"name": state.name, "reason": state.reason, "native_variant": state.variant}
+    probe = (state.driver_probe if state is not None else None) or _variant.probe_driver_version()
     driver: dict[str, Any] = {"found": probe.version is not None}
     if probe.version is not None:
         driver.update(path=probe.path, version=probe.version, cuda=_variant.format_cuda_version(probe.version))
     else:
         driver["attempts"] = probe.attempts
-    if state.driver is not None:
+    if state is not None and state.driver is not None:
         driver["path"] = state.driver["path"]
         driver["init"] = "ok" if state.driver["init_result"] == 0 else state.driver["init_error"]
     devices = []
-    for i in range(device_count()):
+    for i in range(device_count() if state is not None else 0):
         d = get_device_info(i)
         devices.append(
             {
@@ -56,13 +86,14 @@ def collect_info() -> dict[str, Any]:
     return {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "backend": {"name": state.name, "reason": state.reason, "native_variant": state.variant},
+        "backend": backend,
         "native_variants_installed": _variant.installed_variants(),
         "driver": driver,
         "devices": devices,
         "nvrtc": _library(nvrtc_status),
         "cublaslt": _library(cublaslt_status),
         "distributions": installed_versions(),
+        "environment": _environment(),
     }
 
 
@@ -74,7 +105,7 @@ def format_info(info: dict[str, Any]) -> str:
     """Human-readable rendering of :func:`collect_info`."""
     lines = [f"pygpukit on Python {info['python']} ({info['platform']})", ""]
     backend = info["backend"]
-    lines.append(f"backend:   {backend['name']}  ({backend['reason']})")
+    lines.append(f"backend:   {backend['name'] or 'none'}  ({backend['reason']})")
     installed = ", ".join(info["native_variants_installed"]) or "none"
     lines.append(f"native:    in use: {backend['native_variant'] or '-'}; installed: {installed}")
     drv = info["driver"]
@@ -107,4 +138,10 @@ def format_info(info: dict[str, Any]) -> str:
     lines.append("distributions:")
     for name, version in info["distributions"].items():
         lines.append(f"  {name:<20} {version or 'not installed'}")
+    environment = info.get("environment", [])
+    lines.append("")
+    lines.append("environment:" + ("" if environment else " no PYGPUKIT_* run-time variable is set"))
+    for row in environment:
+        verdict = "ok" if row["problem"] is None else f"BAD: {row['problem']}"
+        lines.append(f"  {row['variable']}={row['value']!r}  {verdict}")
     return "\n".join(lines)

@@ -1,7 +1,9 @@
 """Where the run-time libraries are looked for, in order.
 
 For each library: an explicit ``PYGPUKIT_<LIB>_PATH`` first (a file, or a directory holding it; when
-set it is the only candidate, so a wrong value fails loudly instead of silently picking another copy),
+set it is the only candidate, so a wrong value fails loudly instead of silently picking another copy;
+a path that does not exist, or a directory holding none of the library's sonames, raises
+:class:`LibraryNotFoundError` naming the variable before anything is loaded),
 then the NVIDIA pip wheels on ``sys.path`` (CUDA 13 layout ``nvidia/cu13/lib``, CUDA 12 layout
 ``nvidia/<lib>/lib``), then the system loader and the usual toolkit prefixes.
 """
@@ -14,7 +16,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CUBLASLT", "CUDA_DRIVER", "NVRTC", "LibrarySpec", "candidates"]
+from ._env import parse_flag, warn_once
+from .errors import DriverNotFoundError, LibraryNotFoundError
+
+__all__ = ["CUBLASLT", "CUDA_DRIVER", "NVRTC", "LibrarySpec", "candidates", "explicit_problem"]
+
+DEBUG_VARIABLE = "PYGPUKIT_DEBUG_LIBRARY_LOAD"  # read by the native loader (native/runtime/shared_library.cpp)
 
 
 @dataclass(frozen=True)
@@ -54,14 +61,60 @@ _SYSTEM_DIRS = (
 )
 
 
-def _explicit(spec: LibrarySpec) -> list[str] | None:
+def _all_sonames(spec: LibrarySpec) -> list[str]:
+    return [soname for major in sorted(spec.sonames, reverse=True) for soname in spec.sonames[major]]
+
+
+def explicit_problem(spec: LibrarySpec) -> str | None:
+    """Why ``spec``'s ``PYGPUKIT_<LIB>_PATH`` cannot work (it does not exist, or is a directory holding
+    none of the library's sonames), or None when it is unset or plausible."""
     value = os.environ.get(spec.env_var, "").strip()
     if not value:
         return None
     path = Path(value)
     if path.is_dir():
-        return [str(path / soname) for major in sorted(spec.sonames, reverse=True) for soname in spec.sonames[major]]
+        if any((path / soname).exists() for soname in _all_sonames(spec)):
+            return None
+        return f"the directory {value} holds none of {', '.join(_all_sonames(spec))}"
+    if not path.exists():
+        return f"{value} does not exist"
+    return None
+
+
+def _explicit(spec: LibrarySpec) -> list[str] | None:
+    value = os.environ.get(spec.env_var, "").strip()
+    if not value:
+        return None
+    problem = explicit_problem(spec)
+    if problem is not None:
+        error = DriverNotFoundError if spec is CUDA_DRIVER else LibraryNotFoundError
+        raise error(
+            f"{spec.name} could not be loaded: {spec.env_var} is set, but {problem}; point it at the library "
+            "file or a directory holding it, or unset it to search the usual places",
+            library=spec.name,
+            attempts=[f"{spec.env_var}={value}: {problem}"],
+        )
+    path = Path(value)
+    if path.is_dir():
+        return [str(path / soname) for soname in _all_sonames(spec)]
     return [str(path)]
+
+
+def _check_debug_flag() -> None:
+    """Check PYGPUKIT_DEBUG_LIBRARY_LOAD before the native loader reads it, which it does unchecked:
+    every value but an empty one and ``0`` turns the trace on there."""
+    raw = os.environ.get(DEBUG_VARIABLE, "")
+    if raw in ("", "0") or parse_flag(raw) is True:  # exactly what the native loader reads as off; or on
+        return
+    what = "is not an on/off value" if parse_flag(raw) is None else "is read as on"
+    warn_once(
+        DEBUG_VARIABLE,
+        raw,
+        ("1", "0"),
+        f"{DEBUG_VARIABLE}={raw!r} {what}: the native library loader treats every value but 0 (or an empty "
+        "one) as on, so the load trace is printed; set it to 1 or 0",
+        stacklevel=3,
+    )
 
 
 def _majors(spec: LibrarySpec, preferred_major: int | None) -> list[int]:
@@ -82,7 +135,9 @@ def _toolkit_dirs() -> Iterable[str]:
 
 
 def candidates(spec: LibrarySpec, preferred_major: int | None = None) -> list[str]:
-    """Ordered, de-duplicated paths or sonames to try for ``spec``."""
+    """Ordered, de-duplicated paths or sonames to try for ``spec``. A ``PYGPUKIT_<LIB>_PATH`` that
+    cannot work raises :class:`LibraryNotFoundError` (:class:`DriverNotFoundError` for libcuda)."""
+    _check_debug_flag()
     explicit = _explicit(spec)
     if explicit is not None:
         return explicit

@@ -11,12 +11,12 @@ from __future__ import annotations
 import ctypes
 import importlib
 import importlib.util
-import os
 from dataclasses import dataclass, field
 from types import ModuleType
 
 from . import _libraries
-from .errors import PyGPUkitError, VersionMismatchError
+from ._env import env_choice
+from .errors import LibraryNotFoundError, VersionMismatchError
 
 __all__ = [
     "VARIANTS",
@@ -54,12 +54,19 @@ class DriverProbe:
     version: int | None = None  # e.g. 13000; None if libcuda did not load
     path: str | None = None
     attempts: list[str] = field(default_factory=list)
+    error: str | None = None  # why no candidate was tried (a PYGPUKIT_LIBCUDA_PATH that cannot work)
 
 
 def probe_driver_version() -> DriverProbe:
     """Load libcuda with ctypes and call cuDriverGetVersion (which needs no cuInit)."""
     probe = DriverProbe()
-    for candidate in _libraries.candidates(_libraries.CUDA_DRIVER):
+    try:
+        candidates = _libraries.candidates(_libraries.CUDA_DRIVER)
+    except LibraryNotFoundError as exc:
+        probe.attempts = list(exc.attempts)
+        probe.error = str(exc)
+        return probe
+    for candidate in candidates:
         try:
             lib = ctypes.CDLL(candidate, mode=ctypes.RTLD_LOCAL)
         except OSError as exc:
@@ -111,10 +118,8 @@ def choose_variant() -> VariantChoice:
     """Pick the native module for this machine's driver, explaining the choice either way."""
     installed = installed_variants()
     driver = probe_driver_version()
-    forced = os.environ.get("PYGPUKIT_CUDA_VARIANT", "").strip().lower()
+    forced = env_choice("PYGPUKIT_CUDA_VARIANT", sorted(VARIANTS), "")
     if forced:
-        if forced not in VARIANTS:
-            raise PyGPUkitError(f"PYGPUKIT_CUDA_VARIANT must be one of {sorted(VARIANTS)}, got {forced!r}")
         if forced not in installed:
             return VariantChoice(
                 None, None, f"PYGPUKIT_CUDA_VARIANT={forced} but pygpukit-core-{forced} is not installed", driver
@@ -125,7 +130,8 @@ def choose_variant() -> VariantChoice:
             None, None, "no native module is installed (install pygpukit-core-cu13 or pygpukit-core-cu12)", driver
         )
     if driver.version is None:
-        return VariantChoice(None, None, "CUDA driver not detected", driver)
+        why = "CUDA driver not detected" if driver.error is None else f"CUDA driver not detected: {driver.error}"
+        return VariantChoice(None, None, why, driver)
     usable = [v for v in installed if driver.version >= VARIANTS[v] * 1000]
     if not usable:
         have = ", ".join(f"{v} (needs CUDA >= {VARIANTS[v]}.0)" for v in installed)

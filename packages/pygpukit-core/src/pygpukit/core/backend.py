@@ -2,12 +2,14 @@
 
 ``PYGPUKIT_BACKEND=cuda`` insists on the GPU (and fails with the reason when there is none);
 ``PYGPUKIT_BACKEND=cpu`` forces the NumPy simulation. The fallback is announced once with a
-:class:`BackendFallbackWarning`.
+:class:`BackendFallbackWarning`. Any other value of ``PYGPUKIT_BACKEND`` raises :class:`PyGPUkitError`.
+
+:func:`env_flag` reads the on/off ``PYGPUKIT_*`` variables (``1/0``, ``true/false``, ``yes/no``,
+``on/off``); any other value is announced once with an :class:`EnvironmentVariableWarning`.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import warnings
 from dataclasses import dataclass
@@ -15,15 +17,18 @@ from types import ModuleType
 from typing import Any, Literal
 
 from . import _libraries, _variant
-from .errors import BackendUnavailableError, DeviceError, LibraryNotFoundError, PyGPUkitError
+from ._env import EnvironmentVariableWarning, env_choice, env_flag
+from .errors import BackendUnavailableError, DeviceError, LibraryNotFoundError
 
 __all__ = [
     "MIN_COMPUTE_CAPABILITY",
     "BackendFallbackWarning",
     "BackendState",
+    "EnvironmentVariableWarning",
     "backend_state",
     "c_api_capsule",
     "current_backend",
+    "env_flag",
     "is_cuda_available",
     "native_module",
 ]
@@ -52,10 +57,7 @@ _state: BackendState | None = None
 
 
 def _requested() -> str:
-    value = os.environ.get("PYGPUKIT_BACKEND", "auto").strip().lower() or "auto"
-    if value not in ("auto", "cuda", "cpu"):
-        raise PyGPUkitError(f"PYGPUKIT_BACKEND must be 'auto', 'cuda' or 'cpu', got {value!r}")
-    return value
+    return env_choice("PYGPUKIT_BACKEND", ("auto", "cuda", "cpu"), "auto")
 
 
 def _detect() -> BackendState:

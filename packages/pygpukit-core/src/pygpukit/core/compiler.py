@@ -6,16 +6,17 @@ module, which is how CI compiles every built-in kernel for every supported archi
 
 from __future__ import annotations
 
+import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from . import _libraries, _variant
 from ._loaded_library import LoadedLibrary
-from .errors import NvrtcError
+from .errors import ArgumentError, NvrtcError
 
 __all__ = [
     "CompiledProgram",
@@ -68,13 +69,54 @@ _ARCH = re.compile(r"^(?:sm_|compute_)?(\d{2,3})([af]?)$")
 
 
 def parse_arch(arch: str | int | tuple[int, int]) -> str:
-    """Normalise ``"sm_90"``, ``"90"``, ``90`` or ``(9, 0)`` to ``"90"`` (suffixes a/f are kept)."""
+    """Normalise ``"sm_90"``, ``"90"``, ``90`` or ``(9, 0)`` to ``"90"`` (suffixes a/f are kept).
+
+    Raises :class:`ArgumentError` (a ``ValueError``) for anything else: a tuple that is not two
+    non-negative ints with a one-digit minor, a negative or one-digit int, a malformed string.
+    """
     if isinstance(arch, tuple):
-        return f"{arch[0]}{arch[1]}"
+        if (
+            len(arch) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in arch)
+            and 1 <= arch[0] <= 99
+            and 0 <= arch[1] <= 9
+        ):
+            return f"{arch[0]}{arch[1]}"
+        raise ArgumentError(
+            f"architecture tuple must be (major, minor) with int major 1..99 and minor 0..9, like (9, 0), got {arch!r}"
+        )
+    if isinstance(arch, bool) or not isinstance(arch, (str, int)):
+        raise ArgumentError(
+            f"architecture must be a str, an int or a (major, minor) tuple like 'sm_90', 90 or (9, 0), "
+            f"got {type(arch).__name__} {arch!r}"
+        )
     match = _ARCH.match(str(arch).strip())
     if match is None:
-        raise ValueError(f"architecture must look like 'sm_90', '90' or (9, 0), got {arch!r}")
+        raise ArgumentError(f"architecture must look like 'sm_90', '90' or (9, 0), got {arch!r}")
     return match.group(1) + match.group(2)
+
+
+def _strings(value: Any, what: str, *, paths: bool = False) -> list[str]:
+    """A list-of-str argument (with ``paths``, path objects too) as a list of str; a single str (or
+    path) counts as one item, not as a sequence of characters."""
+
+    def one(item: Any) -> str | None:
+        if isinstance(item, str) or (paths and isinstance(item, os.PathLike)):
+            return os.fsdecode(item)
+        return None
+
+    single = one(value)
+    if single is not None:
+        return [single]
+    if isinstance(value, (bytes, bytearray)) or not isinstance(value, Iterable):
+        raise ArgumentError(f"{what} must be a list of str, got {type(value).__name__} {value!r}")
+    result = []
+    for item in value:
+        text = one(item)
+        if text is None:
+            raise ArgumentError(f"{what} must be a list of str, got the item {item!r} of type {type(item).__name__}")
+        result.append(text)
+    return result
 
 
 @dataclass(frozen=True)
@@ -102,22 +144,31 @@ def compile_source(
     """Compile ``source`` for ``arch`` with NVRTC; needs no GPU.
 
     CUBIN is machine code for exactly ``sm_<arch>``; PTX (``target="ptx"``) is the portable fallback.
+    ``options``, ``include_dirs`` and ``name_expressions`` are lists of str; a single str is taken as
+    one item (``options="-lineinfo"``). Malformed arguments raise :class:`ArgumentError`.
     The CUDA headers of the matching pip wheel are on the include path. Raises :class:`NvrtcError`
     with the log, the options and the numbered source when compilation fails.
     """
+    if not isinstance(source, str):
+        raise ArgumentError(f"source must be a str of CUDA C++, got {type(source).__name__}")
     if target not in ("cubin", "ptx"):
-        raise ValueError(f"target must be 'cubin' or 'ptx', got {target!r}")
-    status = nvrtc_status()
+        raise ArgumentError(f"target must be 'cubin' or 'ptx', got {target!r}")
+    if not isinstance(name, str) or not name:
+        raise ArgumentError(f"name must be a non-empty str, got {name!r}")
     arch_id = parse_arch(arch)
+    option_list = _strings(options, "options")
+    include_list = _strings(include_dirs, "include_dirs", paths=True)
+    expressions = _strings(name_expressions, "name_expressions")
+    status = nvrtc_status()
     prefix = "sm" if target == "cubin" else "compute"
     major = int(status["version"][0])
     opts = [f"--gpu-architecture={prefix}_{arch_id}", "--std=c++17"]
-    opts += [f"--include-path={d}" for d in [*map(str, include_dirs), *cuda_include_dirs(major)]]
-    opts += list(options)
+    opts += [f"--include-path={d}" for d in [*include_list, *cuda_include_dirs(major)]]
+    opts += option_list
     native = _variant.any_native()
     assert native is not None  # nvrtc_status() succeeded, so a native module exists
     try:
-        binary, log, lowered = native.nvrtc_compile(source, name, opts, target, list(name_expressions))
+        binary, log, lowered = native.nvrtc_compile(source, name, opts, target, expressions)
     except NvrtcError as exc:
         exc.source = source
         raise

@@ -95,6 +95,24 @@ _BY_NAME = {d.name: d for d in _ALL} | {"bool_": bool_, "float8_e4m3": float8_e4
 _BY_NUMPY = {d.numpy: d for d in _ALL}
 
 
+FLOAT8_E4M3FN_MAX = 448.0  # the largest finite float8_e4m3fn
+
+
+def cast_values(values: Any, dtype: DType) -> np.ndarray[Any, Any]:
+    """``values`` (a NumPy array, a scalar or anything ``np.asarray`` takes) converted to ``dtype`` on
+    the host the way the kernels convert: NumPy's (ml_dtypes') conversion, except that float8_e4m3fn,
+    which has no infinity, saturates like CUDA's ``__NV_SATFINITE`` conversion: every value beyond
+    +-448, infinities included, becomes +-448, where ml_dtypes gives NaN. NaN stays NaN. Returns
+    ``values`` itself when it already is an array of ``dtype``.
+    """
+    array = np.asarray(values)
+    if dtype == float8_e4m3fn and array.dtype != dtype.numpy and array.dtype != np.bool_:
+        if array.dtype not in (np.float32, np.float64):
+            array = array.astype(np.float64)  # exact for every narrower float; integers round, then clip
+        array = np.asarray(np.clip(array, -FLOAT8_E4M3FN_MAX, FLOAT8_E4M3FN_MAX))  # NaN stays NaN
+    return array.astype(dtype.numpy, copy=False)
+
+
 def all_dtypes() -> tuple[DType, ...]:
     """Every supported element type."""
     return _ALL

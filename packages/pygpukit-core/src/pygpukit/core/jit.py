@@ -23,7 +23,7 @@ import numpy as np
 
 from . import backend as _backend
 from .backend import backend_state, native_module
-from .compiler import CompiledProgram, compile_source, nvrtc_status, parse_arch
+from .compiler import CompiledProgram, _strings, compile_source, nvrtc_status, parse_arch
 from .errors import DeviceError, DTypeError, InvalidPointerError, PyGPUkitError, ShapeError
 from .kernel_cache import cache_key, kernel_cache
 from .stream import Stream, thread_device
@@ -309,7 +309,7 @@ class JITKernel:
     ) -> None:
         self.source = source
         self.name = name
-        self.options = tuple(options)
+        self.options = tuple(_strings(options, "options"))  # a single str is one option
         self.name_expressions = tuple(name_expressions)
         self.include_dirs = tuple(str(d) for d in include_dirs)
         self._salt = cache_salt

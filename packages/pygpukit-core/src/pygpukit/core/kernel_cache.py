@@ -5,8 +5,11 @@ includes), the options, the architecture and target, the name expressions, the N
 pygpukit version. Disk entries are written atomically (a temporary file renamed into place) and carry
 a SHA-256 of their payload; an entry that fails the check is deleted and recompiled, never trusted.
 
-``PYGPUKIT_CACHE_DIR`` moves the disk cache (default ``~/.cache/pygpukit/kernels``);
-``PYGPUKIT_KERNEL_CACHE=0`` turns the disk cache off.
+``PYGPUKIT_CACHE_DIR`` moves pygpukit's cache root (default ``$XDG_CACHE_HOME/pygpukit`` or
+``~/.cache/pygpukit``); compiled kernels live in its ``kernels`` folder (the model cache of
+pygpukit-llm in its ``models`` folder);
+``PYGPUKIT_KERNEL_CACHE=0`` (or ``false``, ``no``, ``off``) turns the disk cache off; any other value but
+an on value warns once and keeps it on.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._env import env_flag
 from .compiler import CompiledProgram
 
 __all__ = ["CacheStats", "KernelCache", "cache_key", "kernel_cache"]
@@ -142,13 +146,13 @@ class KernelCache:
 
 
 def _default_directory() -> Path | None:
-    if os.environ.get("PYGPUKIT_KERNEL_CACHE", "1").strip() == "0":
+    if not env_flag("PYGPUKIT_KERNEL_CACHE", True):
         return None
     explicit = os.environ.get("PYGPUKIT_CACHE_DIR")
     if explicit:
-        return Path(explicit)
+        return Path(explicit).expanduser() / "kernels"
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "pygpukit" / "kernels"
+    return Path(base).expanduser() / "pygpukit" / "kernels"
 
 
 kernel_cache = KernelCache(_default_directory())

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from pygpukit.core.array import GPUArray
+from pygpukit.core.dtypes import cast_values
 
 __all__ = ["BINARY", "UNARY", "compute_numpy", "host", "store"]
 
@@ -34,18 +35,13 @@ def host(array: GPUArray) -> Array:
     return array._host_view()
 
 
-_E4M3_MAX = 448.0
-
-
 def store(out: GPUArray, values: Any) -> None:
-    """Write ``values`` (any NumPy dtype) into ``out`` with a NumPy conversion; like the kernels,
-    float8_e4m3fn (which has no infinity) saturates out-of-range values to +-448 instead of NaN."""
+    """Write ``values`` (any NumPy dtype) into ``out`` with the conversion the kernels make
+    (:func:`pygpukit.core.dtypes.cast_values`): float8_e4m3fn, which has no infinity, saturates
+    out-of-range values and infinities to +-448 instead of NaN."""
     view = host(out)
     if view.size:
-        array = np.asarray(values)
-        if out.dtype.name == "float8_e4m3fn" and array.dtype.kind == "f":
-            array = np.clip(array, -_E4M3_MAX, _E4M3_MAX)  # NaN stays NaN
-        view[...] = array.astype(out.dtype.numpy, copy=False)
+        view[...] = cast_values(values, out.dtype)
 
 
 def _power(a: Array, b: Array) -> Array:

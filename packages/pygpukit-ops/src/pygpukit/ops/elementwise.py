@@ -20,7 +20,18 @@ from typing import Any
 import numpy as np
 
 from pygpukit.core.array import GPUArray, empty
-from pygpukit.core.dtypes import DType, all_dtypes, as_dtype, bool_, float16, float32, float64, int64, uint64
+from pygpukit.core.dtypes import (
+    DType,
+    all_dtypes,
+    as_dtype,
+    bool_,
+    cast_values,
+    float16,
+    float32,
+    float64,
+    int64,
+    uint64,
+)
 from pygpukit.core.errors import DeviceError, DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel
 
@@ -294,12 +305,12 @@ def _common_dtype(op: _Op, operands: Sequence[Operand]) -> DType:
 
 
 def _scalar_value(scalar: _Scalar, common: DType, ctype: str) -> Any:
-    """The scalar converted to the operands' dtype (NumPy's rule for weak scalars), then to the compute
-    type of the kernel argument."""
+    """The scalar converted to the operands' dtype (NumPy's rule for weak scalars; float8_e4m3fn
+    saturates to +-448 as the kernels' stores do), then to the compute type of the kernel argument."""
     if ctype == "bool":
         return bool(scalar.value)
     with np.errstate(all="ignore"):
-        typed = np.asarray(scalar.value).astype(common.numpy)
+        typed = cast_values(scalar.value, common)
         if ctype in ("float", "double"):
             return float(typed.astype(np.float64))
     return int(typed)
@@ -522,10 +533,10 @@ def astype(x: GPUArray, dtype: Any) -> GPUArray:
                 x, out, n, 0, grid=grid_for(-(-n // width), TILE, TILE_BLOCKS_PER_SM), block=BLOCK
             )
         return out
-    if x._contiguous:
+    if x._contiguous and is_cuda():
         return x.astype(target)
     out = empty(x._shape, target)
-    copy_into(out, x)
+    copy_into(out, x)  # on the CPU backend: _cpu.store, which saturates float8_e4m3fn like the kernels
     return out
 
 

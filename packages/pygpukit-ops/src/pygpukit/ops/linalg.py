@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from typing import Any, Literal
 
 import numpy as np
 
 from pygpukit.core import array as _array
 from pygpukit.core.array import GPUArray
-from pygpukit.core.backend import backend_state
+from pygpukit.core.backend import backend_state, env_flag
 from pygpukit.core.dtypes import DType, as_dtype
 from pygpukit.core.errors import DeviceError, DTypeError, PyGPUkitError, ShapeError
 from pygpukit.core.stream import Stream, current_stream, thread_device
@@ -63,11 +62,11 @@ def get_tf32() -> bool:
     """Whether float32 matmuls may use TF32: :func:`set_tf32`, else ``PYGPUKIT_ALLOW_TF32=1``."""
     if _tf32 is not None:
         return _tf32
-    return os.environ.get("PYGPUKIT_ALLOW_TF32", "0") not in ("", "0", "false", "False")
+    return env_flag("PYGPUKIT_ALLOW_TF32", False)
 
 
 def _use_cublaslt() -> bool:
-    if os.environ.get("PYGPUKIT_NO_CUBLASLT", "0") not in ("", "0"):
+    if env_flag("PYGPUKIT_NO_CUBLASLT", False):
         return False
     from pygpukit.core.cublaslt import is_cublaslt_available
 

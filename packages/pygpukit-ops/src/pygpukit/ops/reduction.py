@@ -27,7 +27,7 @@ import numpy as np
 
 from pygpukit.core.array import GPUArray, empty, full
 from pygpukit.core.dtypes import DType, all_dtypes, bool_, float32, float64, int64, uint8, uint64
-from pygpukit.core.errors import DTypeError, ShapeError
+from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel
 
 from . import _cpu
@@ -336,6 +336,24 @@ def _check_array(name: str, x: Any) -> GPUArray:
     return x
 
 
+def _is_axis_index(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _axes(axis: Any, ndim: int, name: str, *, single: bool = False) -> tuple[int, ...]:
+    """``axis`` as sorted non-negative axes. Its type is checked here (:class:`ArgumentError`: an int,
+    None or, unless ``single``, a tuple or list of ints; bool is not an int here, as in NumPy); an
+    axis out of range or repeated is a :class:`ShapeError` (from ``normalize_axes``)."""
+    if axis is None and not single:
+        return normalize_axes(None, ndim, name)
+    if _is_axis_index(axis) or (
+        not single and isinstance(axis, (tuple, list)) and builtins.all(_is_axis_index(a) for a in axis)
+    ):
+        return normalize_axes(axis, ndim, name)
+    expected = "an int" if single else "None, an int or a tuple of ints"
+    raise ArgumentError(f"{name}: axis must be {expected}, got {axis!r} of type {type(axis).__name__}")
+
+
 def _empty_value(reducer: _Reducer) -> Any:
     """The result of reducing zero elements (NumPy's): the identity, or NaN for mean/var/std."""
     return {"sum": 0, "prod": 1, "any": False, "all": True}.get(reducer.name, math.nan)
@@ -343,9 +361,9 @@ def _empty_value(reducer: _Reducer) -> Any:
 
 def _reduce(reducer: _Reducer, x: Any, axis: Any, keepdims: bool, ddof: int = 0) -> GPUArray:
     x = _check_array(reducer.name, x)
-    axes = normalize_axes(axis, x.ndim, reducer.name)
-    if reducer.template == "ArgR" and axis is not None and not isinstance(axis, (int, np.integer)):
-        raise TypeError(f"{reducer.name}: axis must be an int or None, got {axis!r}")
+    if reducer.template == "ArgR" and axis is not None and not _is_axis_index(axis):
+        raise ArgumentError(f"{reducer.name}: axis must be an int or None, got {axis!r} of type {type(axis).__name__}")
+    axes = _axes(axis, x.ndim, reducer.name)
     result_dtype = reducer.result(x.dtype)
     if keepdims:
         shape = tuple(1 if a in axes else s for a, s in enumerate(x.shape))
@@ -479,7 +497,7 @@ def cumsum(x: GPUArray, axis: int | None = None) -> GPUArray:
     if axis is None:
         x = x.reshape(-1)
         axis = 0
-    (ax,) = normalize_axes(int(axis), x.ndim, "cumsum") if x.ndim else (0,)
+    (ax,) = _axes(axis, builtins.max(x.ndim, 1), "cumsum", single=True)  # a 0-d x scans as one element
     result_dtype = _sum_dtype(x.dtype)
     out = empty(x.shape, result_dtype)
     if out.size == 0:
@@ -575,7 +593,7 @@ def _softmax(name: str, x: Any, axis: int, log: bool) -> GPUArray:
         raise DTypeError(f"{name} needs a floating-point array, got {x.dtype} (convert it with astype first)")
     if x.ndim == 0:
         raise ShapeError(f"{name} needs at least one dimension")
-    (ax,) = normalize_axes(int(axis), x.ndim, name)
+    (ax,) = _axes(axis, x.ndim, name, single=True)
     out = empty(x.shape, x.dtype)
     if out.size == 0:
         return out

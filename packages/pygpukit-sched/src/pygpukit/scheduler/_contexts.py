@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import threading
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pygpukit.core.backend import backend_state
-from pygpukit.core.errors import OutOfMemoryError, PyGPUkitError
+from pygpukit.core.errors import ArgumentError, OutOfMemoryError, PyGPUkitError
 from pygpukit.core.memory import allocation_scope, get_memory_info
 from pygpukit.core.stream import Event, Stream
 
@@ -216,7 +217,9 @@ def initialize(device_id: int = 0, *, capacity: int | None = None) -> None:
             raise ContextError(f"device {device_id} does not exist ({device_count()} CUDA device(s))")
         set_device(device_id)
     total = get_memory_info()[1]
-    if capacity is not None and (not isinstance(capacity, int) or capacity <= 0 or capacity > total):
+    if capacity is not None and (
+        not isinstance(capacity, int) or isinstance(capacity, bool) or capacity <= 0 or capacity > total
+    ):
         raise ContextError(f"capacity must be a positive int of at most {total} bytes, got {capacity!r}")
     with _runtime_lock:
         if _runtime is not None and _runtime.contexts:
@@ -284,26 +287,49 @@ def create_context(name: str, max_vram: int, qos: QosClass = "burstable", priori
 
 
 def get_context(name: str) -> ExecutionContext:
+    """The live context named ``name``; :class:`ContextError` when there is none."""
     runtime = _require()
+    if not isinstance(name, str):
+        raise ContextError(f"get_context needs a context name (str), got {type(name).__name__}")
     with runtime.lock:
         ctx = runtime.contexts.get(name)
+        known = sorted(runtime.contexts)
     if ctx is None:
-        raise ContextError(f"no context named {name!r} (known: {sorted(runtime.contexts)})")
+        raise ContextError(f"no context named {name!r} (known: {known})")
     return ctx
 
 
 def destroy_context(ctx: ExecutionContext | str) -> None:
     """Remove a context: its reservation is released and later allocations in its sessions refused.
-    Memory it already holds stays valid until freed."""
+    Memory it already holds stays valid until freed.
+
+    Given a name, the live context of that name is destroyed. Given a context object, exactly that
+    context is: an object that was already destroyed (or shut down) raises :class:`ContextError` and
+    leaves alone a newer context created since under the same name."""
     runtime = _require()
-    name = ctx if isinstance(ctx, str) else ctx.name
+    if isinstance(ctx, str):
+        name, expected = ctx, None
+    elif isinstance(ctx, ExecutionContext):
+        name, expected = ctx.name, ctx
+    else:
+        raise ContextError(f"destroy_context needs an ExecutionContext or its name, got {type(ctx).__name__}")
     with runtime.lock:
-        found = runtime.contexts.pop(name, None)
-        if found is not None:
+        found = runtime.contexts.get(name)
+        if found is not None and (expected is None or found is expected):
+            del runtime.contexts[name]
             runtime.qos.release(name)
-    if found is None:
+            found._destroyed = True
+            return
+    if expected is None or found is None:
         raise ContextError(f"no context named {name!r} (already destroyed?)")
-    found._destroyed = True
+    if expected.destroyed:
+        raise ContextError(
+            f"this context {name!r} was already destroyed; the live context of that name is a newer one "
+            "and was left alone"
+        )
+    raise ContextError(
+        f"this context {name!r} is not the scheduler's context of that name (not made by create_context?)"
+    )
 
 
 def list_contexts() -> list[ExecutionContext]:
@@ -350,14 +376,30 @@ def context_session(ctx: ExecutionContext) -> _Session:
     return _Session(ctx)
 
 
+def _interval(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ArgumentError(f"{name} must be a positive, finite number of seconds, got {value!r}")
+    return float(value)
+
+
 async def wait(what: Event | Stream, *, poll_interval: float = 50e-6, max_interval: float = 2e-3) -> None:
     """Wait for an event (or everything queued on a stream) without blocking the event loop: the event
-    is polled with a back-off from ``poll_interval`` to ``max_interval`` seconds."""
-    event = what.record_event() if isinstance(what, Stream) else what
-    delay = poll_interval
+    is polled with a back-off from ``poll_interval`` to ``max_interval`` seconds. Anything but an
+    :class:`Event` or a :class:`Stream`, or a non-positive interval, raises :class:`ArgumentError`."""
+    target: object = what  # checked at run time whatever the annotation says
+    if not isinstance(target, (Event, Stream)):
+        hint = ""
+        if isinstance(target, ExecutionContext):
+            hint = "; for a context's queued work use `await ctx.wait()`"
+        elif isinstance(target, str):
+            hint = "; for a context by name use `await get_context(name).wait()`"
+        raise ArgumentError(f"wait needs a pygpukit Event or Stream, got {type(target).__name__}{hint}")
+    delay = _interval("poll_interval", poll_interval)
+    longest = max(_interval("max_interval", max_interval), delay)
+    event = target.record_event() if isinstance(target, Stream) else target
     while not event.query():
         await asyncio.sleep(delay)
-        delay = min(delay * 2, max_interval)
+        delay = min(delay * 2, longest)
 
 
 @dataclass(frozen=True)
