@@ -490,11 +490,6 @@ def test_float8_e4m3fn_conversions_saturate() -> None:
     assert _floats(gp.sum(_e4m3([400.0, 400.0, -0.5]))[None]) == [448.0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gp.full converts the fill value with core/array.py's _bits, which does not saturate yet "
-    "(it should use pygpukit.core.dtypes.cast_values)",
-)
 def test_float8_e4m3fn_full_saturates() -> None:
     for value, expected in ((1000.0, 448.0), (-1000.0, -448.0), (math.inf, 448.0), (-math.inf, -448.0), (1000, 448.0)):
         assert _floats(gp.full(3, value, _E4M3)) == [expected] * 3, value

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import builtins
 from .backend import backend_state
-from .dtypes import DType, as_dtype, float32, float64, int64
+from .dtypes import DType, as_dtype, cast_values, float32, float64, int64
 from .errors import DTypeError, InvalidPointerError, MissingDistributionError, ShapeError
 from .jit import register_array_type
 from .memory import DeviceBuffer
@@ -140,8 +140,14 @@ class GPUArray:
     def device_ptr(self) -> int:
         """Address of the first element; raises if the memory was freed."""
         if self._buffer.freed:
-            raise InvalidPointerError("the array's memory was freed")
+            raise self._freed_error()
         return self._buffer.ptr + self._offset * self._dtype.itemsize
+
+    def _freed_error(self) -> InvalidPointerError:
+        return InvalidPointerError(
+            f"the memory of this array (shape {self._shape}, dtype {self._dtype.name}) was freed "
+            f"(buffer at {self._buffer.ptr:#x})"
+        )
 
     @property
     def device(self) -> str:
@@ -281,7 +287,11 @@ class GPUArray:
 
     # -- host transfers -----------------------------------------------------------------------------
     def _host_view(self) -> np.ndarray[Any, Any]:
-        """CPU backend: a NumPy view with this array's layout."""
+        """CPU backend: a NumPy view with this array's layout. Every CPU path reads and writes array
+        memory through here (as the CUDA paths go through ``device_ptr``), so a freed array is refused
+        here once for all of them."""
+        if self._buffer.freed:
+            raise self._freed_error()
         raw = self._buffer.host_view()
         if self.size == 0:
             return np.empty(self._shape, dtype=self._dtype.numpy)
@@ -391,7 +401,7 @@ class GPUArray:
         if isinstance(source, np.ndarray):
             if tuple(source.shape) != self._shape:
                 raise ShapeError(f"copy_: source shape {tuple(source.shape)} does not match {self._shape}")
-            source = from_numpy(source.astype(self._dtype.numpy, copy=False), stream=stream)
+            source = from_numpy(cast_values(source, self._dtype), stream=stream)
         if not isinstance(source, GPUArray):
             raise TypeError(f"copy_ needs a GPUArray or a NumPy array, got {type(source).__name__}")
         if source.shape != self._shape:
@@ -412,12 +422,7 @@ class GPUArray:
             return out
         native = _native()
         if native is None:
-            values = source._host_view()
-            if target.name == "float8_e4m3fn" and values.dtype.kind == "f":
-                # Like the kernel (CUDA's saturating conversion): out-of-range values become +-448, not
-                # NaN (e4m3fn has no infinity); NaN stays NaN.
-                values = np.clip(values.astype(np.float32), -448.0, 448.0)
-            out._host_view()[...] = values.astype(target.numpy)
+            out._host_view()[...] = cast_values(source._host_view(), target)  # e4m3 saturates as on the GPU
             return out
         n = out.size
         per_thread = 16 // max(self._dtype.itemsize, target.itemsize)  # cast.cu's chunk
@@ -566,7 +571,7 @@ def _bits(value: Any, dtype: DType) -> int:
             raise DTypeError(f"fill value {value!r} cannot be represented as {dtype.name} ({info.min}..{info.max})")
     try:
         with np.errstate(over="raise", invalid="raise"):
-            raw = np.asarray(value).astype(dtype.numpy).tobytes()
+            raw = cast_values(value, dtype).tobytes()  # float8_e4m3fn saturates, as the kernels convert
     except (FloatingPointError, OverflowError, ValueError, TypeError) as exc:
         raise DTypeError(f"fill value {value!r} cannot be represented as {dtype.name}: {exc}") from None
     return int.from_bytes(raw, "little")
@@ -614,6 +619,9 @@ def arange(
     if dtype is None:
         dtype = int64 if all(isinstance(v, (int, np.integer)) for v in (start, stop, step)) else float64
     dt = as_dtype(dtype)
+    if dt.kind == "b":
+        # NumPy itself refuses bool ranges longer than 2; refusing all of them keeps one rule everywhere.
+        raise DTypeError("arange does not produce bool arrays; compare an integer arange instead (gp.arange(n) > k)")
     n = max(0, math.ceil((stop - start) / step))
     out = empty(n, dt, stream=stream)
     if n == 0:
@@ -621,10 +629,8 @@ def arange(
     native = _native()
     if native is None:
         index: np.ndarray[Any, Any] = np.arange(n, dtype=np.float64 if dt.is_floating else np.int64)
-        out._host_view()[...] = (index * step + start).astype(dt.numpy)
+        out._host_view()[...] = cast_values(index * step + start, dt)
         return out
-    if dt.kind == "b":
-        raise DTypeError("arange does not produce bool arrays")
     first, delta = (float(start), float(step)) if dt.is_floating else (int(start), int(step))
     builtins.builtin_kernel("arange", dt)(out.device_ptr, first, delta, n, grid=_grid(n), block=_BLOCK, stream=stream)
     return out

@@ -8,9 +8,12 @@ memory and the same accounting is kept in Python.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import contextvars
 import ctypes
+import itertools
+import operator
 import os
 import threading
 import weakref
@@ -21,7 +24,7 @@ import numpy as np
 
 from . import backend as _backend
 from .backend import backend_state
-from .errors import InvalidPointerError, OutOfMemoryError, PyGPUkitError
+from .errors import ArgumentError, InvalidPointerError, OutOfMemoryError, PyGPUkitError
 from .stream import Stream, current_stream
 from .stream import _local as _thread_state
 from .stream import current_streams as _current_streams
@@ -50,35 +53,58 @@ def _native() -> Any:
     return state.native if state.name == "cuda" else None
 
 
+def _byte_count(nbytes: Any, what: str) -> int:
+    try:
+        count = operator.index(nbytes)
+    except TypeError:
+        raise TypeError(f"{what}: nbytes must be an int, got {type(nbytes).__name__}") from None
+    if count < 0:
+        raise ArgumentError(f"{what}: nbytes must be >= 0, got {count}")
+    return count
+
+
 class _CpuPool:
     """The CPU backend's accounting, mirroring the device pool's statistics and limit."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        # Reentrant: a buffer collected while an allocation holds the lock frees through it.
+        self.lock = threading.RLock()
         self.limit: int | None = None
         self.all_devices_limit: int | None = None  # the CPU backend has one "device": both caps apply
         self.stats = dict.fromkeys(
             ("in_use_bytes", "peak_in_use_bytes", "in_use_blocks", "requests", "frees", "device_allocations"), 0
         )
 
-    def allocate(self, nbytes: int) -> None:
+    def allocate(self, nbytes: int) -> np.ndarray[Any, Any]:
+        """The host bytes standing in for ``nbytes`` of device memory, counted only once they exist."""
         with self.lock:
             for what, limit in (("pool limit", self.limit), ("all-device limit", self.all_devices_limit)):
                 if limit is not None and self.stats["in_use_bytes"] + nbytes > limit:
-                    raise OutOfMemoryError(
-                        f"out of memory ({what}): requested {nbytes} bytes, in use {self.stats['in_use_bytes']} "
-                        f"bytes, cached 0 bytes, limit {limit} bytes",
-                        requested=nbytes,
-                        in_use=self.stats["in_use_bytes"],
-                        cached=0,
-                        limit=limit,
-                    )
+                    raise self._out_of_memory(what, nbytes, limit)
+            try:
+                host = np.empty(max(nbytes, 1), dtype=np.uint8)
+            except (MemoryError, ValueError, OverflowError):
+                # NumPy's MemoryError, or ValueError past its largest array: the same failure as a full device.
+                limits = [v for v in (self.limit, self.all_devices_limit) if v is not None]
+                raise self._out_of_memory("host allocation failed", nbytes, min(limits, default=None)) from None
             s = self.stats
             s["in_use_bytes"] += nbytes
             s["in_use_blocks"] += 1
             s["requests"] += 1
             s["device_allocations"] += 1
             s["peak_in_use_bytes"] = max(s["peak_in_use_bytes"], s["in_use_bytes"])
+        return host
+
+    def _out_of_memory(self, reason: str, nbytes: int, limit: int | None) -> OutOfMemoryError:
+        in_use = self.stats["in_use_bytes"]
+        return OutOfMemoryError(
+            f"out of memory ({reason}): requested {nbytes} bytes, in use {in_use} bytes, cached 0 bytes, "
+            f"limit {'none' if limit is None else f'{limit} bytes'}",
+            requested=nbytes,
+            in_use=in_use,
+            cached=0,
+            limit=limit,
+        )
 
     def free(self, nbytes: int) -> None:
         with self.lock:
@@ -88,6 +114,60 @@ class _CpuPool:
 
 
 _cpu_pool = _CpuPool()
+
+
+class _AddressMap:
+    """Allocations by base address, answering which one holds a pointer so that raw copies can be
+    checked against the allocation they touch.
+
+    Adding and removing are one dict operation each, atomic under the GIL, because every allocation
+    passes here. The sorted index that finds the allocation holding an interior pointer is rebuilt
+    only when a lookup needs it after a change; lookups of a base address never need it.
+    """
+
+    __slots__ = ("_changes", "_index", "_sizes", "_version")
+
+    def __init__(self) -> None:
+        self._sizes: dict[int, int] = {}
+        self._changes = itertools.count(1)  # next() is atomic: concurrent changes never share a version
+        self._version = 0
+        self._index: tuple[int, list[int]] = (0, [])
+
+    def add(self, ptr: int, nbytes: int) -> None:
+        self._sizes[ptr] = nbytes
+        self._version = next(self._changes)  # after the change: a racing rebuild is at worst redone
+
+    def remove(self, ptr: int) -> None:
+        if self._sizes.pop(ptr, None) is not None:
+            self._version = next(self._changes)
+
+    def find(self, address: int) -> tuple[int, int] | None:
+        """(base, nbytes) of the allocation holding ``address``; a 0-byte one holds its base address."""
+        sizes = self._sizes
+        size = sizes.get(address)
+        if size is not None:
+            return address, size
+        version = self._version
+        built, starts = self._index
+        if built != version:
+            starts = sorted(sizes.copy())
+            self._index = (version, starts)
+        at = bisect.bisect_right(starts, address) - 1
+        if at < 0:
+            return None
+        base = starts[at]
+        size = sizes.get(base)  # None: freed since the index was built
+        return (base, size) if size is not None and address < base + max(size, 1) else None
+
+
+# Live pool allocations (both backends) and live pinned host buffers (both backends).
+_device_map = _AddressMap()
+_pinned_map = _AddressMap()
+# CPU backend only: buffers freed explicitly whose objects still live. Their host bytes stay allocated
+# until then, so nothing else can sit at those addresses and a pointer into one is surely stale. On the
+# CUDA backend a freed address may soon belong to another library, so nothing is remembered there.
+_freed_device = _AddressMap()
+_freed_pinned = _AddressMap()
 
 
 class AllocationScope(Protocol):
@@ -128,7 +208,7 @@ class DeviceBuffer:
 
     def __init__(self, nbytes: int, *, stream: Stream | None = None) -> None:
         if nbytes < 0:
-            raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+            raise ArgumentError(f"nbytes must be >= 0, got {nbytes}")
         self.nbytes = nbytes
         self._live = False
         scope = self._scope = _scope.get()
@@ -139,11 +219,12 @@ class DeviceBuffer:
             native = state.native if state.name == "cuda" else None
             self._native = native
             if native is None:
-                _cpu_pool.allocate(nbytes)
-                self._host: np.ndarray[Any, Any] | None = np.empty(max(nbytes, 1), dtype=np.uint8)
+                self._host: np.ndarray[Any, Any] | None = _cpu_pool.allocate(nbytes)
                 self.ptr = int(self._host.ctypes.data)
                 self.device = -1
             else:
+                if nbytes >= 1 << 64:  # past what the native call takes: the pool's own "too large" answer
+                    raise OutOfMemoryError(f"request of {nbytes} bytes is too large", requested=nbytes)
                 self._host = None
                 if stream is None:
                     streams = _current_streams.get()
@@ -156,6 +237,7 @@ class DeviceBuffer:
             if scope is not None:
                 scope.refund(nbytes)
             raise
+        _device_map.add(self.ptr, nbytes)
         self._live = True
 
     @property
@@ -165,11 +247,16 @@ class DeviceBuffer:
     def free(self) -> None:
         """Return the memory to the pool now. Later use of arrays over it raises."""
         if not self._live:
-            raise InvalidPointerError(f"buffer at {self.ptr:#x} was already freed")
+            raise InvalidPointerError(f"buffer at {self.ptr:#x} ({self.nbytes} bytes) was already freed")
         self._release()
+        if self._native is None:
+            # The host bytes stay until this object goes (arrays over them may still be viewed by a
+            # DLPack consumer): meanwhile a raw copy through a stale pointer is recognised and refused.
+            _freed_device.add(self.ptr, self.nbytes)
 
     def _release(self) -> None:
         self._live = False
+        _device_map.remove(self.ptr)
         try:
             if self._native is None:
                 _cpu_pool.free(self.nbytes)
@@ -183,6 +270,8 @@ class DeviceBuffer:
         try:  # _live is unset when __init__ failed before it (AttributeError)
             if self._live:
                 self._release()
+            elif self._native is None:
+                _freed_device.remove(self.ptr)
         except Exception:  # nothing to report to during garbage collection
             pass
 
@@ -190,6 +279,8 @@ class DeviceBuffer:
         """CPU backend only: the host bytes standing in for the device memory."""
         if self._host is None:
             raise PyGPUkitError("host_view() exists only on the CPU backend")
+        if not self._live:
+            raise InvalidPointerError(f"buffer at {self.ptr:#x} ({self.nbytes} bytes) was freed")
         return self._host
 
     def __repr__(self) -> str:
@@ -284,41 +375,84 @@ def set_memory_limit(limit: int | None, *, all_devices: bool = False) -> None:
 
 
 class PinnedBuffer:
-    """Page-locked host memory of ``nbytes`` bytes (fast, truly asynchronous copies), freed on GC."""
+    """Page-locked host memory of ``nbytes`` bytes (fast, truly asynchronous copies), freed on GC or by
+    :meth:`free`; use after free raises :class:`InvalidPointerError`."""
 
-    __slots__ = ("__weakref__", "_finalizer", "_keep", "nbytes", "ptr")
+    __slots__ = ("__weakref__", "_finalizer", "_keep", "_live", "nbytes", "ptr")
     _finalizer: weakref.finalize[Any, Any]
 
     def __init__(self, nbytes: int) -> None:
-        self.nbytes = int(nbytes)
+        self.nbytes = _byte_count(nbytes, "PinnedBuffer")
+        self._live = False
         native = _native()
         if native is None:
-            self._keep: Any = np.empty(max(self.nbytes, 1), dtype=np.uint8)
+            try:
+                self._keep: np.ndarray[Any, Any] | None = np.empty(max(self.nbytes, 1), dtype=np.uint8)
+            except (MemoryError, ValueError, OverflowError):
+                raise OutOfMemoryError(
+                    f"out of memory (pinned host memory): requested {self.nbytes} bytes", requested=self.nbytes
+                ) from None
             self.ptr = int(self._keep.ctypes.data)
-            self._finalizer = weakref.finalize(self, lambda: None)
-            return
-        self._keep = None
-        self.ptr = int(native.pinned_alloc(self.nbytes))
-        self._finalizer = weakref.finalize(self, native.pinned_free, self.ptr)
+            self._finalizer = weakref.finalize(self, _forget_cpu_pinned, self.ptr)
+        else:
+            self._keep = None
+            self.ptr = int(native.pinned_alloc(self.nbytes))
+            self._finalizer = weakref.finalize(self, _free_native_pinned, native, self.ptr)
+        _pinned_map.add(self.ptr, self.nbytes)
+        self._live = True
+
+    @property
+    def freed(self) -> bool:
+        return not self._live
 
     def numpy(self, dtype: Any = np.uint8, count: int = -1) -> np.ndarray[Any, Any]:
         """A NumPy view of the pinned bytes (valid while this buffer lives)."""
-        raw = memoryview((ctypes.c_uint8 * self.nbytes).from_address(self.ptr)).cast("B")
-        view: np.ndarray[Any, Any] = np.frombuffer(raw, dtype=np.uint8).view(dtype)
+        if not self._live:
+            raise InvalidPointerError(f"pinned buffer at {self.ptr:#x} ({self.nbytes} bytes) was freed")
+        if self._keep is not None:
+            raw: Any = self._keep[: self.nbytes]  # a view that keeps the bytes alive, unlike an address
+        else:
+            raw = np.frombuffer(memoryview((ctypes.c_uint8 * self.nbytes).from_address(self.ptr)).cast("B"), np.uint8)
+        view: np.ndarray[Any, Any] = raw.view(dtype)
         return view[: None if count < 0 else count]
 
     def free(self) -> None:
-        self._finalizer()
+        """Release the memory now; a second free raises :class:`InvalidPointerError`."""
+        if not self._live:
+            raise InvalidPointerError(f"pinned buffer at {self.ptr:#x} ({self.nbytes} bytes) was already freed")
+        self._live = False
+        if self._keep is None:
+            self._finalizer()
+            return
+        # As for DeviceBuffer.free: the bytes stay until this object goes, so a stale pointer is recognised.
+        _pinned_map.remove(self.ptr)
+        _freed_pinned.add(self.ptr, self.nbytes)
+
+    def __repr__(self) -> str:
+        return f"PinnedBuffer(ptr={self.ptr:#x}, nbytes={self.nbytes}, freed={self.freed})"
+
+
+def _forget_cpu_pinned(ptr: int) -> None:
+    _pinned_map.remove(ptr)
+    _freed_pinned.remove(ptr)
+
+
+def _free_native_pinned(native: Any, ptr: int) -> None:
+    _pinned_map.remove(ptr)  # before the driver may hand the address out again
+    native.pinned_free(ptr)
 
 
 def pinned_malloc(nbytes: int) -> int:
     """Allocate page-locked host memory; returns its address. Free with :func:`pinned_free`."""
+    count = _byte_count(nbytes, "pinned_malloc")
     native = _native()
     if native is None:
-        buffer = PinnedBuffer(nbytes)
+        buffer = PinnedBuffer(count)
         _cpu_pinned[buffer.ptr] = buffer
         return buffer.ptr
-    return int(native.pinned_alloc(int(nbytes)))
+    ptr = int(native.pinned_alloc(count))
+    _pinned_map.add(ptr, count)
+    return ptr
 
 
 def pinned_free(ptr: int) -> None:
@@ -328,33 +462,112 @@ def pinned_free(ptr: int) -> None:
         if _cpu_pinned.pop(ptr, None) is None:
             raise InvalidPointerError(f"{ptr:#x} was not allocated by pinned_malloc")
         return
+    _pinned_map.remove(ptr)
     native.pinned_free(ptr)
 
 
 _cpu_pinned: dict[int, PinnedBuffer] = {}
 
+# No supported platform maps the lowest 64 KiB (Linux's default mmap_min_addr, Windows' reserved
+# region): a pointer there is a small integer or an offset passed by mistake.
+_LOWEST_ADDRESS = 1 << 16
+_COPY_NAMES = {"htod": "host_to_device", "dtoh": "device_to_host", "dtod": "device_to_device"}
+
+
+def _check_inside(what: str, role: str, ptr: int, nbytes: int, base: int, size: int, kind: str) -> None:
+    if ptr + nbytes > base + size:
+        raise ArgumentError(
+            f"{what}: {role} {ptr:#x} with nbytes {nbytes} runs past the end of its {kind} ({size} bytes at "
+            f"{base:#x}; {base + size - ptr} bytes left from {ptr:#x})"
+        )
+
+
+def _check_device(what: str, role: str, ptr: int, nbytes: int, cpu: bool) -> None:
+    found = _device_map.find(ptr)
+    if found is not None:
+        _check_inside(what, role, ptr, nbytes, *found, "device allocation")
+        return
+    if not cpu:
+        return  # memory of another library (DLPack, the C API): only its owner knows its extent
+    freed = _freed_device.find(ptr)
+    if freed is not None:
+        raise InvalidPointerError(
+            f"{what}: {role} {ptr:#x} (nbytes {nbytes}) points into a freed device buffer "
+            f"({freed[1]} bytes at {freed[0]:#x})"
+        )
+    if nbytes == 0:
+        return  # touches nothing: may be one past the end of an allocation
+    pinned = _pinned_map.find(ptr)
+    why = (
+        f"it is pinned host memory ({pinned[1]} bytes at {pinned[0]:#x})"
+        if pinned
+        else "the pool never allocated it or already took it back"
+    )
+    raise InvalidPointerError(f"{what}: {role} {ptr:#x} (nbytes {nbytes}) is not pygpukit device memory: {why}")
+
+
+def _check_host(what: str, role: str, ptr: int, nbytes: int, cpu: bool) -> None:
+    found = _pinned_map.find(ptr)
+    if found is not None:
+        _check_inside(what, role, ptr, nbytes, *found, "pinned buffer")
+        return
+    freed = _freed_pinned.find(ptr) if cpu else None
+    if freed is not None:
+        raise InvalidPointerError(
+            f"{what}: {role} {ptr:#x} (nbytes {nbytes}) points into a freed pinned buffer "
+            f"({freed[1]} bytes at {freed[0]:#x})"
+        )
+    device = _device_map.find(ptr) or (_freed_device.find(ptr) if cpu else None)
+    if device is not None:
+        raise InvalidPointerError(
+            f"{what}: {role} {ptr:#x} (nbytes {nbytes}) is device memory ({device[1]} bytes at {device[0]:#x}), "
+            "not host memory"
+        )
+    # Anything else is host memory the caller owns (a NumPy array's data): its extent is unknown here.
+
 
 def _copy(kind: str, dst: int, src: int, nbytes: int, stream: Stream | None) -> None:
-    if nbytes < 0:
-        raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+    what = f"memcpy_{_COPY_NAMES[kind]}_async"
+    count = _byte_count(nbytes, what)
+    dst, src = operator.index(dst), operator.index(src)
+    for role, ptr in (("dst", dst), ("src", src)):
+        if not _LOWEST_ADDRESS <= ptr < 1 << 64:
+            raise InvalidPointerError(f"{what}: {role} {ptr:#x} (nbytes {count}) is not a valid address")
     native = _native()
-    if native is None:
-        ctypes.memmove(dst, src, nbytes)
+    cpu = native is None
+    (_check_host if kind == "dtoh" else _check_device)(what, "dst", dst, count, cpu)
+    (_check_host if kind == "htod" else _check_device)(what, "src", src, count, cpu)
+    if cpu:
+        ctypes.memmove(dst, src, count)
         return
-    getattr(native, f"memcpy_{kind}")(dst, src, nbytes, (stream or current_stream()).handle, True)
+    getattr(native, f"memcpy_{kind}")(dst, src, count, (stream or current_stream()).handle, True)
 
 
 def memcpy_host_to_device_async(dst: int, src: int, nbytes: int, stream: Stream | None = None) -> None:
     """Copy ``nbytes`` from host address ``src`` to device address ``dst``, ordered on ``stream``.
-    Truly asynchronous only when ``src`` is pinned memory."""
+    Truly asynchronous only when ``src`` is pinned memory.
+
+    Checked before anything is queued, raising :class:`ArgumentError` for ``nbytes < 0`` or a range
+    running past the end of its allocation and :class:`InvalidPointerError` for a pointer the pool
+    does not know or took back:
+
+    - a device pointer inside a live pygpukit allocation must have ``nbytes`` left in it. On the CPU
+      backend every device pointer must be one (except in a 0-byte copy); on the CUDA backend device
+      memory of other libraries (DLPack, the C API) is passed on unchecked.
+    - a host pointer inside a live :class:`PinnedBuffer` or :func:`pinned_malloc` block is checked
+      against it. Any other host address is taken as memory the caller owns, such as a NumPy array's
+      data, whose extent cannot be checked; device memory is refused.
+    """
     _copy("htod", dst, src, nbytes, stream)
 
 
 def memcpy_device_to_host_async(dst: int, src: int, nbytes: int, stream: Stream | None = None) -> None:
-    """Copy ``nbytes`` from device address ``src`` to host address ``dst``, ordered on ``stream``."""
+    """Copy ``nbytes`` from device address ``src`` to host address ``dst``, ordered on ``stream``.
+    The pointers are checked as in :func:`memcpy_host_to_device_async`."""
     _copy("dtoh", dst, src, nbytes, stream)
 
 
 def memcpy_device_to_device_async(dst: int, src: int, nbytes: int, stream: Stream | None = None) -> None:
-    """Copy ``nbytes`` between device addresses, ordered on ``stream``."""
+    """Copy ``nbytes`` between device addresses, ordered on ``stream``. The pointers are checked as in
+    :func:`memcpy_host_to_device_async`."""
     _copy("dtod", dst, src, nbytes, stream)
