@@ -1,4 +1,4 @@
-"""Experiment: variants of the split row reduction (ops/reduce.cu) on a 2**26-element bf16 and float32
+"""Experiment: variants of the split row reduction (reduction/reduce.cu) on a 2**26-element bf16 and float32
 sum, timed with device events next to torch in one process. Run on the GPU machine."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pygpukit as gp
 from pygpukit.ops import _kernels, reduction
 
-BASE = (_kernels.kernel_root() / "ops" / "reduce.cu").read_text()
+BASE = (_kernels.kernel_root() / "reduction" / "reduce.cu").read_text()
 ORIGINAL = _kernels._source
 FINISH_OLD = "  for (unsigned k = threadIdx.x; k < gridDim.y; k += kFinishLanes) acc = r.combine(acc, parts[k]);"
 FINISH_NEW = """  for (unsigned k = threadIdx.x; k < gridDim.y; k += 4 * kFinishLanes) {
@@ -29,7 +29,7 @@ BATCH_OLD = "constexpr int kBatch = R::kBatch;"
 
 
 def use(text: str) -> None:
-    _kernels._source = lambda rel: text if rel == "ops/reduce.cu" else ORIGINAL(rel)  # type: ignore[assignment]
+    _kernels._source = lambda rel: text if rel == "reduction/reduce.cu" else ORIGINAL(rel)  # type: ignore[assignment]
     _kernels._groups.clear()
 
 

@@ -1,4 +1,4 @@
-"""Fit the polynomial of the GELU (erf form) used for fp16, bf16 and fp8 results (ops/functors.cuh,
+"""Fit the polynomial of the GELU (erf form) used for fp16, bf16 and fp8 results (elementwise/functors.cuh,
 GeluErfNarrow), and check it against float64 over every finite fp16 and bf16 input.
 
 The form: with t = |x| / sqrt(2) and tau = 1 / (1 + t / 2), erfc(t) = tau * exp(-t^2 + P(tau)), where

@@ -535,7 +535,7 @@ def test_public_names() -> None:
 
 
 @pytest.mark.nvrtc
-@pytest.mark.parametrize("file", ["ops/attention_prefill.cu", "ops/attention_decode.cu"])
+@pytest.mark.parametrize("file", ["attention/attention_prefill.cu", "attention/attention_decode.cu"])
 def test_every_attention_kernel_compiles(file: str) -> None:
     from pygpukit.ops._kernels import all_groups, group
 

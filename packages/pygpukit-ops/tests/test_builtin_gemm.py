@@ -434,7 +434,7 @@ def _compile_all(file: str, arch: str) -> None:
 @pytest.mark.nvrtc
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ["80", "90"])
-@pytest.mark.parametrize("file", ["ops/gemm_mma.cu", "ops/gemm_wgmma.cu", "ops/gemv.cu"])
+@pytest.mark.parametrize("file", ["gemm/gemm_mma.cu", "gemm/gemm_wgmma.cu", "gemv/gemv.cu"])
 def test_every_instantiation_compiles(file: str, arch: str) -> None:
     # gemm_wgmma.cu's kernels compile to empty bodies except for sm_90a (the next test).
     _compile_all(file, arch)
@@ -443,19 +443,19 @@ def test_every_instantiation_compiles(file: str, arch: str) -> None:
 @pytest.mark.nvrtc
 @pytest.mark.slow
 def test_wgmma_compiles_for_sm90a() -> None:
-    _compile_all("ops/gemm_wgmma.cu", "90a")
+    _compile_all("gemm/gemm_wgmma.cu", "90a")
     # The runtime's kernel object asks for sm_90a when given the device's plain sm_90.
-    expression = bg.name_expressions_for("ops/gemm_wgmma.cu")[0]
-    assert bg._kernel("ops/gemm_wgmma.cu", expression).compile("90").arch == "90a"
+    expression = bg.name_expressions_for("gemm/gemm_wgmma.cu")[0]
+    assert bg._kernel("gemm/gemm_wgmma.cu", expression).compile("90").arch == "90a"
 
 
 def test_name_expressions_are_registered() -> None:
-    counts = {"ops/gemm_mma.cu": 48, "ops/gemm_wgmma.cu": 32, "ops/gemv.cu": 30}
+    counts = {"gemm/gemm_mma.cu": 48, "gemm/gemm_wgmma.cu": 32, "gemv/gemv.cu": 30}
     for file, count in counts.items():
         expressions = bg.name_expressions_for(file)
         assert len(expressions) == len(set(expressions)) == count
         assert set(expressions) <= set(_kernels.name_expressions(file))
-    assert bg.name_expressions_for("ops/binary.cu") == []
+    assert bg.name_expressions_for("elementwise/binary.cu") == []
 
 
 def test_tile_choice() -> None:

@@ -269,9 +269,9 @@ def test_kernels_compile_without_warnings() -> None:
     from pygpukit.core.compiler import compile_source
     from pygpukit.ops._kernels import name_expressions
 
-    expressions = name_expressions("ops/gguf_dequant.cu")
+    expressions = name_expressions("quant/gguf_dequant.cu")
     assert len(expressions) == 3 * len(NAMES)
-    source = Path(__file__).resolve().parents[3] / "native" / "kernels" / "ops" / "gguf_dequant.cu"
+    source = Path(__file__).resolve().parents[3] / "native" / "kernels" / "quant" / "gguf_dequant.cu"
     floats = [e for e in expressions if e.endswith(", float>")]
     for arch in ("80", "90"):
         program = compile_source(source.read_text(), arch=arch, name=source.name, include_dirs=[source.parent],

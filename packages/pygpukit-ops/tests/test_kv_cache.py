@@ -593,7 +593,7 @@ def test_gpu_large_prefill(rng: np.random.Generator) -> None:
 def test_every_kv_kernel_compiles() -> None:
     from pygpukit.ops._kernels import all_groups, group
 
-    groups = all_groups()["ops/kv_cache.cu"]
+    groups = all_groups()["attention/kv_cache.cu"]
     assert len({e for g in groups for e in g}) == 13
     for expressions in groups:
-        group("ops/kv_cache.cu", expressions).compile("80")
+        group("attention/kv_cache.cu", expressions).compile("80")

@@ -572,8 +572,8 @@ def test_each_op_replays_in_a_graph_bitwise(rng: np.random.Generator, dtype: DTy
 
 # -- compile checks -----------------------------------------------------------------------------------
 def test_every_launched_kernel_is_registered() -> None:
-    routing = _kernels.name_expressions("ops/moe.cu")
-    gemm = _kernels.name_expressions("ops/grouped_gemm.cu")
+    routing = _kernels.name_expressions("moe/moe.cu")
+    gemm = _kernels.name_expressions("gemm/grouped_gemm.cu")
     assert len(routing) == 3 * 10 - 2  # moe_positions is shared by the dtype groups
     assert len(gemm) == 4 * 2 * 2 + 2
     for tile in moe_module._TILES:
@@ -587,7 +587,7 @@ def test_every_launched_kernel_is_registered() -> None:
 @pytest.mark.parametrize("arch", ["80", "90"])
 def test_moe_kernels_compile(arch: str) -> None:
     groups = _kernels.all_groups()
-    work = [(file, exprs) for file in ("ops/moe.cu", "ops/grouped_gemm.cu") for exprs in groups[file]]
+    work = [(file, exprs) for file in ("moe/moe.cu", "gemm/grouped_gemm.cu") for exprs in groups[file]]
     with ThreadPoolExecutor(max_workers=4) as pool:
         list(pool.map(lambda item: _kernels.group(*item).compile(arch), work))
 

@@ -525,10 +525,10 @@ def test_gpu_graph_replay_at_new_positions_is_bitwise_eager(rng: np.random.Gener
 def test_every_rope_kernel_compiles() -> None:
     from pygpukit.ops._kernels import all_groups, group
 
-    groups = all_groups()["ops/rope.cu"]
+    groups = all_groups()["nn/rope.cu"]
     assert len({e for g in groups for e in g}) == 20
     for expressions in groups:
-        group("ops/rope.cu", expressions).compile("80")
+        group("nn/rope.cu", expressions).compile("80")
 
 
 def test_bf16_tables_round_like_ml_dtypes() -> None:

@@ -590,7 +590,7 @@ def test_gpu_tokens_agree_with_the_cpu_pipeline() -> None:
 def test_every_sampling_kernel_compiles() -> None:
     from pygpukit.ops._kernels import all_groups, group
 
-    groups = all_groups()["ops/sampling.cu"]
+    groups = all_groups()["sampling/sampling.cu"]
     assert len({e for g in groups for e in g}) == 7  # sample_pass and sample_argmax_rows x 3 dtypes, sample_mark
     for expressions in groups:
-        group("ops/sampling.cu", expressions).compile("90")
+        group("sampling/sampling.cu", expressions).compile("90")

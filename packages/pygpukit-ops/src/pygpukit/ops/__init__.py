@@ -2,7 +2,7 @@
 
 Elementwise ops, reductions, shape ops (and later GEMM/GEMV, nn ops, attention) on GPUArrays, with
 NumPy's broadcasting and type promotion (:mod:`pygpukit.ops.promotion`). Every name in ``__all__`` is
-also reachable as ``pygpukit.<name>``. Kernels live in native/kernels/ops and are compiled by NVRTC on
+also reachable as ``pygpukit.<name>``. Kernels live in native/kernels/<family>/ and are compiled by NVRTC on
 first use; on the CPU simulation backend the same ops run on NumPy with the same result dtypes.
 """
 

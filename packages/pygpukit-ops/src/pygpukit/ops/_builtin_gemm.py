@@ -3,12 +3,12 @@
 :func:`gemm_mma` is the tensor-core GEMM that ``matmul`` and ``linear`` use when cuBLASLt is absent or
 ``PYGPUKIT_NO_CUBLASLT=1``: fp16 or bf16 operands, float accumulation, an fp16/bf16 or float32 result,
 operands transposed without copies, alpha/beta scaling and a fused bias + activation epilogue. On
-SM 90 (H100, H200) it runs native/kernels/ops/gemm_wgmma.cu (warpgroup MMA, compiled for sm_90a);
-elsewhere, and where NVRTC cannot target sm_90a, native/kernels/ops/gemm_mma.cu (mma.sync, SM 80+).
+SM 90 (H100, H200) it runs native/kernels/gemm/gemm_wgmma.cu (warpgroup MMA, compiled for sm_90a);
+elsewhere, and where NVRTC cannot target sm_90a, native/kernels/gemm/gemm_mma.cu (mma.sync, SM 80+).
 
 :func:`gemv` is the decode path: ``x @ W`` for up to 8 rows of x with W stored K x N ("kn") or N x K
 ("nk", a linear layer's weight), float32, fp16 or bf16, optional bias and activation
-(native/kernels/ops/gemv.cu). It reads W once at close to the memory bandwidth.
+(native/kernels/gemv/gemv.cu). It reads W once at close to the memory bandwidth.
 
 Every instantiation is a JIT kernel compiled by NVRTC on first use (one per kernel and tile, so the
 first call of a shape compiles only what it launches); :func:`name_expressions_for` lists them per
@@ -49,12 +49,12 @@ __all__ = [
     "name_expressions_for",
 ]
 
-# Epilogue activations by name, with the codes of native/kernels/ops/matmul_common.cuh.
+# Epilogue activations by name, with the codes of native/kernels/gemm/matmul_common.cuh.
 ACTIVATIONS: dict[str | None, int] = {None: 0, "none": 0, "relu": 1, "gelu_tanh": 2, "silu": 3, "gelu": 4}
 
-_GEMM_MMA = "ops/gemm_mma.cu"
-_GEMM_WGMMA = "ops/gemm_wgmma.cu"
-_GEMV = "ops/gemv.cu"
+_GEMM_MMA = "gemm/gemm_mma.cu"
+_GEMM_WGMMA = "gemm/gemm_wgmma.cu"
+_GEMV = "gemv/gemv.cu"
 _HALF = (float16, bfloat16)
 _INT32_MAX = 2**31 - 1
 
@@ -677,7 +677,7 @@ def _gemm_expressions(file: str) -> list[str]:
 
 def name_expressions_for(relative_path: str) -> list[str]:
     """Every template instantiation launched from ``relative_path`` (relative to native/kernels, e.g.
-    ``ops/gemm_mma.cu``); empty for other files. gemm_wgmma.cu's kernels have real bodies only when
+    ``gemm/gemm_mma.cu``); empty for other files. gemm_wgmma.cu's kernels have real bodies only when
     compiled for sm_90a (an empty body elsewhere)."""
     if relative_path in (_GEMM_MMA, _GEMM_WGMMA):
         return _gemm_expressions(relative_path)

@@ -1,5 +1,5 @@
 """The GEMM used when cuBLASLt is absent or ``PYGPUKIT_NO_CUBLASLT=1``: a tiled CUDA-core kernel
-(native/kernels/ops/gemm_simt.cu) that takes any strides, batches, bias and activation."""
+(native/kernels/gemm/gemm_simt.cu) that takes any strides, batches, bias and activation."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def name_expressions() -> list[str]:
     return [_expression(i, o) for i, o in pairs]
 
 
-_FILE = "ops/gemm_simt.cu"
+_FILE = "gemm/gemm_simt.cu"
 _POINTER = Param("p", "void*", "pointer", "Q")
 _PARAMS = [_POINTER, _POINTER, _POINTER, _POINTER, Param("shape", "GemmShape", "opaque", "")]
 

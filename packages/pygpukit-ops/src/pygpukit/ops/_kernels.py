@@ -1,4 +1,4 @@
-"""The op kernels (native/kernels/ops): finding their sources, compiling them in groups, launch sizes.
+"""The op kernels (native/kernels/<family>/): finding their sources, compiling them in groups, launch sizes.
 
 Every op kernel is a template instantiated through an NVRTC name expression. Instantiations are
 compiled in small groups (for example an op's contiguous, scalar and strided kernels for one dtype)
@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 BLOCK = 256
-SM90A_FILES = frozenset({"ops/gemm_wgmma.cu"})  # kernels with real bodies only when built for sm_90a
+SM90A_FILES = frozenset({"gemm/gemm_wgmma.cu"})  # kernels with real bodies only when built for sm_90a
 UNROLL = 4  # kUnroll of types.cuh: packs per thread and tile of the contiguous elementwise kernels
 TILE = BLOCK * UNROLL  # packs per block and tile of those kernels (their grid_for per_block)
 TILE_BLOCKS_PER_SM = 256  # their grid_for per_sm
@@ -65,13 +65,13 @@ _FORMATS = {
 
 @functools.cache
 def kernel_root() -> Path:
-    """Directory holding the common/ and ops/ kernel sources."""
+    """Directory holding common/ and the op kernel family folders (elementwise/, gemm/, ...)."""
     here = Path(__file__).resolve().parent
     candidates = [here / "_kernels"]  # a wheel
     if len(here.parents) > 4:  # a checkout: packages/pygpukit-ops/src/pygpukit/ops
         candidates.append(here.parents[4] / "native" / "kernels")
     for candidate in candidates:
-        if (candidate / "ops" / "types.cuh").is_file() and (candidate / "common" / "element_types.cuh").is_file():
+        if (candidate / "common" / "types.cuh").is_file() and (candidate / "elementwise" / "unary.cu").is_file():
             return candidate
     raise PyGPUkitError(f"op kernel sources not found (looked in {here / '_kernels'})")
 
@@ -81,7 +81,7 @@ def _headers_digest() -> str:
     """Hash of every shared header, part of each kernel's cache key: editing a header recompiles."""
     root = kernel_root()
     h = hashlib.sha256()
-    for path in sorted([*(root / "common").rglob("*.cuh"), *(root / "ops").rglob("*.cuh")]):
+    for path in sorted(root.rglob("*.cuh")):
         h.update(path.relative_to(root).as_posix().encode())
         h.update(path.read_bytes())
     return h.hexdigest()
@@ -243,7 +243,7 @@ def all_groups() -> Groups:
 
 
 def name_expressions(relative_path: str) -> list[str]:
-    """Every template instantiation the op library uses from ``relative_path`` (e.g. ``ops/binary.cu``),
+    """Every template instantiation the op library uses from ``relative_path`` (e.g. ``elementwise/binary.cu``),
     for compile checks. Empty for files that are not op kernels."""
     found: dict[str, None] = {}
     for expressions in all_groups().get(relative_path, []):

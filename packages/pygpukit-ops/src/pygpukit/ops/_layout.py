@@ -1,5 +1,5 @@
 """Shapes, strides and devices of op operands: broadcasting, the strided Layout argument of the kernels
-(native/kernels/ops/layout.cuh), dtype codes, and the checks every op makes before touching memory."""
+(native/kernels/common/layout.cuh), dtype codes, and the checks every op makes before touching memory."""
 
 from __future__ import annotations
 

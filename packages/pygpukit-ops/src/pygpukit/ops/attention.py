@@ -15,7 +15,7 @@ with seq_q <= seq_kv, query i sits at position p = seq_kv - seq_q + i and sees k
 sliding ``window`` w only keys p - w < j <= p. The default scale is 1 / sqrt(head_dim).
 
 fp16 and bf16 run on tensor cores (mma.sync, flash-attention 2 style tiling with an online softmax in
-float32, native/kernels/ops/attention_prefill.cu); decode attention splits the keys over many blocks,
+float32, native/kernels/attention/attention_prefill.cu); decode attention splits the keys over many blocks,
 the last block of each sequence and kv head merging the splits (attention_decode.cu), and reads the
 length of every sequence from device memory so that one captured CUDA graph serves every position.
 float32 runs on the CUDA cores. Every kernel is deterministic (no atomics on the data) and allocates
@@ -57,8 +57,8 @@ __all__ = [
 
 HEAD_DIMS = (64, 80, 96, 128, 256)
 _DTYPES = (float16, bfloat16, float32)
-_PREFILL_FILE = "ops/attention_prefill.cu"
-_DECODE_FILE = "ops/attention_decode.cu"
+_PREFILL_FILE = "attention/attention_prefill.cu"
+_DECODE_FILE = "attention/attention_decode.cu"
 _NS = f"{NAMESPACE}attention::"
 _LOG2E = 1.4426950408889634
 _SPLIT_GRANULE = 64  # kSplitGranule in attention_common.cuh

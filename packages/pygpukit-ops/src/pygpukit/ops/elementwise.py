@@ -5,7 +5,7 @@ takes Python and NumPy scalars as kernel arguments (they never travel to the dev
 result lands in a new array, or in ``out=`` (any layout, in place included; a result dtype that
 differs from ``out``'s is computed first and converted into it under NumPy's same-kind rule).
 
-Kernels (native/kernels/ops/{binary,unary,ternary}.cu) take one of three paths: contiguous operands
+Kernels (native/kernels/elementwise/{binary,unary,ternary}.cu) take one of three paths: contiguous operands
 of one dtype use 16-byte vector accesses; a contiguous array with a scalar does too; anything else
 (strides, broadcasting, mixed dtypes) runs a strided kernel that reads each operand in place with its
 own dtype, so non-contiguous inputs are never copied first. fp16, bf16 and fp8 compute in float32,
@@ -109,7 +109,7 @@ __all__ = [
     "where",
 ]
 
-_FILES = {1: "ops/unary.cu", 2: "ops/binary.cu", 3: "ops/ternary.cu"}
+_FILES = {1: "elementwise/unary.cu", 2: "elementwise/binary.cu", 3: "elementwise/ternary.cu"}
 # The float type a math function of an integer or bool gives (NumPy's choice: the smallest float that
 # holds every value of the type).
 _FLOAT_OF = {d: d for d in all_dtypes() if d.is_floating} | {

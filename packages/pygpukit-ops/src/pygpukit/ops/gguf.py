@@ -1,6 +1,6 @@
 """Dequantization of GGUF (ggml) tensors on the device: :func:`dequantize_gguf` turns the raw bytes of
 a tensor as stored in a GGUF file into float32, float16 or bfloat16 elements in one kernel launch
-(native/kernels/ops/gguf_dequant.cu).
+(native/kernels/quant/gguf_dequant.cu).
 
 Formats (:data:`GGUF_DEQUANT_TYPES`): the plain F32, F16 and BF16; the 32-element block formats Q4_0,
 Q4_1, Q5_0, Q5_1 and Q8_0; and the 256-element k-quants Q2_K, Q3_K, Q4_K, Q5_K and Q6_K. float32
@@ -37,7 +37,7 @@ from ._layout import check_devices, is_cuda
 
 __all__ = ["GGUF_DEQUANT_TYPES", "dequantize_gguf", "gguf_block_size"]
 
-_FILE = "ops/gguf_dequant.cu"
+_FILE = "quant/gguf_dequant.cu"
 _THREADS = 256  # kDequantThreads of the kernel
 _TILE = 2048  # kTileElems: output elements per tile (one block of threads at a time)
 _BLOCKS_PER_SM = 8  # resident blocks of 256 threads that fill an SM; the grid strides over the tiles

@@ -1,5 +1,5 @@
 """KV caches for decoding: a fixed cache (:class:`KVCache`) and a paged one (:class:`PagedKVCache`,
-with :class:`BlockAllocator`), written by the kernels of native/kernels/ops/kv_cache.cu.
+with :class:`BlockAllocator`), written by the kernels of native/kernels/attention/kv_cache.cu.
 
 Layouts (the attention kernels read these):
 
@@ -43,7 +43,7 @@ from ._layout import check_devices, is_cuda
 
 __all__ = ["BlockAllocator", "BlocksExhaustedError", "KVCache", "KVCacheSnapshot", "PagedKVCache"]
 
-_FILE = "ops/kv_cache.cu"
+_FILE = "attention/kv_cache.cu"
 _SHAPE = struct.Struct("@7q10i")  # KVWriteShape in kv_cache.cu
 _DTYPES = (float32, float16, bfloat16)
 _INT32_MAX = 2**31 - 1

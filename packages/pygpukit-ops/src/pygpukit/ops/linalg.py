@@ -355,7 +355,7 @@ _GEMV_ROWS = 8  # up to this many rows of a, the built-in GEMV (memory-bound dec
 def _gemv(
     a: GPUArray, b: GPUArray, d: GPUArray, bias: GPUArray | None, activation: str | None, stream: Stream | None
 ) -> _builtin_gemm._GemvLaunch | None:
-    """Small-M products on the built-in GEMV kernels (native/kernels/ops/gemv.cu), which read the
+    """Small-M products on the built-in GEMV kernels (native/kernels/gemv/gemv.cu), which read the
     weight once at close to the memory bandwidth: the launch that ran, or None when the layout or
     dtype is not one they take."""
     if a.dtype.name not in ("float32", "float16", "bfloat16") or a.ndim != 2 or b.ndim != 2:

@@ -11,7 +11,7 @@ The pieces of a sparse MoE block (HF Mixtral, Qwen3-MoE), each usable alone:
 * :func:`moe_mlp` -- all of them with a gated activation (SwiGLU) between the two grouped GEMMs.
 
 The number of rows each expert receives is only known on the device, and no op reads it back: the
-kernels (native/kernels/ops/moe.cu and grouped_gemm.cu) read counts and offsets from device buffers,
+kernels (native/kernels/moe/moe.cu and grouped_gemm.cu) read counts and offsets from device buffers,
 and the grouped GEMM's grid covers the worst case, its surplus blocks returning at once. So every op
 runs without host synchronisation, allocates nothing when its outputs (and, for :func:`moe_mlp`, the
 workspace) are given, and can be captured in a CUDA graph. Results are deterministic: no kernel
@@ -51,8 +51,8 @@ __all__ = [
 Array = np.ndarray[Any, Any]
 
 MOE_MAX_EXPERTS = 1024
-_FILE = "ops/moe.cu"
-_GEMM_FILE = "ops/grouped_gemm.cu"
+_FILE = "moe/moe.cu"
+_GEMM_FILE = "gemm/grouped_gemm.cu"
 _NS = "pygpukit::ops::moe::"
 _GEMM_NS = "pygpukit::ops::gemm::"
 _FLOATS = (float32, float16, bfloat16)

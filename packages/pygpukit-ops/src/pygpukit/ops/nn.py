@@ -4,7 +4,7 @@ conv1d, for float32, float16 and bfloat16 with float32 arithmetic (one rounding 
 Every op takes ``out=`` (and add_rmsnorm ``residual_out=``): given, nothing is allocated, no value
 travels to the host and the op is a fixed sequence of kernel launches on the current stream, so it can
 be captured in a :class:`pygpukit.CudaGraph`. Results are deterministic (no atomics; each sum is folded
-in an order fixed by the shape). Kernels: native/kernels/ops/{norm,gated,embedding,conv1d}.cu.
+in an order fixed by the shape). Kernels: native/kernels/nn/{norm,gated,embedding,conv1d}.cu.
 
 Layouts: row ops (the norms, the gated activations, embedding outputs) need unit stride along the last
 axis and leading axes that merge into one row stride (contiguous arrays, row slices, column slices such
@@ -60,10 +60,10 @@ __all__ = [
     "swiglu",
 ]
 
-_NORM_FILE = "ops/norm.cu"
-_GATED_FILE = "ops/gated.cu"
-_EMBEDDING_FILE = "ops/embedding.cu"
-_CONV_FILE = "ops/conv1d.cu"
+_NORM_FILE = "nn/norm.cu"
+_GATED_FILE = "nn/gated.cu"
+_EMBEDDING_FILE = "nn/embedding.cu"
+_CONV_FILE = "nn/conv1d.cu"
 _FLOATS = (float32, float16, bfloat16)
 _INDEX_DTYPES = (int32, int64)
 Array = np.ndarray[Any, Any]

@@ -2,7 +2,7 @@
 log_softmax, deterministic: the same input gives bitwise the same result on every run.
 
 No kernel uses atomics. Each output is folded in an order fixed by the input's shape, dtype and
-layout (native/kernels/ops/reduce.cu): a reduction over the fastest-varying axis gives each row to a
+layout (native/kernels/reduction/reduce.cu): a reduction over the fastest-varying axis gives each row to a
 group of threads, each thread folds a fixed strided subset of the row (16-byte packs when the row is
 contiguous) sequentially, and a fixed binary tree joins the threads; a reduction over another axis
 gives each output to a column of 8 threads joined the same way. Rows too long to fill the device
@@ -64,9 +64,9 @@ __all__ = [
     "var",
 ]
 
-_REDUCE_FILE = "ops/reduce.cu"
-_SCAN_FILE = "ops/scan.cu"
-_SOFTMAX_FILE = "ops/softmax.cu"
+_REDUCE_FILE = "reduction/reduce.cu"
+_SCAN_FILE = "reduction/scan.cu"
+_SOFTMAX_FILE = "reduction/softmax.cu"
 _MAX_DIMS = 8
 _REDUCE_LAYOUT = struct.Struct(f"@ii{4 * _MAX_DIMS}q")
 _SCAN_LAYOUT = struct.Struct(f"@i{3 * _MAX_DIMS}qqq")

@@ -1,5 +1,5 @@
 """Rotary position embeddings (RoPE): cos/sin tables with Hugging Face's rope scaling types, and
-:func:`apply_rope`, which rotates q and k in place in one kernel launch (native/kernels/ops/rope.cu).
+:func:`apply_rope`, which rotates q and k in place in one kernel launch (native/kernels/nn/rope.cu).
 
 Tables are computed in float64 on the host, once, and uploaded: ``cos[p, i] = cos(p * inv_freq[i]) *
 attention_factor`` for positions ``p < max_positions`` and the ``rotary_dim // 2`` frequencies
@@ -31,7 +31,7 @@ from ._layout import check_devices, is_cuda
 
 __all__ = ["RotaryEmbedding", "apply_rope", "rope_cos_sin", "rope_inv_freq"]
 
-_FILE = "ops/rope.cu"
+_FILE = "nn/rope.cu"
 _SHAPE = struct.Struct("@8q8i")  # RopeShape in rope.cu
 _DTYPES = (float32, float16, bfloat16)
 _NAMES = frozenset(d.name for d in _DTYPES)  # name checks: DType equality is a dataclass comparison

@@ -62,7 +62,7 @@ from ._layout import check_devices, is_cuda
 
 __all__ = ["Sampler", "filtered_probs", "greedy", "sample"]
 
-_FILE = "ops/sampling.cu"
+_FILE = "sampling/sampling.cu"
 _DTYPES = (float32, float16, bfloat16)
 _THREADS = 256
 _BINS = 2048

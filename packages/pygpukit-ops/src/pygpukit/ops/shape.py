@@ -36,7 +36,7 @@ __all__ = [
     "transpose",
 ]
 
-_FILE = "ops/copy.cu"
+_FILE = "shape/copy.cu"
 _ELEMENTS = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
 _MAX_DIMS = 8
 _TILE_LAYOUT = struct.Struct(f"@{2 * _MAX_DIMS}qiqqqq")

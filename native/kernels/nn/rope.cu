@@ -13,7 +13,7 @@
 //       aligned and half % W == 0, else 1.
 //       Positions outside [0, max_positions) are clamped into it: the kernel never reads past the
 //       tables (the host checks positions only on the CPU backend).
-#include "layout.cuh"
+#include "../common/layout.cuh"
 
 namespace pygpukit {
 namespace ops {

@@ -10,7 +10,7 @@
 #pragma once
 
 #include "../common/fast_math.cuh"
-#include "types.cuh"
+#include "../common/types.cuh"
 
 namespace pygpukit {
 namespace ops {

@@ -28,7 +28,7 @@
 // `aligned` (set by the host when the row length is a multiple of the pack, every row start and the
 // weight are 16-byte aligned, and for group_norm the spatial size is a multiple of the pack) selects
 // 16-byte vector accesses; otherwise the same slots are read element by element.
-#include "reducers.cuh"
+#include "../reduction/reducers.cuh"
 
 namespace pygpukit {
 namespace ops {

@@ -10,7 +10,7 @@
 //
 // Results of 16 bits or fewer take cheaper forms of some math functions (kNarrowResult).
 #include "functors.cuh"
-#include "layout.cuh"
+#include "../common/layout.cuh"
 
 namespace pygpukit {
 namespace ops {

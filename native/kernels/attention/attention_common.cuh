@@ -10,7 +10,7 @@
 #pragma once
 
 #include "../common/fast_math.cuh"
-#include "gemm_common.cuh"
+#include "../gemm/gemm_common.cuh"
 
 namespace pygpukit {
 namespace ops {

@@ -6,7 +6,7 @@
 // in double; integers and bool in themselves. Narrow floats therefore round once, when stored.
 #pragma once
 
-#include "../common/element_types.cuh"
+#include "element_types.cuh"
 
 namespace pygpukit {
 namespace ops {

@@ -17,7 +17,7 @@
 //
 // The copies move W elements at a time: W = 16 / sizeof(T) when head_dim and every stride are
 // multiples of it and the bases are aligned, else 1.
-#include "layout.cuh"
+#include "../common/layout.cuh"
 
 namespace pygpukit {
 namespace ops {

@@ -11,7 +11,7 @@
 //   softmax_apply<T, A>(out, x, stats, n, layout, log)
 //       any layout: the statistics come from reduce_rows/reduce_cols<LogSumExpR<A>>, one per row,
 //       and are broadcast along the axis (layout operand 2)
-#include "layout.cuh"
+#include "../common/layout.cuh"
 #include "reducers.cuh"
 
 namespace pygpukit {

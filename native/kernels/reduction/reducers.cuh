@@ -14,7 +14,7 @@
 // given input and layout give bitwise the same result on every run.
 #pragma once
 
-#include "functors.cuh"
+#include "../elementwise/functors.cuh"
 
 namespace pygpukit {
 namespace ops {

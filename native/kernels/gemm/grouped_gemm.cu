@@ -18,7 +18,7 @@
 //       (so every active expert's weights are read once).
 //   grouped_gemm_simt<TRANS_B>                                            float32, 64 x 64 tiles of FMAs
 #include "gemm_mma.cu"
-#include "moe_common.cuh"
+#include "../moe/moe_common.cuh"
 
 namespace pygpukit {
 namespace ops {

@@ -4,7 +4,7 @@
 //       32x32 shared-memory tiles, so reads and writes are both coalesced (permute/transpose when the
 //       last axis moves)
 //   gather<E>(out, x, n, layout)      out (contiguous) = x read with any strides (the other permutes)
-#include "layout.cuh"
+#include "../common/layout.cuh"
 
 namespace pygpukit {
 namespace ops {

@@ -24,7 +24,7 @@
 // input element type, or Dynamic for a run-time dtype code (integer and bool inputs, and reductions
 // that are rarely hot). The result is stored converted to the run-time dtype `out_code`.
 #include "../common/completion.cuh"
-#include "layout.cuh"
+#include "../common/layout.cuh"
 #include "reducers.cuh"
 
 namespace pygpukit {

@@ -12,7 +12,7 @@
 //
 //   position_ids<I>(out, start, start_value, start_stride, batch, seq, out_b, out_s)
 //       out[b, s] = (start ? start[b * start_stride] : start_value) + s, int32.
-#include "layout.cuh"
+#include "../common/layout.cuh"
 
 namespace pygpukit {
 namespace ops {

@@ -4,7 +4,7 @@
 // absent or disabled, for the dtypes the tensor-core kernel does not cover (float64, float32, int8)
 // and for shapes it does not take. Instantiated per type triple through NVRTC name expressions:
 // "pygpukit::gemm_simt<float, float, float>".
-#include "types.cuh"
+#include "../common/types.cuh"
 
 namespace pygpukit {
 

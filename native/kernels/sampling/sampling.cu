@@ -27,7 +27,7 @@
 //   kProbs        the renormalised probabilities q / total (filtered_probs)
 // The last pass of a call clears what the call left in the workspace (argmax, history bits) and, for
 // a draw, the last row to finish advances the step counter, so each call (or graph replay) draws anew.
-#include "types.cuh"
+#include "../common/types.cuh"
 
 namespace pygpukit {
 namespace ops {

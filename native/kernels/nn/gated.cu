@@ -11,7 +11,7 @@
 //       and one concatenated input whose first half of each row is the gate and second half the up
 //       projection. A grid-stride loop gives each thread one 16-byte pack of every operand per step
 //       when `aligned` (cols a multiple of the pack, every row start 16-byte aligned), else one element.
-#include "layout.cuh"
+#include "../common/layout.cuh"
 
 namespace pygpukit {
 namespace ops {

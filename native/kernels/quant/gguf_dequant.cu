@@ -17,7 +17,7 @@
 // blocks in shared memory (16-byte loads when `data` is 16-byte aligned), then every thread decodes
 // groups of 4 consecutive elements and stores each group with one vector store (consecutive threads
 // write consecutive groups, so the stores are coalesced). No block of any format straddles two tiles.
-#include "types.cuh"
+#include "../common/types.cuh"
 
 namespace pygpukit {
 namespace ops {

@@ -30,7 +30,7 @@
 // leading dimensions that are multiples of 16 bytes); otherwise every element is loaded singly.
 // A K (nk) or N (kn) tail that does not fill a chunk is handled element by element.
 #include "../common/completion.cuh"
-#include "matmul_common.cuh"
+#include "../gemm/matmul_common.cuh"
 
 namespace pygpukit {
 namespace ops {

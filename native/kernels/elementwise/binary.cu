@@ -13,7 +13,7 @@
 // otherwise, and in the last partial tile); each thread loads kUnroll packs per operand before using
 // any, and the loop over tiles of blockDim.x * kUnroll packs is grid-stride.
 #include "functors.cuh"
-#include "layout.cuh"
+#include "../common/layout.cuh"
 
 namespace pygpukit {
 namespace ops {

@@ -21,7 +21,7 @@
 // Epilogue in float: + bias[channel], then the activation (matmul_common.cuh codes), rounded once to T.
 // Strides are arbitrary for x and out (elements); the accumulation order is fixed by the shape, so
 // results are bitwise reproducible.
-#include "gemm_common.cuh"
+#include "../gemm/gemm_common.cuh"
 
 namespace pygpukit {
 namespace ops {

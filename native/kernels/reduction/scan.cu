@@ -8,7 +8,7 @@
 // first sums every chunk (reduce_rows<SumR<A>>), scans those sums exclusively with this kernel, and
 // passes them as `carry`. A is the accumulator (float for fp16/bf16/fp8/float32, double, long long,
 // unsigned long long); input and output dtypes are run-time codes.
-#include "layout.cuh"
+#include "../common/layout.cuh"
 #include "reducers.cuh"
 
 namespace pygpukit {
