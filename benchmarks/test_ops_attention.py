@@ -18,15 +18,26 @@ steps (pygpukit and torch alike), so the time is the GPU's rather than Python's 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
 import pygpukit as gp
+from pygpukit.core.plans import clear_plan_caches
 from pygpukit.ops import attention
 
 pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def _fresh_plans() -> Iterator[None]:
+    """The ``_alt`` tests monkeypatch the tunings that launch plans are made from: plan afresh around each."""
+    clear_plan_caches()
+    yield
+    clear_plan_caches()
+
 
 BATCH, HEADS, HEAD_DIM = 4, 32, 128
 LENGTHS = [1024, 4096, 8192]

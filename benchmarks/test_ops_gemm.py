@@ -1,6 +1,10 @@
 """GEMM through cuBLASLt next to torch in the same run (issue 5's bars: bf16/fp16 >= 0.97x torch at
 4096^3 and 8192^3, TF32 >= 0.97x torch with TF32, fp32 exact >= 0.95x, fp8 at 8192 >= 0.95x
-torch._scaled_mm). Each round runs ITERATIONS products on one stream and synchronizes once."""
+torch._scaled_mm). Each round runs ITERATIONS products on one stream and synchronizes once.
+
+The host-cost cases time repeated calls of one call shape from Python (the plan cache's hot path):
+the decode path's small-M matmul and linear (the built-in GEMV) and a 1024^3 bf16 cuBLASLt matmul,
+HOST_CALLS calls per round, next to torch eager."""
 
 from __future__ import annotations
 
@@ -10,7 +14,6 @@ import numpy as np
 import pytest
 
 import pygpukit as gp
-from pygpukit.ops import linalg
 
 pytestmark = pytest.mark.gpu
 
@@ -46,7 +49,7 @@ def test_gemm_pygpukit(benchmark: Any, dtype: str, size: int) -> None:
 
     def run() -> None:
         for _ in range(ITERATIONS):
-            linalg.matmul(a, b, out=out, use_tf32=tf32, stream=stream)
+            gp.matmul(a, b, out=out, use_tf32=tf32, stream=stream)
         stream.synchronize()
 
     benchmark.pedantic(run, rounds=_rounds(size), warmup_rounds=1)
@@ -91,7 +94,7 @@ def test_gemm_fp8_pygpukit(benchmark: Any) -> None:
 
     def run() -> None:
         for _ in range(ITERATIONS):
-            linalg.scaled_matmul(a, w.T, one, one, stream=stream)
+            gp.scaled_matmul(a, w.T, one, one, stream=stream)
         stream.synchronize()
 
     benchmark.pedantic(run, rounds=5, warmup_rounds=1)
@@ -114,3 +117,63 @@ def test_gemm_fp8_torch(benchmark: Any) -> None:
 
     benchmark.pedantic(run, rounds=5, warmup_rounds=1)
     benchmark.extra_info["flops"] = 2 * FP8**3 * ITERATIONS
+
+
+# -- host cost of a repeated call shape -----------------------------------------------------------------
+HOST_CALLS = 2000
+HOST_CASES = ["matmul-1x256-256x256", "matmul-1x256-nk.T", "matmul-out", "linear-1x256-256x256",
+              "matmul-1x4096-4096x4096", "matmul-1024^3"]  # fmt: skip
+
+
+def _host_inputs(case: str) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    rng = np.random.default_rng(7)
+    k = 4096 if "4096" in case else 1024 if "1024" in case else 256
+    m = 1024 if "1024" in case else 1
+    return rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, k), dtype=np.float32)
+
+
+@pytest.mark.parametrize("case", HOST_CASES)
+def test_gemm_host_pygpukit(benchmark: Any, case: str) -> None:
+    benchmark.group = f"gemm host per call {case} bf16 (per {HOST_CALLS} calls)"
+    x_host, w_host = _host_inputs(case)
+    x = gp.from_numpy(x_host).astype(gp.bfloat16)
+    w = gp.from_numpy(w_host).astype(gp.bfloat16)
+    y = gp.empty((x.shape[0], w.shape[1]), gp.bfloat16)
+    call = {
+        "matmul-out": lambda: gp.matmul(x, w, out=y),
+        "matmul-1x256-nk.T": lambda: gp.matmul(x, w.T),
+        "linear-1x256-256x256": lambda: gp.linear(x, w),
+    }.get(case, lambda: gp.matmul(x, w))
+    call()
+
+    def run() -> None:
+        for _ in range(HOST_CALLS):
+            call()
+        gp.synchronize()
+
+    benchmark.pedantic(run, rounds=5, warmup_rounds=1)
+    benchmark.extra_info["calls"] = HOST_CALLS
+
+
+@pytest.mark.parametrize("case", HOST_CASES)
+def test_gemm_host_torch(benchmark: Any, case: str) -> None:
+    torch = _torch()
+    benchmark.group = f"gemm host per call {case} bf16 (per {HOST_CALLS} calls)"
+    x_host, w_host = _host_inputs(case)
+    x = torch.from_numpy(x_host).to("cuda", torch.bfloat16)
+    w = torch.from_numpy(w_host).to("cuda", torch.bfloat16)
+    y = torch.empty((x.shape[0], w.shape[1]), device="cuda", dtype=torch.bfloat16)
+    call = {
+        "matmul-out": lambda: torch.matmul(x, w, out=y),
+        "matmul-1x256-nk.T": lambda: torch.matmul(x, w.t()),
+        "linear-1x256-256x256": lambda: torch.nn.functional.linear(x, w),
+    }.get(case, lambda: torch.matmul(x, w))
+    call()
+
+    def run() -> None:
+        for _ in range(HOST_CALLS):
+            call()
+        torch.cuda.synchronize()
+
+    benchmark.pedantic(run, rounds=5, warmup_rounds=1)
+    benchmark.extra_info["calls"] = HOST_CALLS

@@ -1,4 +1,4 @@
-"""The built-in GEMM and GEMV kernels (pygpukit.ops._builtin_gemm) next to torch in the same run.
+"""The built-in GEMM and GEMV kernels (pygpukit.ops.gemm: mma.py, gemv_kernels.py) next to torch in the same run.
 
 Issue 5's bars: the built-in bf16 GEMM at 8192^3 >= 0.6x cuBLAS (torch.matmul); bf16 GEMV at (K, N) =
 (4096, 4096), (3584, 18944), (18944, 3584), (8192, 29568) no slower than torch. Each round issues
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import pygpukit as gp
-from pygpukit.ops import _builtin_gemm as bg
+from pygpukit.ops.gemm import mma
 
 pytestmark = pytest.mark.gpu
 
@@ -90,12 +90,12 @@ def test_gemm_builtin_pygpukit(benchmark: Any, size: int, layout: str, kernel: s
     a = gp.from_numpy(host).astype(gp.bfloat16)
     b = gp.from_numpy(host[::-1].copy()).astype(gp.bfloat16)
     out = gp.empty((size, size), gp.bfloat16)
-    tile = None if kernel == "auto" else bg.GEMM_MMA_TILES[0]
+    tile = None if kernel == "auto" else mma.GEMM_MMA_TILES[0]
     stream = gp.Stream()
 
     def calls() -> None:
         for _ in range(GEMM_ITERATIONS):
-            bg.gemm_mma(a, b, out, trans_b=layout == "nt", tile=tile, stream=stream)
+            gp.gemm_mma(a, b, out, trans_b=layout == "nt", tile=tile, stream=stream)
 
     def run() -> None:
         calls()
@@ -153,7 +153,7 @@ def test_gemv_builtin_pygpukit(benchmark: Any, k: int, n: int, layout: str) -> N
 
     def calls() -> None:
         for i in range(GEMV_ITERATIONS):
-            bg.gemv(x, weights[i % len(weights)], out, w_layout=layout, stream=stream)
+            gp.gemv(x, weights[i % len(weights)], out, w_layout=layout, stream=stream)
 
     def run() -> None:
         calls()

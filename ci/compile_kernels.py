@@ -3,6 +3,12 @@
 Used by ``nox -s kernels``. ``--site DIR`` puts a directory holding NVRTC/runtime-header wheels (for
 example one made with ``pip install --target``) in front of the search, so CUDA 12 and CUDA 13 NVRTC
 can both be checked from one environment. Writes a JSON report; exits 1 if any compilation fails.
+
+Every op module is imported first, so every kernel argument struct declared in Python
+(pygpukit.core.abi.KernelStruct) is registered; each kernel file is compiled with the
+``static_assert`` lines of the structs declared for it appended (``static_asserts_for``), so a field
+added, removed or reordered on one side only fails here. ``--files`` takes substrings of the kernel
+paths, relative to native/kernels (``reduction/``, ``attention/kv_cache``) or to the repository.
 """
 
 from __future__ import annotations
@@ -40,19 +46,25 @@ def main() -> int:
         os.environ["PYGPUKIT_NVRTC_PATH"] = str(lib)
 
     import pygpukit
+    from pygpukit.core.abi import registered_structs, static_asserts_for
     from pygpukit.core.builtins import name_expressions as core_expressions
     from pygpukit.core.compiler import compile_source, nvrtc_status
     from pygpukit.core.errors import NvrtcError
-    from pygpukit.ops._kernels import SM90A_FILES
+    from pygpukit.ops._kernels import SM90A_FILES, all_groups
     from pygpukit.ops._kernels import name_expressions as ops_expressions
+
+    all_groups()  # imports every op module: their kernels and their KernelStructs register
 
     status = nvrtc_status()
     version = ".".join(map(str, status["version"]))
-    print(f"NVRTC {version} from {status['path']} (pygpukit {pygpukit.__version__})", flush=True)
+    print(f"NVRTC {version} from {status['path']} (pygpukit {pygpukit.__version__}; "
+          f"{len(registered_structs())} kernel structs checked)", flush=True)  # fmt: skip
     sources = sorted(KERNELS.rglob("*.cu"))
     if args.files:
         wanted = [w.strip() for w in args.files.split(",") if w.strip()]
-        sources = [s for s in sources if any(w in s.relative_to(KERNELS).as_posix() for w in wanted)]
+        sources = [s for s in sources
+                   if any(w in s.relative_to(KERNELS).as_posix() or w in s.relative_to(ROOT).as_posix()
+                          for w in wanted)]  # fmt: skip
     if not sources:
         print(f"no kernels found under {KERNELS}", file=sys.stderr)
         return 1
@@ -70,8 +82,9 @@ def main() -> int:
             expressions = core_expressions(relative) or ops_expressions(relative)
             # wgmma kernels compile to empty bodies for plain sm_90: check what runs there, sm_90a.
             target = f"{arch}a" if relative in SM90A_FILES and arch == "90" else arch
+            source = src.read_text() + static_asserts_for(relative)
             program = compile_source(
-                src.read_text(), arch=target, name=rel, include_dirs=[src.parent], name_expressions=expressions
+                source, arch=target, name=rel, include_dirs=[src.parent], name_expressions=expressions
             )
         except NvrtcError as exc:
             return {"file": rel, "arch": f"sm_{target}", "ok": False, "error": str(exc)}

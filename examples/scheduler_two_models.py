@@ -26,7 +26,7 @@ async def llm(ctx: scheduler.ExecutionContext, steps: int) -> float:
         w = gp.from_numpy(rng.standard_normal((256, 256)).astype(np.float32))
         x = gp.from_numpy(rng.standard_normal((8, 256)).astype(np.float32))
         for _ in range(steps):
-            x = gp.ops.linalg.matmul(x, w) * 0.05
+            x = gp.ops.matmul(x, w) * 0.05
             await ctx.wait()  # yields to the event loop until the GPU has finished this step
         return float(x.to_numpy().sum())
 

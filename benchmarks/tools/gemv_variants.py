@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
-from pygpukit.ops import _builtin_gemm as bg
+from pygpukit.ops.gemm import gemv_kernels as bg
+from pygpukit.ops.gemm._base import PLANS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the suite's graph timers
 from test_ops_gemm_builtin import GEMV_ITERATIONS as CALLS
@@ -72,7 +73,7 @@ def _shape(k: int, n: int, quick: bool, torch: Any) -> None:
     try:
         for name, plan, cluster in _variants(quick):
             bg._gemv_plan, bg._gemv_cluster_plan = plan, cluster  # type: ignore[assignment]
-            bg._gemv_launches.clear()
+            PLANS.clear()
 
             def calls() -> None:
                 for i in range(CALLS):
@@ -88,7 +89,7 @@ def _shape(k: int, n: int, quick: bool, torch: Any) -> None:
                   f" rel err {err:.1e}", flush=True)  # fmt: skip
     finally:
         bg._gemv_plan, bg._gemv_cluster_plan = original
-        bg._gemv_launches.clear()
+        PLANS.clear()
 
 
 def main() -> None:

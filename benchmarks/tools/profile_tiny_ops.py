@@ -84,18 +84,16 @@ def main() -> None:
     pstats.Stats(profile).sort_stats("tottime").print_stats(15)
 
     # The decode GEMV's host path: is a 4096 x 4096 bf16 GEMV (about 15 us on the GPU) host-bound?
-    from pygpukit.ops import _builtin_gemm as bg
-
     rng = np.random.default_rng(0)
     x = gp.from_numpy(rng.standard_normal((1, 4096), dtype=np.float32)).astype(gp.bfloat16)
     w = gp.from_numpy(rng.standard_normal((4096, 4096), dtype=np.float32)).astype(gp.bfloat16)
     y = gp.empty((1, 4096), gp.bfloat16)
-    per_call("gemv kn 4096x4096 bf16 (host + GPU)", lambda: bg.gemv(x, w, y, w_layout="kn"))
+    per_call("gemv kn 4096x4096 bf16 (host + GPU)", lambda: gp.gemv(x, w, y, w_layout="kn"))
     per_call("gp.matmul (1, 4096) @ (4096, 4096) bf16", lambda: gp.matmul(x, w))
     profile = cProfile.Profile()
     profile.enable()
     for _ in range(2000):
-        bg.gemv(x, w, y, w_layout="kn")
+        gp.gemv(x, w, y, w_layout="kn")
     profile.disable()
     gp.synchronize()
     pstats.Stats(profile).sort_stats("tottime").print_stats(12)
@@ -104,7 +102,7 @@ def main() -> None:
     xs = gp.from_numpy(rng.standard_normal((1, 256), dtype=np.float32)).astype(gp.bfloat16)
     ws = gp.from_numpy(rng.standard_normal((256, 256), dtype=np.float32)).astype(gp.bfloat16)
     ys = gp.empty((1, 256), gp.bfloat16)
-    per_call("gemv kn 256x256 bf16, out given", lambda: bg.gemv(xs, ws, ys, w_layout="kn"))
+    per_call("gemv kn 256x256 bf16, out given", lambda: gp.gemv(xs, ws, ys, w_layout="kn"))
     per_call("gp.matmul (1, 256) @ (256, 256) bf16", lambda: gp.matmul(xs, ws))
     per_call("gp.matmul (1, 256) @ (256, 256).T bf16", lambda: gp.matmul(xs, ws.T))
     per_call("gp.matmul, out given", lambda: gp.matmul(xs, ws, out=ys))

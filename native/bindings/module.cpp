@@ -45,8 +45,8 @@ void translate(std::exception_ptr pending) {
     raise(cls, cls(e.what(), py::arg("library") = e.library(), py::arg("attempts") = e.attempts()));
   } catch (const CudaFailure& e) {
     py::object cls = error_class("CudaError");
-    raise(cls,
-          cls(e.what(), py::arg("code") = e.code(), py::arg("name") = e.name(), py::arg("call") = e.call()));
+    raise(cls, cls(e.what(), py::arg("code") = e.code(), py::arg("name") = e.name(),
+                   py::arg("call") = e.call(), py::arg("context_lost") = is_sticky_error(e.code())));
   } catch (const NvrtcFailure& e) {
     py::object cls = error_class("NvrtcError");
     raise(cls, cls(e.what(), py::arg("code") = e.code(), py::arg("log") = e.log(),
@@ -58,6 +58,9 @@ void translate(std::exception_ptr pending) {
   } catch (const InvalidFree& e) {
     py::object cls = error_class("InvalidPointerError");
     raise(cls, cls(e.what()));
+  } catch (const CublasLtFailure& e) {
+    py::object cls = error_class("CublasLtError");
+    raise(cls, cls(e.what(), py::arg("status") = e.status(), py::arg("operation") = e.operation()));
   } catch (const RuntimeFailure& e) {
     py::object cls = error_class("PyGPUkitError");
     raise(cls, cls(e.what()));
@@ -143,6 +146,27 @@ void bind_runtime(py::module_& m) {
   m.def("set_device", &set_device, py::arg("ordinal"));
   m.def("get_device", &current_device);
   m.def("device_synchronize", &device_synchronize, py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "reset_device",
+      [](int ordinal) {
+        DeviceResetSummary s;
+        {
+          py::gil_scoped_release release;
+          s = reset_device(ordinal);
+        }
+        py::dict d;
+        d["device"] = s.device;
+        d["sync_error"] = s.sync_error;
+        d["pool_blocks"] = s.pool_blocks;
+        d["pool_bytes"] = s.pool_bytes;
+        d["gemm_plans"] = s.gemm_plans;
+        d["staging_buffers"] = s.staging_buffers;
+        d["generation"] = s.generation;
+        return d;
+      },
+      py::arg("ordinal"),
+      "Reset the primary context of a device after a kernel fault (native/runtime/context.hpp); the "
+      "Python objects of the device must be invalidated first (pygpukit.reset_device does both).");
 
   m.def("mem_empty_cache", &empty_cache, py::arg("all_devices") = false);
   m.def("mem_set_limit", &set_memory_limit, py::arg("bytes"));
@@ -219,7 +243,6 @@ void bind_runtime(py::module_& m) {
   m.def(
       "module_load", [](const py::bytes& image) { return module_load(std::string(image)); },
       py::arg("image"));
-  m.def("module_unload", &module_unload, py::arg("module"));
   m.def("module_function", &module_function, py::arg("module"), py::arg("name"));
   m.def("function_attributes", [](u64 f) {
     FunctionAttributes a = function_attributes(f);
@@ -237,7 +260,6 @@ void bind_runtime(py::module_& m) {
         py::arg("bytes"));
   m.def("capture_begin", &capture_begin, py::arg("stream"), py::arg("mode") = 0);
   m.def("capture_end", &capture_end, py::arg("stream"));
-  m.def("stream_is_capturing", &stream_is_capturing, py::arg("stream"));
   m.def("graph_instantiate", &graph_instantiate, py::arg("graph"));
   m.def("graph_launch", &graph_launch, py::arg("exec"), py::arg("stream") = 0);
   m.def("graph_exec_update", &graph_exec_update, py::arg("exec"), py::arg("graph"));
@@ -392,7 +414,6 @@ PYBIND11_MODULE(PYGPUKIT_NATIVE_MODULE, m) {
       "load_nvrtc",
       [](const std::vector<std::string>& candidates) { return nvrtc_status_dict(load_nvrtc(candidates)); },
       py::arg("candidates"));
-  m.def("nvrtc_status", [] { return nvrtc_status_dict(nvrtc_status()); });
   m.def(
       "nvrtc_compile",
       [](const std::string& source, const std::string& name, const std::vector<std::string>& options,
@@ -424,46 +445,41 @@ PYBIND11_MODULE(PYGPUKIT_NATIVE_MODULE, m) {
         return cublaslt_status_dict(load_cublaslt(candidates));
       },
       py::arg("candidates"));
-  m.def("cublaslt_status", [] { return cublaslt_status_dict(cublaslt_status()); });
-  m.def(
-      "gemm",
-      [](int a_type, int b_type, int d_type, int compute, int scale_type, bool trans_a, bool trans_b,
-         std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t lda, std::int64_t ldb, std::int64_t ldd,
-         std::int64_t batch, std::int64_t stride_a, std::int64_t stride_b, std::int64_t stride_d,
-         std::uint64_t a, std::uint64_t b, std::uint64_t d, std::uint64_t bias, int bias_type, int epilogue,
-         std::uint64_t a_scale, std::uint64_t b_scale, double alpha, double beta, std::uint64_t stream) {
-        GemmArgs g;
-        g.a_type = a_type;
-        g.b_type = b_type;
-        g.d_type = d_type;
-        g.compute = compute;
-        g.scale_type = scale_type;
-        g.trans_a = trans_a;
-        g.trans_b = trans_b;
-        g.m = m;
-        g.n = n;
-        g.k = k;
-        g.lda = lda;
-        g.ldb = ldb;
-        g.ldd = ldd;
-        g.batch = batch;
-        g.stride_a = stride_a;
-        g.stride_b = stride_b;
-        g.stride_d = stride_d;
-        g.a = a;
-        g.b = b;
-        g.d = d;
-        g.bias = bias;
-        g.bias_type = bias_type;
-        g.epilogue = epilogue;
-        g.a_scale = a_scale;
-        g.b_scale = b_scale;
-        g.alpha = alpha;
-        g.beta = beta;
-        g.stream = stream;
-        gemm(g);
-      },
-      "cuBLASLt D = alpha * op(A) op(B) + beta * D in column-major terms (see native/runtime/gemm.hpp).");
+  // module_local: _native_cu12 and _native_cu13 may both be imported into one process (tests do),
+  // and each registers its own GemmArgs type.
+  py::class_<GemmArgs>(m, "GemmArgs", py::module_local(),
+                       "One cuBLASLt GEMM call shape in column-major terms (native/runtime/gemm.hpp): dtypes "
+                       "as pygpukit dtype codes, the epilogue as an activation code and a bias flag.")
+      .def(py::init<>())
+      .def_readwrite("a_dtype", &GemmArgs::a_dtype)
+      .def_readwrite("b_dtype", &GemmArgs::b_dtype)
+      .def_readwrite("d_dtype", &GemmArgs::d_dtype)
+      .def_readwrite("bias_dtype", &GemmArgs::bias_dtype)
+      .def_readwrite("tf32", &GemmArgs::tf32)
+      .def_readwrite("trans_a", &GemmArgs::trans_a)
+      .def_readwrite("trans_b", &GemmArgs::trans_b)
+      .def_readwrite("m", &GemmArgs::m)
+      .def_readwrite("n", &GemmArgs::n)
+      .def_readwrite("k", &GemmArgs::k)
+      .def_readwrite("lda", &GemmArgs::lda)
+      .def_readwrite("ldb", &GemmArgs::ldb)
+      .def_readwrite("ldd", &GemmArgs::ldd)
+      .def_readwrite("batch", &GemmArgs::batch)
+      .def_readwrite("stride_a", &GemmArgs::stride_a)
+      .def_readwrite("stride_b", &GemmArgs::stride_b)
+      .def_readwrite("stride_d", &GemmArgs::stride_d)
+      .def_readwrite("activation", &GemmArgs::activation)
+      .def_readwrite("bias", &GemmArgs::bias)
+      .def_readwrite("scales", &GemmArgs::scales)
+      .def_readwrite("alpha", &GemmArgs::alpha)
+      .def_readwrite("beta", &GemmArgs::beta)
+      .def_property_readonly("prepared", [](const GemmArgs& g) { return static_cast<bool>(g.plan); });
+  m.def("gemm_prepare", &gemm_prepare, py::arg("args"), py::arg("a"), py::arg("b"), py::arg("d"),
+        "Choose the cuBLASLt algorithm for args with the alignment of these pointers, without launching; "
+        "False when cuBLASLt has none.");
+  m.def("gemm", &gemm, py::arg("args"), py::arg("a"), py::arg("b"), py::arg("d"), py::arg("bias"),
+        py::arg("a_scale"), py::arg("b_scale"), py::arg("stream"),
+        "cuBLASLt D = alpha * op(A) op(B) + beta * D (+ epilogue) for prepared args (see gemm.hpp).");
   m.def("gemm_plan_count", &gemm_plan_count);
 
   bind_runtime(m);

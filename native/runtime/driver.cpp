@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <mutex>
 
+#include "context.hpp"
 #include "errors.hpp"
 #include "shared_library.hpp"
 
@@ -98,14 +99,45 @@ const DriverApi& driver() {
   return g_api;
 }
 
+bool is_sticky_error(int code) {
+  switch (code) {
+    case 700:  // CUDA_ERROR_ILLEGAL_ADDRESS
+    case 702:  // CUDA_ERROR_LAUNCH_TIMEOUT
+    case 710:  // CUDA_ERROR_ASSERT
+    case 714:  // CUDA_ERROR_HARDWARE_STACK_ERROR
+    case 715:  // CUDA_ERROR_ILLEGAL_INSTRUCTION
+    case 716:  // CUDA_ERROR_MISALIGNED_ADDRESS
+    case 717:  // CUDA_ERROR_INVALID_ADDRESS_SPACE
+    case 718:  // CUDA_ERROR_INVALID_PC
+    case 719:  // CUDA_ERROR_LAUNCH_FAILED
+    case 721:  // CUDA_ERROR_TENSOR_MEMORY_LEAK (CUDA 13 headers)
+      return true;
+    default:
+      return false;
+  }
+}
+
 void check(CUresult result, const char* call) {
   if (result == CUDA_SUCCESS) return;
   const char* name = nullptr;
   const char* text = nullptr;
   if (g_api.cuGetErrorName != nullptr) g_api.cuGetErrorName(result, &name);
   if (g_api.cuGetErrorString != nullptr) g_api.cuGetErrorString(result, &text);
+  std::string description = text != nullptr ? text : "no description";
+  if (is_sticky_error(static_cast<int>(result))) {
+    const std::string device = std::to_string(current_device());
+    description += ". The CUDA context of device " + device +
+                   " is lost: later calls on it fail with this error. pygpukit.reset_device(" + device +
+                   ") discards the context with its arrays, streams, events, graphs and kernels and asks "
+                   "the driver for a new one";
+    if (result != CUDA_ERROR_ASSERT) {
+      description +=
+          ", which the driver may refuse after this kind of fault (NVIDIA documents it as needing a "
+          "process restart; reset_device then says so)";
+    }
+  }
   throw CudaFailure(static_cast<int>(result), name != nullptr ? name : "CUDA_ERROR_UNKNOWN", call,
-                    text != nullptr ? text : "no description");
+                    description);
 }
 
 int device_count() {

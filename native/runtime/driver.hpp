@@ -26,6 +26,7 @@ namespace pygpukit {
   X(cuDeviceGetAttribute)            \
   X(cuDevicePrimaryCtxRetain)        \
   X(cuDevicePrimaryCtxRelease)       \
+  X(cuDevicePrimaryCtxReset)         \
   X(cuCtxSetCurrent)                 \
   X(cuCtxGetCurrent)                 \
   X(cuCtxSynchronize)                \
@@ -56,14 +57,12 @@ namespace pygpukit {
   X(cuEventQuery)                    \
   X(cuEventElapsedTime)              \
   X(cuModuleLoadData)                \
-  X(cuModuleUnload)                  \
   X(cuModuleGetFunction)             \
   X(cuFuncGetAttribute)              \
   X(cuFuncSetAttribute)              \
   X(cuLaunchKernel)                  \
   X(cuStreamBeginCapture)            \
   X(cuStreamEndCapture)              \
-  X(cuStreamIsCapturing)             \
   X(cuGraphInstantiateWithFlags)     \
   X(cuGraphLaunch)                   \
   X(cuGraphExecUpdate)               \
@@ -102,8 +101,14 @@ const DriverStatus& driver_status();
 // The resolved table; throws RuntimeFailure if the driver was not loaded or cuInit failed.
 const DriverApi& driver();
 
-// Throws CudaFailure naming `call` unless result is CUDA_SUCCESS.
+// Throws CudaFailure naming `call` unless result is CUDA_SUCCESS. For a sticky error (see below) the
+// message adds that the device's context is lost and that pygpukit.reset_device() recovers it.
 void check(CUresult result, const char* call);
+
+// Whether `code` is one of the driver's sticky errors: a kernel fault (illegal or misaligned address,
+// illegal instruction, device assert, ...) after which every call in the context fails with the
+// same error until the context is reset.
+bool is_sticky_error(int code);
 
 struct DeviceProperties {
   int ordinal = 0;

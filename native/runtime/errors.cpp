@@ -35,4 +35,10 @@ CudaFailure::CudaFailure(int code, std::string name, std::string call, std::stri
 NvrtcFailure::NvrtcFailure(int code, std::string message, std::string log, std::vector<std::string> options)
     : RuntimeFailure(std::move(message)), code_(code), log_(std::move(log)), options_(std::move(options)) {}
 
+CublasLtFailure::CublasLtFailure(std::string status, std::string operation, const std::string& detail)
+    : RuntimeFailure("cuBLASLt " + operation + " failed with " + status +
+                     (detail.empty() ? "" : ": " + detail)),
+      status_(std::move(status)),
+      operation_(std::move(operation)) {}
+
 }  // namespace pygpukit

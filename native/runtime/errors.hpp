@@ -55,4 +55,17 @@ class NvrtcFailure : public RuntimeFailure {
   std::vector<std::string> options_;
 };
 
+// A cuBLASLt call failed, or cuBLASLt has no algorithm for a matmul it was asked to run; carries the
+// cublasStatus_t name (CUBLAS_STATUS_NOT_SUPPORTED, ...) and the operation that failed.
+class CublasLtFailure : public RuntimeFailure {
+ public:
+  CublasLtFailure(std::string status, std::string operation, const std::string& detail);
+  const std::string& status() const { return status_; }
+  const std::string& operation() const { return operation_; }
+
+ private:
+  std::string status_;
+  std::string operation_;
+};
+
 }  // namespace pygpukit

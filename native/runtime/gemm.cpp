@@ -8,9 +8,9 @@
 #include <mutex>
 #include <tuple>
 #include <type_traits>
-#include <unordered_map>
 #include <vector>
 
+#include "../kernels/common/codes.cuh"
 #include "context.hpp"
 #include "cublaslt.hpp"
 #include "errors.hpp"
@@ -61,13 +61,16 @@ struct Api {
   const char* (*status_name)(Status);
 };
 
+constexpr Status kStatusInvalidValue = 7;   // CUBLAS_STATUS_INVALID_VALUE
+constexpr Status kStatusNotSupported = 15;  // CUBLAS_STATUS_NOT_SUPPORTED
+
 std::string status_text(const Api& api, Status s) {
   const char* name = api.status_name != nullptr ? api.status_name(s) : nullptr;
-  return name != nullptr ? std::string(name) : "status " + std::to_string(s);
+  return name != nullptr ? std::string(name) : "cublasStatus_t " + std::to_string(s);
 }
 
 void check_lt(const Api& api, Status s, const char* what) {
-  if (s != 0) throw RuntimeFailure(std::string("cuBLASLt ") + what + " failed: " + status_text(api, s));
+  if (s != 0) throw CublasLtFailure(status_text(api, s), what, "");
 }
 
 const Api& api() {
@@ -75,7 +78,8 @@ const Api& api() {
   static Api table{};
   std::call_once(once, [] {
     const CublasLtStatus& status = cublaslt_status();
-    if (!status.loaded) throw RuntimeFailure("cuBLASLt is not loaded");
+    if (!status.loaded)
+      throw RuntimeFailure("cuBLASLt is not loaded (pygpukit.core.cublaslt.cublaslt_status())");
     auto bind = [&](auto& slot, const char* name) {
       void* symbol = find_symbol(status.handle, name);
       if (symbol == nullptr) throw RuntimeFailure(std::string("cuBLASLt has no ") + name);
@@ -101,23 +105,115 @@ const Api& api() {
 
 constexpr std::size_t kWorkspaceBytes = 32u << 20;  // what cuBLAS itself uses on Hopper
 
+// cuBLASLt's values (cudaDataType_t, cublasComputeType_t, cublasLtEpilogue_t), used only here.
+enum CudaType : int {
+  kR32F = 0,
+  kR64F = 1,
+  kR16F = 2,
+  kR8I = 3,
+  kR32I = 10,
+  kR16BF = 14,
+  kR8FE4M3 = 28,
+  kR8FE5M2 = 29
+};
+enum ComputeType : int { kCompute32F = 68, kCompute32FFastTF32 = 77, kCompute64F = 70, kCompute32I = 72 };
+enum Epilogue : int {
+  kEpilogueDefault = 1,
+  kEpilogueRelu = 2,
+  kEpilogueBias = 4,
+  kEpilogueReluBias = 6,
+  kEpilogueGelu = 32,
+  kEpilogueGeluBias = 36
+};
+
+int cuda_type(int dtype, const char* what) {
+  switch (dtype) {
+    case codes::kF64:
+      return kR64F;
+    case codes::kF32:
+      return kR32F;
+    case codes::kF16:
+      return kR16F;
+    case codes::kBF16:
+      return kR16BF;
+    case codes::kF8E4M3:
+      return kR8FE4M3;
+    case codes::kF8E5M2:
+      return kR8FE5M2;
+    case codes::kI8:
+      return kR8I;
+    case codes::kI32:
+      return kR32I;
+    default:
+      throw RuntimeFailure(std::string("gemm: ") + what + " has dtype code " + std::to_string(dtype) +
+                           ", which cuBLASLt matmul does not take");
+  }
+}
+
+// The cuBLASLt terms of one call shape.
+struct LtTypes {
+  int a, b, d, bias, compute, scale, epilogue;
+};
+
+LtTypes lt_types(const GemmArgs& g) {
+  LtTypes t{};
+  t.a = cuda_type(g.a_dtype, "A");
+  t.b = cuda_type(g.b_dtype, "B");
+  t.d = cuda_type(g.d_dtype, "D");
+  t.bias = g.bias ? cuda_type(g.bias_dtype, "the bias") : -1;
+  if (t.a == kR64F) {
+    t.compute = kCompute64F;
+    t.scale = kR64F;
+  } else if (t.a == kR8I) {
+    t.compute = kCompute32I;
+    t.scale = kR32I;
+  } else {
+    t.compute = (t.a == kR32F && g.tf32) ? kCompute32FFastTF32 : kCompute32F;
+    t.scale = kR32F;
+  }
+  switch (g.activation) {
+    case codes::kActNone:
+      t.epilogue = g.bias ? kEpilogueBias : kEpilogueDefault;
+      break;
+    case codes::kActRelu:
+      t.epilogue = g.bias ? kEpilogueReluBias : kEpilogueRelu;
+      break;
+    case codes::kActGeluTanh:
+      t.epilogue = g.bias ? kEpilogueGeluBias : kEpilogueGelu;
+      break;
+    default:
+      throw RuntimeFailure("gemm: cuBLASLt has no epilogue for activation code " +
+                           std::to_string(g.activation) + " (it has none, relu and gelu_tanh)");
+  }
+  return t;
+}
+
+void check_shape(const GemmArgs& g) {
+  if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.batch <= 0) {
+    throw RuntimeFailure("gemm: empty problem (m=" + std::to_string(g.m) + ", n=" + std::to_string(g.n) +
+                         ", k=" + std::to_string(g.k) + ", batch=" + std::to_string(g.batch) + ")");
+  }
+}
+
 int alignment(std::uint64_t ptr) {
   int a = 16;
   while (a > 1 && ptr % static_cast<std::uint64_t>(a) != 0) a /= 2;
   return a;
 }
 
-using Key = std::tuple<int, int, int, int, int, int, bool, bool, std::int64_t, std::int64_t, std::int64_t,
+using Key = std::tuple<int, int, int, int, int, int, int, bool, bool, std::int64_t, std::int64_t,
                        std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                       std::int64_t, int, int, bool, int, int, int>;
+                       std::int64_t, std::int64_t, int, bool, int, int, int, bool>;
 
-struct Plan {
+}  // namespace
+
+struct GemmPlan {
   Desc desc = nullptr;
   Layout a = nullptr, b = nullptr, d = nullptr;
   Algo algo{};
   std::size_t workspace = 0;
   std::mutex mutex;  // the descriptor's pointer attributes are set per call
-  ~Plan() {
+  ~GemmPlan() {
     const Api& lt = api();
     if (desc) lt.desc_destroy(desc);
     if (a) lt.layout_destroy(a);
@@ -126,9 +222,11 @@ struct Plan {
   }
 };
 
+namespace {
+
 std::mutex g_mutex;
 std::map<int, Handle> g_handles;                                      // device -> handle
-std::map<Key, std::shared_ptr<Plan>> g_plans;                         // plan cache
+std::map<Key, std::shared_ptr<GemmPlan>> g_plans;                     // the cuBLASLt plan store
 std::map<std::pair<int, std::uint64_t>, std::uint64_t> g_workspaces;  // (device, stream) -> pointer
 
 Handle handle_for(int device) {
@@ -149,87 +247,64 @@ Layout make_layout(const Api& lt, int type, bool trans, std::int64_t rows, std::
   check_lt(lt, lt.layout_create(&layout, type, r, c, ld), "cublasLtMatrixLayoutCreate");
   if (batch > 1) {
     const std::int32_t count = static_cast<std::int32_t>(batch);
-    check_lt(lt, lt.layout_set(layout, kLayoutBatchCount, &count, sizeof(count)), "layout batch count");
-    check_lt(lt, lt.layout_set(layout, kLayoutBatchStride, &stride, sizeof(stride)), "layout batch stride");
+    check_lt(lt, lt.layout_set(layout, kLayoutBatchCount, &count, sizeof(count)),
+             "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)");
+    check_lt(lt, lt.layout_set(layout, kLayoutBatchStride, &stride, sizeof(stride)),
+             "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)");
   }
   return layout;
 }
 
-std::shared_ptr<Plan> plan_for(const GemmArgs& g, int device, Handle handle) {
-  const bool has_bias = g.bias != 0;
-  const bool fp8 = g.a_scale != 0 || g.b_scale != 0;
-  Key key{device,
-          g.a_type,
-          g.b_type,
-          g.d_type,
-          g.compute,
-          g.scale_type,
-          g.trans_a,
-          g.trans_b,
-          g.m,
-          g.n,
-          g.k,
-          g.lda,
-          g.ldb,
-          g.ldd,
-          g.batch,
-          g.stride_a,
-          g.stride_b,
-          g.stride_d,
-          g.epilogue,
-          g.bias_type,
-          fp8 || has_bias,
-          alignment(g.a) * 100 + alignment(g.b),
-          alignment(g.d),
-          g.beta != 0.0 ? 1 : 0};
+// The plan for these args on `device` with these pointer alignments, from the store or made now;
+// null when cuBLASLt has no algorithm for it.
+std::shared_ptr<GemmPlan> plan_for(const GemmArgs& g, const LtTypes& t, int device, Handle handle,
+                                   int align_a, int align_b, int align_d) {
+  Key key{device,     t.a,    t.b,      t.d,     t.compute, t.scale, t.epilogue,   g.trans_a,  g.trans_b,
+          g.m,        g.n,    g.k,      g.lda,   g.ldb,     g.ldd,   g.batch,      g.stride_a, g.stride_b,
+          g.stride_d, t.bias, g.scales, align_a, align_b,   align_d, g.beta != 0.0};
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     auto it = g_plans.find(key);
     if (it != g_plans.end()) return it->second;
   }
   const Api& lt = api();
-  auto plan = std::make_shared<Plan>();
-  check_lt(lt, lt.desc_create(&plan->desc, g.compute, g.scale_type), "cublasLtMatmulDescCreate");
+  auto plan = std::make_shared<GemmPlan>();
+  check_lt(lt, lt.desc_create(&plan->desc, t.compute, t.scale), "cublasLtMatmulDescCreate");
   const std::int32_t ta = g.trans_a ? 1 : 0, tb = g.trans_b ? 1 : 0;
-  check_lt(lt, lt.desc_set(plan->desc, kDescTransA, &ta, sizeof(ta)), "desc transa");
-  check_lt(lt, lt.desc_set(plan->desc, kDescTransB, &tb, sizeof(tb)), "desc transb");
-  const std::uint32_t epilogue = static_cast<std::uint32_t>(g.epilogue);
-  check_lt(lt, lt.desc_set(plan->desc, kDescEpilogue, &epilogue, sizeof(epilogue)), "desc epilogue");
-  if (has_bias) {
-    const std::int32_t bias_type = g.bias_type;
-    check_lt(lt, lt.desc_set(plan->desc, kDescBiasDataType, &bias_type, sizeof(bias_type)), "desc bias type");
-    check_lt(lt, lt.desc_set(plan->desc, kDescBiasPointer, &g.bias, sizeof(g.bias)), "desc bias");
+  check_lt(lt, lt.desc_set(plan->desc, kDescTransA, &ta, sizeof(ta)),
+           "cublasLtMatmulDescSetAttribute(TRANSA)");
+  check_lt(lt, lt.desc_set(plan->desc, kDescTransB, &tb, sizeof(tb)),
+           "cublasLtMatmulDescSetAttribute(TRANSB)");
+  const std::uint32_t epilogue = static_cast<std::uint32_t>(t.epilogue);
+  check_lt(lt, lt.desc_set(plan->desc, kDescEpilogue, &epilogue, sizeof(epilogue)),
+           "cublasLtMatmulDescSetAttribute(EPILOGUE)");
+  if (g.bias) {
+    const std::int32_t bias_type = t.bias;
+    check_lt(lt, lt.desc_set(plan->desc, kDescBiasDataType, &bias_type, sizeof(bias_type)),
+             "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)");
   }
-  if (fp8) {
-    check_lt(lt, lt.desc_set(plan->desc, kDescAScale, &g.a_scale, sizeof(g.a_scale)), "desc A scale");
-    check_lt(lt, lt.desc_set(plan->desc, kDescBScale, &g.b_scale, sizeof(g.b_scale)), "desc B scale");
-  }
-  plan->a = make_layout(lt, g.a_type, g.trans_a, g.m, g.k, g.lda, g.batch, g.stride_a);
-  plan->b = make_layout(lt, g.b_type, g.trans_b, g.k, g.n, g.ldb, g.batch, g.stride_b);
-  plan->d = make_layout(lt, g.d_type, false, g.m, g.n, g.ldd, g.batch, g.stride_d);
+  plan->a = make_layout(lt, t.a, g.trans_a, g.m, g.k, g.lda, g.batch, g.stride_a);
+  plan->b = make_layout(lt, t.b, g.trans_b, g.k, g.n, g.ldb, g.batch, g.stride_b);
+  plan->d = make_layout(lt, t.d, false, g.m, g.n, g.ldd, g.batch, g.stride_d);
 
   Preference pref = nullptr;
   check_lt(lt, lt.pref_create(&pref), "cublasLtMatmulPreferenceCreate");
   const std::uint64_t max_workspace = kWorkspaceBytes;
-  const std::uint32_t align_a = static_cast<std::uint32_t>(alignment(g.a));
-  const std::uint32_t align_b = static_cast<std::uint32_t>(alignment(g.b));
-  const std::uint32_t align_d = static_cast<std::uint32_t>(alignment(g.d));
+  const std::uint32_t aligns[4] = {static_cast<std::uint32_t>(align_a), static_cast<std::uint32_t>(align_b),
+                                   static_cast<std::uint32_t>(align_d), static_cast<std::uint32_t>(align_d)};
   lt.pref_set(pref, kPrefMaxWorkspace, &max_workspace, sizeof(max_workspace));
-  lt.pref_set(pref, kPrefAlignA, &align_a, sizeof(align_a));
-  lt.pref_set(pref, kPrefAlignB, &align_b, sizeof(align_b));
-  lt.pref_set(pref, kPrefAlignC, &align_d, sizeof(align_d));
-  lt.pref_set(pref, kPrefAlignD, &align_d, sizeof(align_d));
+  lt.pref_set(pref, kPrefAlignA, &aligns[0], sizeof(aligns[0]));
+  lt.pref_set(pref, kPrefAlignB, &aligns[1], sizeof(aligns[1]));
+  lt.pref_set(pref, kPrefAlignC, &aligns[2], sizeof(aligns[2]));
+  lt.pref_set(pref, kPrefAlignD, &aligns[3], sizeof(aligns[3]));
   HeuristicResult result{};
   int found = 0;
   Status s = lt.heuristic(handle, plan->desc, plan->a, plan->b, plan->d, plan->d, pref, 1, &result, &found);
   lt.pref_destroy(pref);
-  if (s != 0 || found == 0) {
-    throw RuntimeFailure("cuBLASLt has no algorithm for this matmul (" + std::to_string(g.m) + "x" +
-                         std::to_string(g.n) + "x" + std::to_string(g.k) + ", types " +
-                         std::to_string(g.a_type) + "/" + std::to_string(g.b_type) + "->" +
-                         std::to_string(g.d_type) + ", compute " + std::to_string(g.compute) +
-                         "): " + status_text(lt, s));
-  }
+  // No algorithm: the heuristic says so with NOT_SUPPORTED, or INVALID_VALUE for a combination of
+  // layouts, types and alignment that no kernel of this cuBLASLt takes (int8 outside its "TN" form).
+  if (s == kStatusNotSupported || s == kStatusInvalidValue || (s == 0 && found == 0)) return nullptr;
+  check_lt(lt, s, "cublasLtMatmulAlgoGetHeuristic");
   plan->algo = result.algo;
   plan->workspace = result.workspace_size;
   std::lock_guard<std::mutex> lock(g_mutex);
@@ -245,10 +320,36 @@ std::uint64_t workspace_for(int device, std::uint64_t stream) {
   return ptr;
 }
 
+std::string describe(const GemmArgs& g) {
+  return std::to_string(g.m) + "x" + std::to_string(g.n) + "x" + std::to_string(g.k) + " (batch " +
+         std::to_string(g.batch) + "), dtype codes " + std::to_string(g.a_dtype) + "/" +
+         std::to_string(g.b_dtype) + "->" + std::to_string(g.d_dtype);
+}
+
 }  // namespace
 
-void gemm(const GemmArgs& g) {
-  if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.batch <= 0) throw RuntimeFailure("gemm: empty problem");
+bool gemm_prepare(GemmArgs& g, std::uint64_t a, std::uint64_t b, std::uint64_t d) {
+  check_shape(g);
+  const LtTypes t = lt_types(g);
+  const int device = ensure_context();
+  Handle handle;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    handle = handle_for(device);
+  }
+  const int align_a = alignment(a), align_b = alignment(b), align_d = alignment(d);
+  std::shared_ptr<GemmPlan> plan = plan_for(g, t, device, handle, align_a, align_b, align_d);
+  if (!plan) return false;
+  g.plan = std::move(plan);
+  g.plan_device = device;
+  g.plan_align_a = align_a;
+  g.plan_align_b = align_b;
+  g.plan_align_d = align_d;
+  return true;
+}
+
+void gemm(const GemmArgs& g, std::uint64_t a, std::uint64_t b, std::uint64_t d, std::uint64_t bias,
+          std::uint64_t a_scale, std::uint64_t b_scale, std::uint64_t stream) {
   const int device = ensure_context();
   const Api& lt = api();
   Handle handle;
@@ -256,35 +357,53 @@ void gemm(const GemmArgs& g) {
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     handle = handle_for(device);
-    workspace = workspace_for(device, g.stream);
+    workspace = workspace_for(device, stream);
   }
-  std::shared_ptr<Plan> plan = plan_for(g, device, handle);
+  std::shared_ptr<GemmPlan> plan = g.plan;
+  const int align_a = alignment(a), align_b = alignment(b), align_d = alignment(d);
+  if (!plan || device != g.plan_device || align_a < g.plan_align_a || align_b < g.plan_align_b ||
+      align_d < g.plan_align_d) {
+    check_shape(g);
+    plan = plan_for(g, lt_types(g), device, handle, align_a, align_b, align_d);
+    if (!plan) {
+      throw CublasLtFailure("CUBLAS_STATUS_NOT_SUPPORTED", "cublasLtMatmulAlgoGetHeuristic",
+                            "no algorithm for " + describe(g) + " with pointers aligned to " +
+                                std::to_string(align_a) + "/" + std::to_string(align_b) + "/" +
+                                std::to_string(align_d) + " bytes");
+    }
+  }
+  if (g.bias && bias == 0) throw RuntimeFailure("gemm: the plan adds a bias but no bias pointer was given");
+  if (g.scales && (a_scale == 0 || b_scale == 0)) {
+    throw RuntimeFailure("gemm: the plan scales A and B but a scale pointer is missing");
+  }
   // alpha and beta in the scale type
+  const bool f64 = g.a_dtype == codes::kF64;
+  const bool i32 = g.a_dtype == codes::kI8;
   float alpha_f = static_cast<float>(g.alpha), beta_f = static_cast<float>(g.beta);
   double alpha_d = g.alpha, beta_d = g.beta;
   std::int32_t alpha_i = static_cast<std::int32_t>(g.alpha), beta_i = static_cast<std::int32_t>(g.beta);
-  const void* alpha = &alpha_f;
-  const void* beta = &beta_f;
-  if (g.scale_type == kR64F) {
-    alpha = &alpha_d;
-    beta = &beta_d;
-  } else if (g.scale_type == kR32I) {
-    alpha = &alpha_i;
-    beta = &beta_i;
-  }
+  const void* alpha = f64   ? static_cast<const void*>(&alpha_d)
+                      : i32 ? static_cast<const void*>(&alpha_i)
+                            : &alpha_f;
+  const void* beta = f64   ? static_cast<const void*>(&beta_d)
+                     : i32 ? static_cast<const void*>(&beta_i)
+                           : &beta_f;
   std::lock_guard<std::mutex> lock(plan->mutex);
-  if (g.bias != 0) {
-    check_lt(lt, lt.desc_set(plan->desc, kDescBiasPointer, &g.bias, sizeof(g.bias)), "desc bias");
+  if (g.bias) {
+    check_lt(lt, lt.desc_set(plan->desc, kDescBiasPointer, &bias, sizeof(bias)),
+             "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
   }
-  if (g.a_scale != 0 || g.b_scale != 0) {
-    check_lt(lt, lt.desc_set(plan->desc, kDescAScale, &g.a_scale, sizeof(g.a_scale)), "desc A scale");
-    check_lt(lt, lt.desc_set(plan->desc, kDescBScale, &g.b_scale, sizeof(g.b_scale)), "desc B scale");
+  if (g.scales) {
+    check_lt(lt, lt.desc_set(plan->desc, kDescAScale, &a_scale, sizeof(a_scale)),
+             "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)");
+    check_lt(lt, lt.desc_set(plan->desc, kDescBScale, &b_scale, sizeof(b_scale)),
+             "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
   }
-  void* d = reinterpret_cast<void*>(g.d);
+  void* dp = reinterpret_cast<void*>(d);
   check_lt(lt,
-           lt.matmul(handle, plan->desc, alpha, reinterpret_cast<const void*>(g.a), plan->a,
-                     reinterpret_cast<const void*>(g.b), plan->b, beta, d, plan->d, d, plan->d, &plan->algo,
-                     reinterpret_cast<void*>(workspace), kWorkspaceBytes, reinterpret_cast<void*>(g.stream)),
+           lt.matmul(handle, plan->desc, alpha, reinterpret_cast<const void*>(a), plan->a,
+                     reinterpret_cast<const void*>(b), plan->b, beta, dp, plan->d, dp, plan->d, &plan->algo,
+                     reinterpret_cast<void*>(workspace), kWorkspaceBytes, reinterpret_cast<void*>(stream)),
            "cublasLtMatmul");
 }
 
@@ -307,6 +426,32 @@ void gemm_release_stream(std::uint64_t stream) {
     }
   }
   for (const auto& [device, ptr] : freed) device_free(ptr, device);
+}
+
+std::size_t gemm_forget_device(int device) {
+  std::vector<std::shared_ptr<GemmPlan>> dropped;  // destroyed (host descriptors only) after the lock
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    // The handle is forgotten, not destroyed: cublasLtDestroy synchronizes the device, which a
+    // faulted context cannot do. It is a small host object; a new one is created on next use.
+    g_handles.erase(device);
+    for (auto it = g_plans.begin(); it != g_plans.end();) {
+      if (std::get<0>(it->first) == device) {
+        dropped.push_back(std::move(it->second));
+        it = g_plans.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto it = g_workspaces.begin(); it != g_workspaces.end();) {
+      if (it->first.first == device) {
+        it = g_workspaces.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  return dropped.size();
 }
 
 }  // namespace pygpukit

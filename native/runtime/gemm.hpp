@@ -1,58 +1,62 @@
 // Matrix multiplication through cuBLASLt (loaded at run time, see cublaslt.hpp), with plans cached by
 // shapes, types, layouts and alignment, and a per-stream workspace taken from the memory pool.
-// Everything is in cuBLASLt's column-major terms; the Python side maps row-major arrays onto it.
+// Everything is in cuBLASLt's column-major terms; the Python side (pygpukit/ops/gemm/cublaslt.py)
+// maps row-major arrays onto it.
+//
+// The caller speaks pygpukit's codes, never cuBLASLt's: element types are pygpukit::codes::DType
+// values and the epilogue a pygpukit::codes::Activation plus a bias flag (native/kernels/common/
+// codes.cuh, the one definition the kernels and pygpukit.core.codes read too). gemm.cpp alone maps
+// them to cudaDataType_t, cublasComputeType_t and cublasLtEpilogue_t.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace pygpukit {
 
-// Values are cuBLASLt's (cudaDataType_t, cublasComputeType_t, cublasLtEpilogue_t).
-enum GemmType : int {
-  kR32F = 0,
-  kR64F = 1,
-  kR16F = 2,
-  kR8I = 3,
-  kR32I = 10,
-  kR16BF = 14,
-  kR8F_E4M3 = 28,
-  kR8F_E5M2 = 29
-};
-enum GemmCompute : int { kCompute32F = 68, kCompute32FFastTF32 = 77, kCompute64F = 70, kCompute32I = 72 };
-enum GemmEpilogue : int {
-  kEpilogueDefault = 1,
-  kEpilogueRelu = 2,
-  kEpilogueBias = 4,
-  kEpilogueReluBias = 6,
-  kEpilogueGelu = 32,
-  kEpilogueGeluBias = 36
-};
+struct GemmPlan;  // cuBLASLt descriptors, the chosen algorithm and its workspace size (gemm.cpp)
 
+// One GEMM call shape: D (m x n) = alpha * op(A) op(B) + beta * D (+ epilogue), per batch entry.
+// Filled once per call shape; gemm_prepare chooses the algorithm and keeps it here, so a repeated
+// call (gemm) only passes the pointers and the stream.
 struct GemmArgs {
-  int a_type = kR32F, b_type = kR32F, d_type = kR32F;  // C shares D's type
-  int compute = kCompute32F;
-  int scale_type = kR32F;  // alpha/beta type
+  int a_dtype = 1, b_dtype = 1, d_dtype = 1;  // codes::DType; C shares D's type
+  int bias_dtype = -1;                        // codes::DType of the bias vector, when `bias`
+  bool tf32 = false;                          // float32: allow TF32 tensor cores
   bool trans_a = false, trans_b = false;
-  std::int64_t m = 0, n = 0, k = 0;  // D is m x n
+  std::int64_t m = 0, n = 0, k = 0;
   std::int64_t lda = 0, ldb = 0, ldd = 0;
   std::int64_t batch = 1, stride_a = 0, stride_b = 0, stride_d = 0;
-  std::uint64_t a = 0, b = 0, d = 0;
-  std::uint64_t bias = 0;  // device vector of m elements (D's rows in column-major terms)
-  int bias_type = -1;
-  int epilogue = kEpilogueDefault;
-  std::uint64_t a_scale = 0, b_scale = 0;  // fp8: device float scalars
-  double alpha = 1.0, beta = 0.0;          // beta != 0 reads D as C
-  std::uint64_t stream = 0;
+  int activation = 0;              // codes::Activation: kActNone, kActRelu or kActGeluTanh (cuBLASLt's GELU)
+  bool bias = false;               // add a device vector of m elements (D's rows in column-major terms)
+  bool scales = false;             // fp8: per-tensor float scales of A and B, device scalars given per call
+  double alpha = 1.0, beta = 0.0;  // beta != 0 reads D as C
+
+  // The plan gemm_prepare chose, for the device and pointer alignments it saw (not a user field).
+  std::shared_ptr<GemmPlan> plan;
+  int plan_device = -1;
+  int plan_align_a = 0, plan_align_b = 0, plan_align_d = 0;
 };
 
-// Runs D = alpha * op(A) op(B) + beta * D (+ epilogue). Throws RuntimeFailure naming the cuBLASLt status
-// when cuBLASLt refuses (e.g. an unsupported combination on this device).
-void gemm(const GemmArgs& args);
+// Checks the fields and runs cuBLASLt's heuristic for these args with the alignment of these
+// pointers, without launching anything; keeps the plan in args and returns true. Returns false when
+// cuBLASLt has no algorithm for the problem (int8 with sizes or layouts it does not take, say).
+// Other failures throw CublasLtFailure (cuBLASLt) or RuntimeFailure (invalid fields).
+bool gemm_prepare(GemmArgs& args, std::uint64_t a, std::uint64_t b, std::uint64_t d);
 
-// Plans in the cache and workspaces held, for statistics and tests.
+// Launches the prepared matmul on `stream`. A pointer less aligned than the plan assumed gets the
+// plan of its alignment (cached); CublasLtFailure when cuBLASLt refuses.
+void gemm(const GemmArgs& args, std::uint64_t a, std::uint64_t b, std::uint64_t d, std::uint64_t bias,
+          std::uint64_t a_scale, std::uint64_t b_scale, std::uint64_t stream);
+
+// Plans in the cache, for statistics and tests.
 std::size_t gemm_plan_count();
 // Drops the workspace of a stream (before the stream is destroyed).
 void gemm_release_stream(std::uint64_t stream);
+// Device reset (context.cpp reset_device, before the context is reset): forgets the device's
+// cuBLASLt handle, plans and workspaces without touching the device (its memory dies with the
+// context; the pool forgets the workspace blocks). Returns the number of plans dropped.
+std::size_t gemm_forget_device(int device);
 
 }  // namespace pygpukit

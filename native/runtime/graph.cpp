@@ -25,13 +25,6 @@ std::uint64_t capture_end(std::uint64_t stream) {
   return reinterpret_cast<std::uint64_t>(graph);
 }
 
-bool stream_is_capturing(std::uint64_t stream) {
-  ensure_context();
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  check(driver().cuStreamIsCapturing(as_stream(stream), &status), "cuStreamIsCapturing");
-  return status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
-}
-
 std::uint64_t graph_instantiate(std::uint64_t graph) {
   ensure_context();
   CUgraphExec exec = nullptr;

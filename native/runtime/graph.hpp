@@ -9,7 +9,6 @@ namespace pygpukit {
 void capture_begin(std::uint64_t stream, int mode);
 // Ends the capture and returns the captured graph (CUgraph). Throws if the capture was invalidated.
 std::uint64_t capture_end(std::uint64_t stream);
-bool stream_is_capturing(std::uint64_t stream);
 std::uint64_t graph_instantiate(std::uint64_t graph);
 void graph_launch(std::uint64_t exec, std::uint64_t stream);
 // Updates an instantiated graph in place from a graph of the same topology; false when it cannot.

@@ -165,6 +165,16 @@ void set_global_memory_limit(std::uint64_t bytes) {
 
 void global_memory_usage(std::uint64_t* limit, std::uint64_t* reserved) { pgk_budget_get(limit, reserved); }
 
+std::pair<std::uint64_t, std::uint64_t> forget_device_memory(int device) {
+  if (device < 0 || device >= kMaxDevices) throw RuntimeFailure("device ordinal out of range");
+  PgkPool* pool = g_pools[device].load(std::memory_order_acquire);
+  std::uint64_t blocks = 0, bytes = 0;
+  if (pool != nullptr && pgk_pool_reset(pool, &blocks, &bytes) != PGK_OK) {
+    throw RuntimeFailure("memory pool reset failed");
+  }
+  return {blocks, bytes};
+}
+
 PgkStats memory_stats() {
   PgkStats stats{};
   pgk_pool_stats(pool_of(ensure_context()), &stats);

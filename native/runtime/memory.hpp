@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "errors.hpp"
 #include "pool_ffi.h"
@@ -46,6 +47,10 @@ void set_global_memory_limit(std::uint64_t bytes);
 // The process-wide limit (UINT64_MAX: none) and the bytes all pools hold.
 void global_memory_usage(std::uint64_t* limit, std::uint64_t* reserved);
 PgkStats memory_stats();
+// Device reset (context.cpp reset_device): the pool of `device` forgets every block (in use and
+// cached), which died with the context, so no stale address is ever freed into the new context.
+// Returns (blocks, bytes) forgotten.
+std::pair<std::uint64_t, std::uint64_t> forget_device_memory(int device);
 // (free, total) bytes of the current device as the driver sees them.
 void device_memory_info(std::size_t* free_bytes, std::size_t* total_bytes);
 

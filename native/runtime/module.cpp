@@ -15,11 +15,6 @@ std::uint64_t module_load(const std::string& image) {
   return reinterpret_cast<std::uint64_t>(module);
 }
 
-void module_unload(std::uint64_t module) {
-  ensure_context();
-  check(driver().cuModuleUnload(reinterpret_cast<CUmodule>(module)), "cuModuleUnload");
-}
-
 std::uint64_t module_function(std::uint64_t module, const std::string& name) {
   ensure_context();
   CUfunction function = nullptr;

@@ -19,7 +19,6 @@ struct FunctionAttributes {
 
 // Loads a CUBIN or PTX image; throws CudaFailure (e.g. CUDA_ERROR_UNSUPPORTED_PTX_VERSION) on failure.
 std::uint64_t module_load(const std::string& image);
-void module_unload(std::uint64_t module);
 // Throws CudaFailure (CUDA_ERROR_NOT_FOUND) when the module has no such function.
 std::uint64_t module_function(std::uint64_t module, const std::string& name);
 FunctionAttributes function_attributes(std::uint64_t function);

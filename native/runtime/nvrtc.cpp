@@ -99,11 +99,6 @@ const NvrtcStatus& load_nvrtc(const std::vector<std::string>& candidates) {
   return g_status;
 }
 
-const NvrtcStatus& nvrtc_status() {
-  std::lock_guard<std::mutex> lock(g_nvrtc_mutex);
-  return g_status;
-}
-
 CompileResult nvrtc_compile(const std::string& source, const std::string& name,
                             const std::vector<std::string>& options, CompileTarget target,
                             const std::vector<std::string>& name_expressions) {

@@ -28,7 +28,6 @@ struct CompileResult {
 
 // Idempotent: the first candidate that loads and exposes the entry points wins for the process.
 const NvrtcStatus& load_nvrtc(const std::vector<std::string>& candidates);
-const NvrtcStatus& nvrtc_status();
 
 // Compiles `source` with `options` (for example "--gpu-architecture=sm_90"). CUBIN needs an exact
 // sm_XY architecture option; PTX works with compute_XY. Throws NvrtcFailure with the log on error.

@@ -66,6 +66,9 @@ uint64_t pgk_pool_release_stream(const PgkPool* pool, uint64_t stream, PgkReleas
 int32_t pgk_pool_set_limit(const PgkPool* pool, uint64_t limit, PgkReleaseFn release, void* context);
 int32_t pgk_pool_stats(const PgkPool* pool, PgkStats* out);
 int32_t pgk_pool_is_in_use(const PgkPool* pool, uint64_t ptr);
+/* Forgets every block and reservation after the device's context was reset (the memory is gone);
+ * nothing is reported for release. blocks / bytes (each may be NULL) receive what was forgotten. */
+int32_t pgk_pool_reset(const PgkPool* pool, uint64_t* blocks, uint64_t* bytes);
 /* The process-wide limit shared by every pool (0: unlimited) and the bytes all pools hold. */
 void pgk_budget_set_limit(uint64_t limit);
 int32_t pgk_budget_get(uint64_t* limit, uint64_t* reserved);

@@ -3,18 +3,28 @@
 
 #include <dlfcn.h>
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
+#include <string>
 
 #include "errors.hpp"
 
 namespace pygpukit {
 
-bool library_debug_enabled() {
-  const char* value = std::getenv("PYGPUKIT_DEBUG_LIBRARY_LOAD");
-  return value != nullptr && value[0] != '\0' && std::strcmp(value, "0") != 0;
+bool debug_flag_value(const char* value) {
+  if (value == nullptr) return false;
+  std::string text(value);
+  const auto blank = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+  while (!text.empty() && blank(text.back())) text.pop_back();
+  std::size_t start = 0;
+  while (start < text.size() && blank(text[start])) ++start;
+  text.erase(0, start);
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text == "1" || text == "true" || text == "yes" || text == "on";
 }
+
+bool library_debug_enabled() { return debug_flag_value(std::getenv("PYGPUKIT_DEBUG_LIBRARY_LOAD")); }
 
 LoadedLibrary open_first(const std::string& library, const std::vector<std::string>& candidates) {
   LoadedLibrary result;

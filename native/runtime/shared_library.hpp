@@ -14,7 +14,7 @@ struct LoadedLibrary {
 };
 
 // Tries each candidate in order with dlopen(RTLD_NOW | RTLD_LOCAL). Throws LibraryNotFound naming
-// every attempt when none loads. With PYGPUKIT_DEBUG_LIBRARY_LOAD=1 each attempt is printed to stderr.
+// every attempt when none loads. With PYGPUKIT_DEBUG_LIBRARY_LOAD on each attempt is printed to stderr.
 LoadedLibrary open_first(const std::string& library, const std::vector<std::string>& candidates);
 
 // dlsym that returns nullptr for a missing symbol.
@@ -23,6 +23,9 @@ void* find_symbol(void* handle, const char* name);
 // The absolute path of the file a loaded handle came from (resolves bare sonames).
 std::string resolved_path(void* handle, const char* any_symbol, const std::string& fallback);
 
+// Whether PYGPUKIT_DEBUG_LIBRARY_LOAD is on: 1, true, yes or on in any case, blanks ignored (the rule
+// of Python's pygpukit.core._env.env_flag). Every other value, 0/false/no/off included, is off.
 bool library_debug_enabled();
+bool debug_flag_value(const char* value);
 
 }  // namespace pygpukit

@@ -146,6 +146,22 @@ std::unique_lock<std::mutex> acquire(int device, DeviceStaging** out) {
   return lock;
 }
 
+}  // namespace
+
+bool staging_forget_device(int device) {
+  if (device < 0 || device >= kMaxDevices) return false;
+  DeviceStaging& s = g_staging[static_cast<std::size_t>(device)];
+  std::lock_guard<std::mutex> lock(s.mutex);
+  const bool had = s.ready;
+  s.ready = false;
+  s.buffers.fill(nullptr);
+  s.events.fill(nullptr);
+  s.pending.fill(false);
+  return had;
+}
+
+namespace {
+
 void wait_buffer(DeviceStaging& s, unsigned b) {
   if (s.pending[b]) {
     check(driver().cuEventSynchronize(s.events[b]), "cuEventSynchronize (staging)");

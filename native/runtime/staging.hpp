@@ -27,4 +27,9 @@ void copy_host_to_device(std::uint64_t dst, const void* src, std::size_t nbytes,
 // returns when the host memory holds the data.
 void copy_device_to_host(void* dst, std::uint64_t src, std::size_t nbytes, std::uint64_t stream);
 
+// Device reset (context.cpp reset_device, before the context is reset): forgets the device's pinned
+// staging buffers and their events without touching the driver (they die with the context); the next
+// staged copy allocates new ones. Returns whether the device had any.
+bool staging_forget_device(int device);
+
 }  // namespace pygpukit

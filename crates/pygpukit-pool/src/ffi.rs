@@ -293,6 +293,35 @@ pub unsafe extern "C" fn pgk_pool_stats(handle: *const PgkPool, out: *mut PgkSta
     }
 }
 
+/// Forgets every block and reservation of the pool after its device's context was reset (the memory
+/// is gone; see `Pool::reset`); nothing is reported for release. Writes the number of blocks and of
+/// bytes forgotten to `blocks` and `bytes` when they are not null.
+///
+/// # Safety
+/// `blocks` and `bytes` must each be null or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn pgk_pool_reset(
+    handle: *const PgkPool,
+    blocks: *mut u64,
+    bytes: *mut u64,
+) -> i32 {
+    match with_pool(handle, Pool::reset) {
+        Some((count, held)) => {
+            // SAFETY: each is null or valid per the contract.
+            unsafe {
+                if let Some(out) = blocks.as_mut() {
+                    *out = count;
+                }
+                if let Some(out) = bytes.as_mut() {
+                    *out = held;
+                }
+            }
+            PGK_OK
+        }
+        None => PGK_INVALID_ARGUMENT,
+    }
+}
+
 /// Whether `ptr` is an in-use block of this pool (1) or not (0).
 #[no_mangle]
 pub extern "C" fn pgk_pool_is_in_use(handle: *const PgkPool, ptr: u64) -> i32 {

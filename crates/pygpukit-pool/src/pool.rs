@@ -407,6 +407,30 @@ impl Pool {
         Some(ptr)
     }
 
+    /// Forgets every block, in use and cached, and any reservation of an allocation being made,
+    /// because the device memory they were in no longer exists (the device's CUDA context was reset:
+    /// pygpukit.reset_device()). Nothing is returned for release: freeing those addresses in the new
+    /// context would free someone else's memory, and a later `free` of one of them is refused as an
+    /// unknown pointer. The limit and the cumulative counters stay; the gauges drop to zero and the
+    /// shared budget gets back every byte this pool held. Returns (blocks, bytes) forgotten.
+    pub fn reset(&mut self) -> (u64, u64) {
+        let blocks = self.blocks.len() as u64;
+        let held = self.reserved();
+        self.blocks.clear();
+        self.free_lists.clear();
+        self.lru.clear();
+        if let Some(budget) = &self.budget {
+            budget.release(held);
+        }
+        let s = &mut self.stats;
+        s.in_use_bytes = 0;
+        s.cached_bytes = 0;
+        s.pending_bytes = 0;
+        s.in_use_blocks = 0;
+        s.cached_blocks = 0;
+        (blocks, held)
+    }
+
     /// Whether `ptr` is a block this pool handed out and that is still in use.
     pub fn is_in_use(&self, ptr: DevicePtr) -> bool {
         matches!(
@@ -520,6 +544,51 @@ mod tests {
         assert_eq!(pool.set_limit(Some(0)), vec![(b, 512)]);
         assert_eq!(pool.stats().cached_bytes, 0);
         assert_eq!(pool.stats().releases, 2);
+    }
+
+    #[test]
+    fn reset_forgets_every_block_and_gives_the_budget_back() {
+        let budget = Arc::new(SharedBudget::new(None));
+        let mut pool = Pool::with_budget(Some(1 << 20), Arc::clone(&budget));
+        let mut next = 1 << 32;
+        let a = allocate(&mut pool, 1000, 1, &mut next);
+        let b = allocate(&mut pool, 3000, 2, &mut next);
+        pool.free(b).unwrap();
+        let Decision::Allocate { size: pending, .. } = pool.request(5000, 1).unwrap() else {
+            panic!("expected a new allocation")
+        };
+        assert_eq!(budget.reserved(), 1024 + 3072 + pending);
+        let before = pool.stats();
+        assert_eq!(pool.reset(), (2, 1024 + 3072 + pending));
+        let s = pool.stats();
+        assert_eq!(
+            (
+                s.in_use_bytes,
+                s.cached_bytes,
+                s.pending_bytes,
+                s.in_use_blocks,
+                s.cached_blocks
+            ),
+            (0, 0, 0, 0, 0)
+        );
+        assert_eq!(
+            (s.requests, s.frees, s.limit),
+            (before.requests, before.frees, 1 << 20)
+        );
+        assert_eq!(budget.reserved(), 0);
+        // The old addresses are unknown now: nothing of the old context can be freed into the new one.
+        assert_eq!(pool.free(a), Err(PoolError::UnknownPointer(a)));
+        assert!(!pool.is_in_use(a));
+        // An allocation that was being made across the reset reports back harmlessly.
+        pool.abandon(pending);
+        assert_eq!((pool.stats().pending_bytes, budget.reserved()), (0, 0));
+        // The cache is gone too: a request on b's stream allocates instead of reusing b.
+        assert!(matches!(
+            pool.request(3000, 2).unwrap(),
+            Decision::Allocate { size: 3072, .. }
+        ));
+        assert_eq!(pool.reset(), (0, 3072));
+        assert_eq!(budget.reserved(), 0);
     }
 
     #[test]

@@ -10,11 +10,25 @@ use pygpukit_pool::{Decision, Pool, PoolError, SharedBudget};
 
 #[derive(Clone, Debug)]
 enum Op {
-    Allocate { size: u64, stream: u64 },
-    Free { index: usize },
-    DeviceRefuses { size: u64, stream: u64 },
-    ReleaseCached { bytes: Option<u64> },
-    ReleaseStream { stream: u64 },
+    Allocate {
+        size: u64,
+        stream: u64,
+    },
+    Free {
+        index: usize,
+    },
+    DeviceRefuses {
+        size: u64,
+        stream: u64,
+    },
+    ReleaseCached {
+        bytes: Option<u64>,
+    },
+    ReleaseStream {
+        stream: u64,
+    },
+    /// The device's context was reset: all its memory is gone at once.
+    Reset,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -24,6 +38,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (1u64..100_000, 0u64..3).prop_map(|(size, stream)| Op::DeviceRefuses { size, stream }),
         1 => proptest::option::of(1u64..4_000_000).prop_map(|bytes| Op::ReleaseCached { bytes }),
         1 => (0u64..3).prop_map(|stream| Op::ReleaseStream { stream }),
+        1 => Just(Op::Reset),
     ]
 }
 
@@ -39,6 +54,12 @@ impl FakeDevice {
         self.next += size + 4096;
         self.live.insert(ptr, size);
         ptr
+    }
+    /// A context reset: every allocation disappears; returns the bytes it held.
+    fn reset(&mut self) -> u64 {
+        let held = self.live.values().sum();
+        self.live.clear();
+        held
     }
     fn release(&mut self, blocks: &[(u64, u64)]) {
         for (ptr, size) in blocks {
@@ -95,6 +116,16 @@ fn run(limit: Option<u64>, ops: Vec<Op>) {
             }
             Op::ReleaseCached { bytes } => device.release(&pool.release_cached(bytes)),
             Op::ReleaseStream { stream } => device.release(&pool.release_stream(stream)),
+            Op::Reset => {
+                let blocks = pool.stats().in_use_blocks + pool.stats().cached_blocks;
+                let held = device.reset();
+                assert_eq!(
+                    pool.reset(),
+                    (blocks, held),
+                    "the pool forgot other blocks than the device lost"
+                );
+                in_use.clear();
+            }
         }
         let stats = pool.stats();
         assert_eq!(
@@ -166,6 +197,15 @@ fn run_shared(global: u64, ops: Vec<(usize, Op)>) {
             }
             Op::ReleaseCached { bytes } => device.release(&pool.release_cached(bytes)),
             Op::ReleaseStream { stream } => device.release(&pool.release_stream(stream)),
+            Op::Reset => {
+                let held = device.reset();
+                assert_eq!(
+                    pool.reset().1,
+                    held,
+                    "the pool forgot other bytes than the device lost"
+                );
+                used.clear();
+            }
         }
         let held: u64 = devices.iter().flat_map(|d| d.live.values()).sum();
         assert_eq!(

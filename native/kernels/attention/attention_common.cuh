@@ -1,6 +1,7 @@
 // What the attention kernels (attention_prefill.cu, attention_decode.cu) share: the argument block,
 // key lengths and key addressing (strided or paged), the shared-memory tile layout and copies, and
-// the tensor-core fragment helpers.
+// the tensor-core fragment helpers. Conversions (from_float, and float2_to_word for two values
+// rounded into the 32-bit register of a fragment) come from common/convert.cuh.
 //
 // Positions: a sequence of batch entry b has kv_len keys (0 .. kv_len - 1). Its seq_q queries are
 // the last seq_q positions, query i at position kv_len - seq_q + i (bottom-right aligned, as in
@@ -9,6 +10,7 @@
 // runs in base 2 on scale * log2(e) * q . k, with float accumulation throughout.
 #pragma once
 
+#include "../common/convert.cuh"
 #include "../common/fast_math.cuh"
 #include "../gemm/gemm_common.cuh"
 
@@ -124,26 +126,6 @@ __device__ __forceinline__ void load_rows(unsigned tile, const T* src, int ld, i
                         src + (ok ? r * ld + col : 0), ok);
     }
   }
-}
-
-// Two floats rounded to T and packed as the low and high halves of a 32-bit register (the order of
-// consecutive elements in a tensor-core fragment).
-template <typename T>
-__device__ __forceinline__ unsigned pack2(float lo, float hi);
-template <>
-__device__ __forceinline__ unsigned pack2<__half>(float lo, float hi) {
-  const __half2 v = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const unsigned*>(&v);
-}
-template <>
-__device__ __forceinline__ unsigned pack2<__nv_bfloat16>(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const unsigned*>(&v);
-}
-
-template <typename T>
-__device__ __forceinline__ T from_float(float v) {
-  return matmul::from_float<T>(v);
 }
 
 }  // namespace attention

@@ -243,10 +243,10 @@ __global__ void __launch_bounds__(WARPS * 32) flash_decode(AttentionArgs a) {
     __syncthreads();
     if (active) {
       unsigned pa[4];
-      pa[0] = pack2<T>(s[0][0], s[0][1]);
-      pa[1] = pack2<T>(s[0][2], s[0][3]);
-      pa[2] = pack2<T>(s[1][0], s[1][1]);
-      pa[3] = pack2<T>(s[1][2], s[1][3]);
+      pa[0] = float2_to_word<T>(s[0][0], s[0][1]);
+      pa[1] = float2_to_word<T>(s[0][2], s[0][3]);
+      pa[2] = float2_to_word<T>(s[1][0], s[1][1]);
+      pa[3] = float2_to_word<T>(s[1][2], s[1][3]);
       const unsigned v_tile = v_tiles + stage * kTileBytes;
 #pragma unroll
       for (int d = 0; d < kDTiles; d += 2) {

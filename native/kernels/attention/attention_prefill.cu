@@ -253,10 +253,10 @@ __global__ void __launch_bounds__(WARPS * 32) flash_prefill(AttentionArgs a) {
         unsigned pa[TILES_M][4];
 #pragma unroll
         for (int i = 0; i < TILES_M; ++i) {
-          pa[i][0] = pack2<T>(s[i][2 * kk][0], s[i][2 * kk][1]);
-          pa[i][1] = pack2<T>(s[i][2 * kk][2], s[i][2 * kk][3]);
-          pa[i][2] = pack2<T>(s[i][2 * kk + 1][0], s[i][2 * kk + 1][1]);
-          pa[i][3] = pack2<T>(s[i][2 * kk + 1][2], s[i][2 * kk + 1][3]);
+          pa[i][0] = float2_to_word<T>(s[i][2 * kk][0], s[i][2 * kk][1]);
+          pa[i][1] = float2_to_word<T>(s[i][2 * kk][2], s[i][2 * kk][3]);
+          pa[i][2] = float2_to_word<T>(s[i][2 * kk + 1][0], s[i][2 * kk + 1][1]);
+          pa[i][3] = float2_to_word<T>(s[i][2 * kk + 1][2], s[i][2 * kk + 1][3]);
         }
 #pragma unroll
         for (int d = 0; d < kDTiles; d += 2) {
@@ -287,7 +287,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash_prefill(AttentionArgs a) {
 #pragma unroll
       for (int d = 0; d < kDTiles; ++d) {
         *reinterpret_cast<unsigned*>(smem_q + swizzle<kPad>(row, 8 * d + 2 * tq)) =
-            pack2<T>(o[i][d][2 * hf] * inv, o[i][d][2 * hf + 1] * inv);
+            float2_to_word<T>(o[i][d][2 * hf] * inv, o[i][d][2 * hf + 1] * inv);
       }
     }
   }

@@ -42,36 +42,21 @@ struct KVUnit {
   int pack, head, s, b, kv;
 };
 
-__device__ __forceinline__ KVUnit kv_unit(index_t u, bool small, const KVWriteShape& shape, int packs) {
+template <typename I>
+__device__ __forceinline__ KVUnit kv_unit_as(I rest, const KVWriteShape& shape, int packs) {
   KVUnit r;
-  if (small) {
-    unsigned rest = static_cast<unsigned>(u);
-    unsigned next = rest / static_cast<unsigned>(packs);
-    r.pack = static_cast<int>(rest - next * static_cast<unsigned>(packs));
-    rest = next;
-    next = rest / static_cast<unsigned>(shape.heads);
-    r.head = static_cast<int>(rest - next * static_cast<unsigned>(shape.heads));
-    rest = next;
-    next = rest / static_cast<unsigned>(shape.seq);
-    r.s = static_cast<int>(rest - next * static_cast<unsigned>(shape.seq));
-    rest = next;
-    next = rest / static_cast<unsigned>(shape.batch);
-    r.b = static_cast<int>(rest - next * static_cast<unsigned>(shape.batch));
-    r.kv = static_cast<int>(next);
-  } else {
-    index_t rest = u / packs;
-    r.pack = static_cast<int>(u - rest * packs);
-    index_t next = rest / shape.heads;
-    r.head = static_cast<int>(rest - next * shape.heads);
-    rest = next;
-    next = rest / shape.seq;
-    r.s = static_cast<int>(rest - next * shape.seq);
-    rest = next;
-    next = rest / shape.batch;
-    r.b = static_cast<int>(rest - next * shape.batch);
-    r.kv = static_cast<int>(next);
-  }
+  r.pack = static_cast<int>(take_index(rest, static_cast<I>(packs)));
+  r.head = static_cast<int>(take_index(rest, static_cast<I>(shape.heads)));
+  r.s = static_cast<int>(take_index(rest, static_cast<I>(shape.seq)));
+  r.b = static_cast<int>(take_index(rest, static_cast<I>(shape.batch)));
+  r.kv = static_cast<int>(rest);
   return r;
+}
+
+// `small`: units <= kSmallSpace, 32-bit index arithmetic (common/strided.cuh).
+__device__ __forceinline__ KVUnit kv_unit(index_t u, bool small, const KVWriteShape& shape, int packs) {
+  return small ? kv_unit_as<unsigned>(static_cast<unsigned>(u), shape, packs)
+               : kv_unit_as<index_t>(u, shape, packs);
 }
 
 template <typename T, int W>

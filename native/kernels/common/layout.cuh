@@ -4,6 +4,7 @@
 // kernel argument, so a launch needs no device-side metadata.
 #pragma once
 
+#include "strided.cuh"
 #include "types.cuh"
 
 namespace pygpukit {
@@ -18,36 +19,16 @@ struct Layout {
   index_t strides[kMaxOperands][kMaxDims];
 };
 
-// Element offsets of the element with C-order index `linear` in the first N operands. Index
-// arithmetic runs in 32 bits when the whole space fits (a 64-bit division costs several times more).
+// Element offsets of the element with C-order index `linear` in the first N operands (strided.cuh;
+// `small`: the space has at most kSmallSpace elements, 32-bit index arithmetic).
 template <int N>
 __device__ __forceinline__ void layout_offsets(const Layout& layout, index_t linear, bool small,
                                                index_t (&offsets)[N]) {
-#pragma unroll
-  for (int k = 0; k < N; ++k) offsets[k] = 0;
-  if (small) {
-    unsigned rest = static_cast<unsigned>(linear);
-    for (int d = layout.ndim - 1; d >= 0; --d) {
-      const unsigned size = static_cast<unsigned>(layout.shape[d]);
-      const unsigned next = rest / size;
-      const index_t i = static_cast<index_t>(rest - next * size);
-      rest = next;
-#pragma unroll
-      for (int k = 0; k < N; ++k) offsets[k] += i * layout.strides[k][d];
-    }
-  } else {
-    index_t rest = linear;
-    for (int d = layout.ndim - 1; d >= 0; --d) {
-      const index_t next = rest / layout.shape[d];
-      const index_t i = rest - next * layout.shape[d];
-      rest = next;
-#pragma unroll
-      for (int k = 0; k < N; ++k) offsets[k] += i * layout.strides[k][d];
-    }
-  }
+  strided_offsets<N>(
+      linear, layout.ndim, layout.shape, [&](int k, int d) { return layout.strides[k][d]; }, small, offsets);
 }
 
-constexpr index_t kSmallSpace = 0x7fffffffLL;
+using pygpukit::kSmallSpace;
 
 }  // namespace ops
 }  // namespace pygpukit

@@ -1,63 +1,29 @@
-// Element-type machinery shared by the op kernels: which storage types are computed in which type,
-// conversions between any two element types, dtype codes for operands whose type is only known at
-// run time (mixed-dtype and strided launches), and aligned packs for 128-bit memory access.
-//
-// Compute types: fp16, bf16 and fp8 are stored narrow and computed in float; float in float; double
-// in double; integers and bool in themselves. Narrow floats therefore round once, when stored.
+// Element-type machinery shared by the op kernels: limits, dtype codes for operands whose type is
+// only known at run time (mixed-dtype and strided launches), and aligned packs for 128-bit memory
+// access. The conversions between element types (convert<To>, to_float, from_float, ...) and the
+// compute-type traits live in convert.cuh, shared with the core kernels; they are visible here as
+// pygpukit::ops names too.
 #pragma once
 
-#include "element_types.cuh"
+#include "codes.cuh"
+#include "convert.cuh"
 
 namespace pygpukit {
 namespace ops {
 
-template <typename A, typename B>
-struct SameType {
-  static constexpr bool value = false;
-};
-template <typename A>
-struct SameType<A, A> {
-  static constexpr bool value = true;
-};
-
-// kind: how a type behaves in arithmetic.
-enum class Kind { kBool, kSigned, kUnsigned, kNarrow, kFloat, kDouble };
-
-template <typename T>
-struct Traits;
-
-#define PYGPUKIT_TRAITS(T, KIND, UNSIGNED)   \
-  template <>                                \
-  struct Traits<T> {                         \
-    static constexpr Kind kind = Kind::KIND; \
-    using unsigned_type = UNSIGNED;          \
-  };
-PYGPUKIT_TRAITS(bool, kBool, unsigned char)
-PYGPUKIT_TRAITS(signed char, kSigned, unsigned char)
-PYGPUKIT_TRAITS(short, kSigned, unsigned short)
-PYGPUKIT_TRAITS(int, kSigned, unsigned int)
-PYGPUKIT_TRAITS(long long, kSigned, unsigned long long)
-PYGPUKIT_TRAITS(unsigned char, kUnsigned, unsigned char)
-PYGPUKIT_TRAITS(unsigned short, kUnsigned, unsigned short)
-PYGPUKIT_TRAITS(unsigned int, kUnsigned, unsigned int)
-PYGPUKIT_TRAITS(unsigned long long, kUnsigned, unsigned long long)
-PYGPUKIT_TRAITS(__half, kNarrow, unsigned short)
-PYGPUKIT_TRAITS(__nv_bfloat16, kNarrow, unsigned short)
-PYGPUKIT_TRAITS(__nv_fp8_e4m3, kNarrow, unsigned char)
-PYGPUKIT_TRAITS(__nv_fp8_e5m2, kNarrow, unsigned char)
-PYGPUKIT_TRAITS(float, kFloat, unsigned int)
-PYGPUKIT_TRAITS(double, kDouble, unsigned long long)
-#undef PYGPUKIT_TRAITS
-
-template <typename T>
-__host__ __device__ constexpr bool is_integer() {
-  return Traits<T>::kind == Kind::kSigned || Traits<T>::kind == Kind::kUnsigned;
-}
-template <typename T>
-__host__ __device__ constexpr bool is_floating() {
-  return Traits<T>::kind == Kind::kNarrow || Traits<T>::kind == Kind::kFloat ||
-         Traits<T>::kind == Kind::kDouble;
-}
+using pygpukit::convert;
+using pygpukit::from_double;
+using pygpukit::from_float;
+using pygpukit::is_floating;
+using pygpukit::is_integer;
+using pygpukit::Kind;
+using pygpukit::narrow_from_double;
+using pygpukit::narrow_from_float;
+using pygpukit::narrow_to_float;
+using pygpukit::SameType;
+using pygpukit::to_double;
+using pygpukit::to_float;
+using pygpukit::Traits;
 
 // Unsigned type at least as wide as int, for wrapping integer arithmetic without signed overflow
 // (unsigned short * unsigned short would be computed, and overflow, in int).
@@ -110,84 +76,7 @@ struct Limits<double> {
   __device__ static double highest() { return __longlong_as_double(0x7ff0000000000000LL); }
 };
 
-// -- narrow floats <-> float/double -----------------------------------------------------------------
-__device__ __forceinline__ float narrow_to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float narrow_to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float narrow_to_float(__nv_fp8_e4m3 v) { return static_cast<float>(v); }
-__device__ __forceinline__ float narrow_to_float(__nv_fp8_e5m2 v) { return static_cast<float>(v); }
-
-template <typename T>
-__device__ __forceinline__ T narrow_from_float(float v);
-template <>
-__device__ __forceinline__ __half narrow_from_float<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 narrow_from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_fp8_e4m3 narrow_from_float<__nv_fp8_e4m3>(float v) {
-  return __nv_fp8_e4m3(v);
-}
-template <>
-__device__ __forceinline__ __nv_fp8_e5m2 narrow_from_float<__nv_fp8_e5m2>(float v) {
-  return e5m2_from(v);
-}
-
-template <typename T>
-__device__ __forceinline__ T narrow_from_double(double v);
-template <>
-__device__ __forceinline__ __half narrow_from_double<__half>(double v) {
-  return __double2half(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 narrow_from_double<__nv_bfloat16>(double v) {
-  return __double2bfloat16(v);
-}
-template <>
-__device__ __forceinline__ __nv_fp8_e4m3 narrow_from_double<__nv_fp8_e4m3>(double v) {
-  return __nv_fp8_e4m3(v);
-}
-template <>
-__device__ __forceinline__ __nv_fp8_e5m2 narrow_from_double<__nv_fp8_e5m2>(double v) {
-  return e5m2_from(v);
-}
-
-// convert<To>(v): NumPy's conversion rules with one rounding. Anything to bool is "!= 0" (NaN is
-// true); narrow floats widen through float exactly; 32- and 64-bit values narrow through double.
-template <typename To, typename From>
-__device__ __forceinline__ To convert(From v) {
-  constexpr Kind from = Traits<From>::kind;
-  constexpr Kind to = Traits<To>::kind;
-  if constexpr (SameType<To, From>::value) {
-    return v;
-  } else if constexpr (to == Kind::kBool) {
-    if constexpr (from == Kind::kNarrow) {
-      return narrow_to_float(v) != 0.0f;
-    } else {
-      return v != From(0);
-    }
-  } else if constexpr (from == Kind::kNarrow) {
-    const float f = narrow_to_float(v);
-    if constexpr (to == Kind::kNarrow) {
-      return narrow_from_float<To>(f);
-    } else {
-      return static_cast<To>(f);
-    }
-  } else if constexpr (to == Kind::kNarrow) {
-    if constexpr (from == Kind::kFloat ||
-                  ((from == Kind::kBool || is_integer<From>()) && sizeof(From) <= 2)) {
-      return narrow_from_float<To>(static_cast<float>(v));  // exact in float
-    } else {
-      return narrow_from_double<To>(static_cast<double>(v));
-    }
-  } else {
-    return static_cast<To>(v);
-  }
-}
-
-// -- run-time dtype codes (the order of PYGPUKIT_FOR_EACH_ELEMENT_TYPE) ------------------------------
+// -- run-time dtype codes (codes::DType: the order of PYGPUKIT_FOR_EACH_ELEMENT_TYPE) ---------------
 constexpr int kCodeScalar = -1;  // the operand is the kernel's scalar argument
 constexpr int kCodeAbsent = -2;  // an optional operand that was not given (clamp without a bound)
 
@@ -195,33 +84,33 @@ constexpr int kCodeAbsent = -2;  // an optional operand that was not given (clam
 template <typename C>
 __device__ __noinline__ C load_as(const void* base, int code, index_t offset) {
   switch (code) {
-    case 0:
+    case codes::kF64:
       return convert<C>(static_cast<const double*>(base)[offset]);
-    case 1:
+    case codes::kF32:
       return convert<C>(static_cast<const float*>(base)[offset]);
-    case 2:
+    case codes::kF16:
       return convert<C>(static_cast<const __half*>(base)[offset]);
-    case 3:
+    case codes::kBF16:
       return convert<C>(static_cast<const __nv_bfloat16*>(base)[offset]);
-    case 4:
+    case codes::kF8E4M3:
       return convert<C>(static_cast<const __nv_fp8_e4m3*>(base)[offset]);
-    case 5:
+    case codes::kF8E5M2:
       return convert<C>(static_cast<const __nv_fp8_e5m2*>(base)[offset]);
-    case 6:
+    case codes::kI8:
       return convert<C>(static_cast<const signed char*>(base)[offset]);
-    case 7:
+    case codes::kI16:
       return convert<C>(static_cast<const short*>(base)[offset]);
-    case 8:
+    case codes::kI32:
       return convert<C>(static_cast<const int*>(base)[offset]);
-    case 9:
+    case codes::kI64:
       return convert<C>(static_cast<const long long*>(base)[offset]);
-    case 10:
+    case codes::kU8:
       return convert<C>(static_cast<const unsigned char*>(base)[offset]);
-    case 11:
+    case codes::kU16:
       return convert<C>(static_cast<const unsigned short*>(base)[offset]);
-    case 12:
+    case codes::kU32:
       return convert<C>(static_cast<const unsigned int*>(base)[offset]);
-    case 13:
+    case codes::kU64:
       return convert<C>(static_cast<const unsigned long long*>(base)[offset]);
     default:
       return convert<C>(static_cast<const bool*>(base)[offset]);
@@ -232,46 +121,46 @@ __device__ __noinline__ C load_as(const void* base, int code, index_t offset) {
 template <typename V>
 __device__ __noinline__ void store_as(void* base, int code, index_t offset, V value) {
   switch (code) {
-    case 0:
+    case codes::kF64:
       static_cast<double*>(base)[offset] = convert<double>(value);
       break;
-    case 1:
+    case codes::kF32:
       static_cast<float*>(base)[offset] = convert<float>(value);
       break;
-    case 2:
+    case codes::kF16:
       static_cast<__half*>(base)[offset] = convert<__half>(value);
       break;
-    case 3:
+    case codes::kBF16:
       static_cast<__nv_bfloat16*>(base)[offset] = convert<__nv_bfloat16>(value);
       break;
-    case 4:
+    case codes::kF8E4M3:
       static_cast<__nv_fp8_e4m3*>(base)[offset] = convert<__nv_fp8_e4m3>(value);
       break;
-    case 5:
+    case codes::kF8E5M2:
       static_cast<__nv_fp8_e5m2*>(base)[offset] = convert<__nv_fp8_e5m2>(value);
       break;
-    case 6:
+    case codes::kI8:
       static_cast<signed char*>(base)[offset] = convert<signed char>(value);
       break;
-    case 7:
+    case codes::kI16:
       static_cast<short*>(base)[offset] = convert<short>(value);
       break;
-    case 8:
+    case codes::kI32:
       static_cast<int*>(base)[offset] = convert<int>(value);
       break;
-    case 9:
+    case codes::kI64:
       static_cast<long long*>(base)[offset] = convert<long long>(value);
       break;
-    case 10:
+    case codes::kU8:
       static_cast<unsigned char*>(base)[offset] = convert<unsigned char>(value);
       break;
-    case 11:
+    case codes::kU16:
       static_cast<unsigned short*>(base)[offset] = convert<unsigned short>(value);
       break;
-    case 12:
+    case codes::kU32:
       static_cast<unsigned int*>(base)[offset] = convert<unsigned int>(value);
       break;
-    case 13:
+    case codes::kU64:
       static_cast<unsigned long long*>(base)[offset] = convert<unsigned long long>(value);
       break;
     default:

@@ -1,31 +1,6 @@
 // arange_<suffix>(out, start, step, n): out[i] = start + i * step. Floating types compute in double
 // (then round once to the element type); integer types compute exactly in 64-bit integers.
-#include "../common/element_types.cuh"
-
-namespace pygpukit {
-
-template <typename T>
-__device__ __forceinline__ T from_double(double v) {
-  return static_cast<T>(v);
-}
-template <>
-__device__ __forceinline__ __half from_double<__half>(double v) {
-  return __double2half(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_double<__nv_bfloat16>(double v) {
-  return __double2bfloat16(v);
-}
-template <>
-__device__ __forceinline__ __nv_fp8_e4m3 from_double<__nv_fp8_e4m3>(double v) {
-  return __nv_fp8_e4m3(v);
-}
-template <>
-__device__ __forceinline__ __nv_fp8_e5m2 from_double<__nv_fp8_e5m2>(double v) {
-  return e5m2_from(v);
-}
-
-}  // namespace pygpukit
+#include "../common/convert.cuh"
 
 #define PYGPUKIT_ARANGE_FLOAT(T, SUFFIX)                                                                    \
   extern "C" __global__ void arange_##SUFFIX(T* __restrict__ out, double start, double step, long long n) { \

@@ -1,7 +1,8 @@
-// strided_copy_<suffix>(dst, src, n, ndim, shape, src_strides, dst_strides): copies an n-element view
-// of up to 8 dimensions between arbitrary (element) strides. Used to make strided views contiguous
-// on the device. Layout arguments travel by value in one struct so a launch needs no device buffer.
-#include "../common/element_types.cuh"
+// strided_copy_<suffix>(dst, src, n, layout): copies an n-element view of up to 8 dimensions between
+// arbitrary (element) strides (offsets from common/strided.cuh). Used to make strided views
+// contiguous on the device. Layout arguments travel by value in one struct (StridedLayout, declared
+// for Python as pygpukit.core.builtins.STRIDED_LAYOUT) so a launch needs no device buffer.
+#include "../common/strided.cuh"
 
 namespace pygpukit {
 
@@ -18,18 +19,14 @@ template <typename T>
 __device__ __forceinline__ void strided_copy(T* __restrict__ dst, const T* __restrict__ src, index_t n,
                                              const StridedLayout& layout) {
   const index_t stride = static_cast<index_t>(gridDim.x) * blockDim.x;
+  const bool small = n <= kSmallSpace;
   for (index_t linear = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; linear < n;
        linear += stride) {
-    index_t rest = linear;
-    index_t src_offset = 0;
-    index_t dst_offset = 0;
-    for (int d = layout.ndim - 1; d >= 0; --d) {
-      const index_t i = rest % layout.shape[d];
-      rest /= layout.shape[d];
-      src_offset += i * layout.src_strides[d];
-      dst_offset += i * layout.dst_strides[d];
-    }
-    dst[dst_offset] = src[src_offset];
+    index_t offsets[2];  // dst, src
+    strided_offsets<2>(
+        linear, layout.ndim, layout.shape,
+        [&](int k, int d) { return k == 0 ? layout.dst_strides[d] : layout.src_strides[d]; }, small, offsets);
+    dst[offsets[0]] = src[offsets[1]];
   }
 }
 

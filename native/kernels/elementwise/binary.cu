@@ -3,8 +3,9 @@
 // "pygpukit::ops::binary_contig<pygpukit::ops::Arith<float>, __half, __half>":
 //
 //   binary_contig<F, T, O>(a, b, s, out, n, mode, op)  contiguous operands of one dtype T, O out;
-//                                                      mode 0: a op b, 1: s op b, 2: a op s, where s
-//                                                      is a scalar argument in F::compute
+//                                                      mode (codes::BinaryMode) kBinaryArrays: a op b,
+//                                                      kBinaryScalarFirst: s op b, kBinaryScalarSecond:
+//                                                      a op s, where s is a scalar argument in F::compute
 //   binary_strided<F, O>(out, a, a_code, b, b_code, s, n, layout, op)
 //                                                      any strides, broadcasting, mixed input dtypes
 //                                                      (run-time codes), one operand may be the scalar
@@ -12,8 +13,9 @@
 // The contiguous kernel moves 16-byte packs when every pointer is aligned to its pack (element accesses
 // otherwise, and in the last partial tile); each thread loads kUnroll packs per operand before using
 // any, and the loop over tiles of blockDim.x * kUnroll packs is grid-stride.
-#include "functors.cuh"
+#include "../common/codes.cuh"
 #include "../common/layout.cuh"
+#include "functors.cuh"
 
 namespace pygpukit {
 namespace ops {
@@ -24,8 +26,8 @@ __global__ void binary_contig(const T* __restrict__ a, const T* __restrict__ b, 
   using C = typename F::compute;
   using R = typename F::result;
   constexpr int V = pack_width<T, O>();
-  const bool load_a = mode != 1;
-  const bool load_b = mode != 2;
+  const bool load_a = mode != codes::kBinaryScalarFirst;
+  const bool load_b = mode != codes::kBinaryScalarSecond;
   const bool packed =
       aligned_to(a, V * sizeof(T)) && aligned_to(b, V * sizeof(T)) && aligned_to(out, V * sizeof(O));
   const index_t tile = static_cast<index_t>(blockDim.x) * V * kUnroll;

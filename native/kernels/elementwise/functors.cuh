@@ -1,7 +1,7 @@
 // The elementwise operations as functors over a compute type C (float, double, an integer type or
 // bool; see types.cuh), grouped into families. A kernel is instantiated per family and dtype, and
 // the op is a run-time code switched once per pack of elements: one compilation serves every op of a
-// family (the host, pygpukit.ops.elementwise, mirrors the codes below).
+// family. The codes are the enums <Family>Op of common/codes.cuh, which pygpukit.ops.elementwise reads.
 //
 // Semantics follow NumPy where it defines them: integer arithmetic wraps; integer // and % by zero
 // give 0; // rounds toward minus infinity and % takes the divisor's sign (floats too); maximum and
@@ -9,6 +9,7 @@
 // base 1, +-1 for base -1, else 0), where NumPy raises.
 #pragma once
 
+#include "../common/codes.cuh"
 #include "../common/fast_math.cuh"
 #include "../common/types.cuh"
 
@@ -375,41 +376,41 @@ __device__ __forceinline__ void lanes(F f, const A (&x)[V], R (&r)[V]) {
 }
 
 template <typename C>
-struct Arith {  // 0 add, 1 sub, 2 mul, 3 div, 4 floor_divide, 5 mod, 6 pow, 7 maximum, 8 minimum
+struct Arith {  // codes::ArithOp
   using compute = C;
   using result = C;
   template <int V>
   __device__ static void apply(int op, const C (&x)[V], const C (&y)[V], C (&r)[V]) {
     constexpr bool boolean = Traits<C>::kind == Kind::kBool;
     switch (op) {
-      case 0:
+      case codes::kArithAdd:
         lanes(Add<C>(), x, y, r);
         break;
-      case 2:
+      case codes::kArithMul:
         lanes(Mul<C>(), x, y, r);
         break;
-      case 7:
+      case codes::kArithMaximum:
         lanes(Maximum<C>(), x, y, r);
         break;
-      case 8:
+      case codes::kArithMinimum:
         lanes(Minimum<C>(), x, y, r);
         break;
       default:
         if constexpr (!boolean) {
           switch (op) {
-            case 1:
+            case codes::kArithSub:
               lanes(Sub<C>(), x, y, r);
               break;
-            case 3:
+            case codes::kArithDiv:
               if constexpr (is_floating<C>()) lanes(Div<C>(), x, y, r);
               break;
-            case 4:
+            case codes::kArithFloorDivide:
               lanes(FloorDivide<C>(), x, y, r);
               break;
-            case 5:
+            case codes::kArithMod:
               lanes(Mod<C>(), x, y, r);
               break;
-            default:
+            default:  // codes::kArithPow
               lanes(Pow<C>(), x, y, r);
               break;
           }
@@ -420,28 +421,28 @@ struct Arith {  // 0 add, 1 sub, 2 mul, 3 div, 4 floor_divide, 5 mod, 6 pow, 7 m
 };
 
 template <typename C>
-struct Compare {  // 0 eq, 1 ne, 2 lt, 3 le, 4 gt, 5 ge
+struct Compare {  // codes::CompareOp
   using compute = C;
   using result = bool;
   template <int V>
   __device__ static void apply(int op, const C (&x)[V], const C (&y)[V], bool (&r)[V]) {
     switch (op) {
-      case 0:
+      case codes::kCompareEq:
         lanes(Equal<C>(), x, y, r);
         break;
-      case 1:
+      case codes::kCompareNe:
         lanes(NotEqual<C>(), x, y, r);
         break;
-      case 2:
+      case codes::kCompareLt:
         lanes(Less<C>(), x, y, r);
         break;
-      case 3:
+      case codes::kCompareLe:
         lanes(LessEqual<C>(), x, y, r);
         break;
-      case 4:
+      case codes::kCompareGt:
         lanes(Greater<C>(), x, y, r);
         break;
-      default:
+      default:  // codes::kCompareGe
         lanes(GreaterEqual<C>(), x, y, r);
         break;
     }
@@ -449,31 +450,31 @@ struct Compare {  // 0 eq, 1 ne, 2 lt, 3 le, 4 gt, 5 ge
 };
 
 template <typename C>
-struct Logical {  // C is bool. Binary: 0 and, 1 or, 2 xor; unary: not
+struct Logical {  // C is bool. codes::LogicalOp: binary and, or, xor; unary not
   using compute = C;
   using result = bool;
   template <int V>
   __device__ static void apply(int op, const C (&x)[V], const C (&y)[V], bool (&r)[V]) {
     switch (op) {
-      case 0:
+      case codes::kLogicalAnd:
         lanes(LogicalAnd<C>(), x, y, r);
         break;
-      case 1:
+      case codes::kLogicalOr:
         lanes(LogicalOr<C>(), x, y, r);
         break;
-      default:
+      default:  // codes::kLogicalXor
         lanes(LogicalXor<C>(), x, y, r);
         break;
     }
   }
   template <bool kNarrow = false, int V>
-  __device__ static void apply(int, const C (&x)[V], bool (&r)[V]) {
+  __device__ static void apply(int, const C (&x)[V], bool (&r)[V]) {  // codes::kLogicalNot
     lanes(LogicalNot<C>(), x, r);
   }
 };
 
 template <typename C>
-struct Signs {  // 0 negative, 1 absolute, 2 sign, 3 relu
+struct Signs {  // codes::SignsOp
   using compute = C;
   using result = C;
   template <bool kNarrow = false, int V>
@@ -482,16 +483,16 @@ struct Signs {  // 0 negative, 1 absolute, 2 sign, 3 relu
       lanes(Identity<C>(), x, r);  // absolute value of bool; the others are refused by the host
     } else {
       switch (op) {
-        case 0:
+        case codes::kSignsNeg:
           lanes(Negative<C>(), x, r);
           break;
-        case 1:
+        case codes::kSignsAbs:
           lanes(Absolute<C>(), x, r);
           break;
-        case 2:
+        case codes::kSignsSign:
           lanes(Sign<C>(), x, r);
           break;
-        default:
+        default:  // codes::kSignsRelu
           lanes(Relu<C>(), x, r);
           break;
       }
@@ -500,57 +501,57 @@ struct Signs {  // 0 negative, 1 absolute, 2 sign, 3 relu
 };
 
 template <typename C>
-struct Math {  // C is float or double. 0 exp, 1 exp2, 2 log, 3 log2, 4 log1p, 5 sqrt, 6 rsqrt, 7 sin,
-               // 8 cos, 9 tanh, 10 sigmoid, 11 silu, 12 gelu (erf), 13 gelu (tanh)
+struct Math {  // C is float or double. codes::MathOp (kMathGelu: the exact erf GELU; kMathGeluTanh: the
+               // tanh approximation)
   using compute = C;
   using result = C;
   template <bool kNarrow = false, int V>
   __device__ static void apply(int op, const C (&x)[V], C (&r)[V]) {
     switch (op) {
-      case 0:
+      case codes::kMathExp:
         lanes(Exp<C>(), x, r);
         break;
-      case 1:
+      case codes::kMathExp2:
         lanes(Exp2<C>(), x, r);
         break;
-      case 2:
+      case codes::kMathLog:
         lanes(Log<C>(), x, r);
         break;
-      case 3:
+      case codes::kMathLog2:
         lanes(Log2<C>(), x, r);
         break;
-      case 4:
+      case codes::kMathLog1p:
         lanes(Log1p<C>(), x, r);
         break;
-      case 5:
+      case codes::kMathSqrt:
         lanes(Sqrt<C>(), x, r);
         break;
-      case 6:
+      case codes::kMathRsqrt:
         lanes(Rsqrt<C>(), x, r);
         break;
-      case 7:
+      case codes::kMathSin:
         lanes(Sin<C>(), x, r);
         break;
-      case 8:
+      case codes::kMathCos:
         lanes(Cos<C>(), x, r);
         break;
-      case 9:
+      case codes::kMathTanh:
         lanes(Tanh<C>(), x, r);
         break;
-      case 10:
+      case codes::kMathSigmoid:
         lanes(Sigmoid<C>(), x, r);
         break;
-      case 11:
+      case codes::kMathSilu:
         lanes(Silu<C>(), x, r);
         break;
-      case 12:
+      case codes::kMathGelu:
         if constexpr (kNarrow && SameType<C, float>::value) {
           lanes(GeluErfNarrow(), x, r);
         } else {
           lanes(GeluErf<C>(), x, r);
         }
         break;
-      default:
+      default:  // codes::kMathGeluTanh
         lanes(GeluTanh<C>(), x, r);
         break;
     }
@@ -558,7 +559,7 @@ struct Math {  // C is float or double. 0 exp, 1 exp2, 2 log, 3 log2, 4 log1p, 5
 };
 
 template <typename C>
-struct Copy {  // conversions: strided astype, concatenate with promotion
+struct Copy {  // conversions: strided astype, concatenate with promotion (codes::kCopyIdentity)
   using compute = C;
   using result = C;
   template <bool kNarrow = false, int V>

@@ -8,8 +8,8 @@
 //
 // Codes are run-time dtypes (types.cuh); kCodeScalar takes the scalar argument, and for clamp
 // kCodeAbsent drops a bound. clamp is minimum(maximum(x, lo), hi) with NaN propagated, as NumPy's clip.
-#include "functors.cuh"
 #include "../common/layout.cuh"
+#include "functors.cuh"
 
 namespace pygpukit {
 namespace ops {

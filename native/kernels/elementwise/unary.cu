@@ -1,5 +1,6 @@
 // Unary elementwise kernels over a family of ops (functors.cuh: Signs, Math, Logical, Copy), with the
-// op a run-time code. Instantiated through NVRTC name expressions, e.g.
+// op a run-time code (codes::SignsOp, MathOp, LogicalOp, CopyOp). Instantiated through NVRTC name
+// expressions, e.g.
 // "pygpukit::ops::unary_contig<pygpukit::ops::Math<float>, __half, __half>":
 //
 //   unary_contig<F, T, O>(x, out, n, op)        contiguous, kUnroll 16-byte packs per thread and step
@@ -9,8 +10,9 @@
 // unary_strided<Copy<C>, O> is the converting strided copy (astype of views, concatenate).
 //
 // Results of 16 bits or fewer take cheaper forms of some math functions (kNarrowResult).
-#include "functors.cuh"
+#include "../common/codes.cuh"
 #include "../common/layout.cuh"
+#include "functors.cuh"
 
 namespace pygpukit {
 namespace ops {

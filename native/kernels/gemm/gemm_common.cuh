@@ -10,6 +10,21 @@ namespace gemm {
 
 constexpr int kGroupM = 8;
 
+// The first row and column (m0, n0) of the BM x BN output tile of this block of a one-dimensional grid
+// over an m x n output. Blocks run in groups of kGroupM tile rows, column by column, so that the
+// tiles resident together share rows of A and columns of B in L2.
+template <int BM, int BN>
+__device__ __forceinline__ void tile_origin(int m, int n, int& m0, int& n0) {
+  const int tiles_m = (m + BM - 1) / BM;
+  const int tiles_n = (n + BN - 1) / BN;
+  const int per_group = kGroupM * tiles_n;
+  const int pid = static_cast<int>(blockIdx.x);
+  const int first_m = (pid / per_group) * kGroupM;
+  const int group_rows = min(tiles_m - first_m, kGroupM);
+  m0 = (first_m + (pid % per_group) % group_rows) * BM;
+  n0 = ((pid % per_group) / group_rows) * BN;
+}
+
 // Choose<C, A, B>::type is A when C, else B (NVRTC has no <type_traits>).
 template <bool C, typename A, typename B>
 struct Choose {
@@ -152,6 +167,29 @@ struct TileCopy {
       }
     }
   }
+};
+
+// Where a thread's TileCopy chunks of A and B start for k tile 0 of the block tile at (m0, n0), and
+// how far they move per k tile (BK elements along K); shared by the mma.sync and wgmma main loops.
+template <typename T, bool TRANS_A, bool TRANS_B, int BK>
+struct OperandCursors {
+  const T* a_first;
+  const T* b_first;
+  long long a_step;
+  long long b_step;
+
+  template <typename CopyA, typename CopyB>
+  __device__ __forceinline__ OperandCursors(const T* a, const T* b, long long lda, long long ldb, int m0,
+                                            int n0, const CopyA& copy_a, const CopyB& copy_b)
+      : a_first(TRANS_A ? a + copy_a.row * lda + (m0 + copy_a.col)
+                        : a + (m0 + copy_a.row) * lda + copy_a.col),
+        b_first(TRANS_B ? b + (n0 + copy_b.row) * ldb + copy_b.col
+                        : b + copy_b.row * ldb + (n0 + copy_b.col)),
+        a_step(TRANS_A ? BK * lda : BK),
+        b_step(TRANS_B ? BK : BK * ldb) {}
+
+  __device__ __forceinline__ const T* a_at(int k_tile) const { return a_first + k_tile * a_step; }
+  __device__ __forceinline__ const T* b_at(int k_tile) const { return b_first + k_tile * b_step; }
 };
 
 template <typename OutT>

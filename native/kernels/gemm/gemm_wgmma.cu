@@ -61,131 +61,51 @@ __device__ __forceinline__ void hold_registers(float (&d)[N]) {
 template <typename T, int N, bool A_M_MAJOR, bool B_N_MAJOR>
 struct Wgmma;
 
-template <bool A_M_MAJOR, bool B_N_MAJOR>
-struct Wgmma<__nv_bfloat16, 256, A_M_MAJOR, B_N_MAJOR> {
-  __device__ __forceinline__ static void run(float (&d)[128], unsigned long long desc_a,
-                                             unsigned long long desc_b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
-        "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, "
-        "%41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, "
-        "%61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, "
-        "%81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, "
-        "%100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, "
-        "%116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-        "%128, %129, p, 1, 1, %131, %132;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
-          "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-          "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
-          "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
-          "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
-          "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
-          "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]),
-          "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
-          "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]),
-          "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]),
-          "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]),
-          "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]),
-          "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]),
-          "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]),
-          "+f"(d[127])
-        : "l"(desc_a), "l"(desc_b), "r"(1), "n"(A_M_MAJOR ? 1 : 0), "n"(B_N_MAJOR ? 1 : 0));
-  }
-};
+// The register block of one wgmma is N / 2 accumulators per thread, each its own asm operand: the
+// operand lists are generated here, once, by the preprocessor. PYGPUKIT_WGMMA_1_TO_63(F) is
+// F(1) F(2) ... F(63), PYGPUKIT_WGMMA_1_TO_127(F) goes on to F(127) (ten at a time by pasting a
+// digit to a prefix); F is PYGPUKIT_WGMMA_REGISTER for the asm text (", %n") or
+// PYGPUKIT_WGMMA_OPERAND for the constraint list (, "+f"(d[n])). Register 0 starts each list.
+// clang-format off
+#define PYGPUKIT_WGMMA_TEN(F, p) F(p##0) F(p##1) F(p##2) F(p##3) F(p##4) F(p##5) F(p##6) F(p##7) F(p##8) F(p##9)
+#define PYGPUKIT_WGMMA_1_TO_63(F)                                                                          \
+  F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8) F(9) PYGPUKIT_WGMMA_TEN(F, 1) PYGPUKIT_WGMMA_TEN(F, 2)            \
+  PYGPUKIT_WGMMA_TEN(F, 3) PYGPUKIT_WGMMA_TEN(F, 4) PYGPUKIT_WGMMA_TEN(F, 5) F(60) F(61) F(62) F(63)
+#define PYGPUKIT_WGMMA_1_TO_127(F)                                                                         \
+  PYGPUKIT_WGMMA_1_TO_63(F) F(64) F(65) F(66) F(67) F(68) F(69) PYGPUKIT_WGMMA_TEN(F, 7)                   \
+  PYGPUKIT_WGMMA_TEN(F, 8) PYGPUKIT_WGMMA_TEN(F, 9) PYGPUKIT_WGMMA_TEN(F, 10) PYGPUKIT_WGMMA_TEN(F, 11)    \
+  F(120) F(121) F(122) F(123) F(124) F(125) F(126) F(127)
+#define PYGPUKIT_WGMMA_REGISTER(n) ", %" #n
+#define PYGPUKIT_WGMMA_OPERAND(n) , "+f"(d[n])
 
-template <bool A_M_MAJOR, bool B_N_MAJOR>
-struct Wgmma<__nv_bfloat16, 128, A_M_MAJOR, B_N_MAJOR> {
-  __device__ __forceinline__ static void run(float (&d)[64], unsigned long long desc_a,
-                                             unsigned long long desc_b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
-        "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, "
-        "%41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, "
-        "%61, %62, %63}, "
-        "%64, %65, p, 1, 1, %67, %68;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
-          "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-          "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
-          "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
-          "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
-          "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
-          "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(desc_a), "l"(desc_b), "r"(1), "n"(A_M_MAJOR ? 1 : 0), "n"(B_N_MAJOR ? 1 : 0));
-  }
-};
+// One specialization: element type T (PTX name PTX), N columns, the accumulator list LIST and the
+// operand numbers that follow the accumulators (descriptors DA and DB, the scale-d predicate P, the
+// two transpose immediates TA and TB).
+#define PYGPUKIT_WGMMA(T, PTX, N, LIST, DA, DB, P, TA, TB)                                                  \
+  template <bool A_M_MAJOR, bool B_N_MAJOR>                                                                 \
+  struct Wgmma<T, N, A_M_MAJOR, B_N_MAJOR> {                                                                \
+    __device__ __forceinline__ static void run(float (&d)[N / 2], unsigned long long desc_a,                \
+                                               unsigned long long desc_b) {                                 \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #P ", 0;\n"                                         \
+                   "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX "." PTX " "                         \
+                   "{%0" LIST(PYGPUKIT_WGMMA_REGISTER) "}, %" #DA ", %" #DB ", p, 1, 1, %" #TA ", %" #TB ";\n}\n" \
+                   : "+f"(d[0]) LIST(PYGPUKIT_WGMMA_OPERAND)                                                \
+                   : "l"(desc_a), "l"(desc_b), "r"(1), "n"(A_M_MAJOR ? 1 : 0), "n"(B_N_MAJOR ? 1 : 0));     \
+    }                                                                                                       \
+  };
+// clang-format on
 
-template <bool A_M_MAJOR, bool B_N_MAJOR>
-struct Wgmma<__half, 256, A_M_MAJOR, B_N_MAJOR> {
-  __device__ __forceinline__ static void run(float (&d)[128], unsigned long long desc_a,
-                                             unsigned long long desc_b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
-        "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, "
-        "%41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, "
-        "%61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, "
-        "%81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, "
-        "%100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, "
-        "%116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-        "%128, %129, p, 1, 1, %131, %132;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
-          "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-          "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
-          "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
-          "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
-          "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
-          "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]),
-          "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
-          "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]),
-          "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]),
-          "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]),
-          "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]),
-          "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]),
-          "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]),
-          "+f"(d[127])
-        : "l"(desc_a), "l"(desc_b), "r"(1), "n"(A_M_MAJOR ? 1 : 0), "n"(B_N_MAJOR ? 1 : 0));
-  }
-};
+PYGPUKIT_WGMMA(__nv_bfloat16, "bf16", 256, PYGPUKIT_WGMMA_1_TO_127, 128, 129, 130, 131, 132)
+PYGPUKIT_WGMMA(__nv_bfloat16, "bf16", 128, PYGPUKIT_WGMMA_1_TO_63, 64, 65, 66, 67, 68)
+PYGPUKIT_WGMMA(__half, "f16", 256, PYGPUKIT_WGMMA_1_TO_127, 128, 129, 130, 131, 132)
+PYGPUKIT_WGMMA(__half, "f16", 128, PYGPUKIT_WGMMA_1_TO_63, 64, 65, 66, 67, 68)
 
-template <bool A_M_MAJOR, bool B_N_MAJOR>
-struct Wgmma<__half, 128, A_M_MAJOR, B_N_MAJOR> {
-  __device__ __forceinline__ static void run(float (&d)[64], unsigned long long desc_a,
-                                             unsigned long long desc_b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
-        "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, "
-        "%41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, "
-        "%61, %62, %63}, "
-        "%64, %65, p, 1, 1, %67, %68;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
-          "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-          "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
-          "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
-          "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
-          "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
-          "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(desc_a), "l"(desc_b), "r"(1), "n"(A_M_MAJOR ? 1 : 0), "n"(B_N_MAJOR ? 1 : 0));
-  }
-};
+#undef PYGPUKIT_WGMMA
+#undef PYGPUKIT_WGMMA_OPERAND
+#undef PYGPUKIT_WGMMA_REGISTER
+#undef PYGPUKIT_WGMMA_1_TO_127
+#undef PYGPUKIT_WGMMA_1_TO_63
+#undef PYGPUKIT_WGMMA_TEN
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
@@ -213,14 +133,8 @@ __global__ void __launch_bounds__(256, 1)
   unsigned char* base_pointer = reinterpret_cast<unsigned char*>(shared_words) + (base - raw_base);
   // Stage s: A at base + s * kStageBytes, B right after it.
 
-  const int tiles_m = (m + BM - 1) / BM;
-  const int tiles_n = (n + BN - 1) / BN;
-  const int per_group = kGroupM * tiles_n;
-  const int pid = static_cast<int>(blockIdx.x);
-  const int first_m = (pid / per_group) * kGroupM;
-  const int group_rows = min(tiles_m - first_m, kGroupM);
-  const int m0 = (first_m + (pid % per_group) % group_rows) * BM;
-  const int n0 = ((pid % per_group) / group_rows) * BN;
+  int m0, n0;
+  tile_origin<BM, BN>(m, n, m0, n0);
 
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int warpgroup = warp / 4;
@@ -231,12 +145,7 @@ __global__ void __launch_bounds__(256, 1)
   using CopyB = TileCopy<T, TRANS_B ? BN : BK, TRANS_B ? BK : BN, kThreads, LayoutB>;
   const CopyA copy_a;
   const CopyB copy_b;
-  const T* a_first =
-      TRANS_A ? a + copy_a.row * lda + (m0 + copy_a.col) : a + (m0 + copy_a.row) * lda + copy_a.col;
-  const T* b_first =
-      TRANS_B ? b + (n0 + copy_b.row) * ldb + copy_b.col : b + copy_b.row * ldb + (n0 + copy_b.col);
-  const long long a_step = TRANS_A ? BK * lda : BK;
-  const long long b_step = TRANS_B ? BK : BK * ldb;
+  const OperandCursors<T, TRANS_A, TRANS_B, BK> cursors(a, b, lda, ldb, m0, n0, copy_a, copy_b);
   const bool interior_mn = vector_a != 0 && vector_b != 0 && m0 + BM <= m && n0 + BN <= n;
 
   auto load_stage = [&](int stage, int k_tile) {
@@ -244,8 +153,8 @@ __global__ void __launch_bounds__(256, 1)
     const unsigned tile_a = base + stage * kStageBytes;
     const unsigned tile_b = tile_a + kStageA * static_cast<int>(sizeof(T));
     if (interior_mn && k0 + BK <= k) {
-      copy_a.full(tile_a, a_first + k_tile * a_step, lda);
-      copy_b.full(tile_b, b_first + k_tile * b_step, ldb);
+      copy_a.full(tile_a, cursors.a_at(k_tile), lda);
+      copy_b.full(tile_b, cursors.b_at(k_tile), ldb);
       return;
     }
     T* pointer_a = reinterpret_cast<T*>(base_pointer + stage * kStageBytes);

@@ -12,13 +12,13 @@
 // every group are not written.
 //
 //   grouped_gemm_mma<T, TRANS_B, BM, BN, BK, WARPS_M, WARPS_N, STAGES>   fp16 / bf16, float accumulation
-//       the main loop of gemm_mma.cu (mma.sync m16n8k16, cp.async ring of STAGES shared tiles,
-//       swizzled ldmatrix reads) on the expert's slice of a and its W, and gemm_common.cuh's epilogue.
+//       the main loop and epilogue of the dense GEMM (mma_mainloop.cuh: mma.sync m16n8k16, cp.async
+//       ring of STAGES shared tiles, swizzled ldmatrix reads) on the expert's slice of a and its W.
 //       Tiles with BM = 16 serve decode: each live block streams a BN x K slice of one expert's W
 //       (so every active expert's weights are read once).
 //   grouped_gemm_simt<TRANS_B>                                            float32, 64 x 64 tiles of FMAs
-#include "gemm_mma.cu"
 #include "../moe/moe_common.cuh"
+#include "mma_mainloop.cuh"
 
 namespace pygpukit {
 namespace ops {
@@ -30,156 +30,21 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32)
                      const int* __restrict__ offsets, int experts, int total_rows, int n, int k,
                      long long lda, long long ldb, long long w_stride, long long ldc, int worst_m,
                      int vector_a, int vector_b) {
-  constexpr int kThreads = WARPS_M * WARPS_N * 32;
-  constexpr int kWarpM = BM / WARPS_M;
-  constexpr int kWarpN = BN / WARPS_N;
-  constexpr int kTilesM = kWarpM / 16;
-  constexpr int kTilesN = kWarpN / 8;
-  constexpr int kStageA = BM * BK;
-  constexpr int kStageB = BN * BK;
-  static_assert(kWarpM % 16 == 0 && kWarpN % 16 == 0 && BK % 16 == 0,
-                "warp tiles are made of 16 x 16 blocks");
-  static_assert(STAGES >= 2, "the pipeline needs at least two stages");
-
+  using Mainloop = MmaMainloop<T, false, TRANS_B, BM, BN, BK, WARPS_M, WARPS_N, STAGES>;
   const int m_tile = static_cast<int>(blockIdx.x % static_cast<unsigned>(worst_m));
   const int n0 = static_cast<int>(blockIdx.x / static_cast<unsigned>(worst_m)) * BN;
   moe::GroupTile group;
-  if (!moe::find_group_tile<kThreads>(offsets, experts, total_rows, BM, m_tile, group)) return;
-  const int m = group.rows;
-  const int m0 = group.m0;
+  if (!moe::find_group_tile<Mainloop::kThreads>(offsets, experts, total_rows, BM, m_tile, group)) return;
   a += static_cast<long long>(group.begin) * lda;
   out += static_cast<long long>(group.begin) * ldc;
   const T* b = w + static_cast<long long>(group.expert) * w_stride;
 
   extern __shared__ uint4 shared_words[];
-  T* smem_a = reinterpret_cast<T*>(shared_words);
-  T* smem_b = smem_a + STAGES * kStageA;
-
-  const int warp = static_cast<int>(threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int warp_m = (warp / WARPS_N) * kWarpM;
-  const int warp_n = (warp % WARPS_N) * kWarpN;
-  const int quad = lane >> 3;
-  const int quad_row = lane & 7;
-
-  using CopyA = TileCopy<T, BM, BK, kThreads, RowSwizzled<BK>>;
-  using CopyB = TileCopy < T, TRANS_B ? BN : BK, TRANS_B ? BK : BN, kThreads,
-        RowSwizzled < TRANS_B ? BK : BN >>
-      ;
-  const CopyA copy_a;
-  const CopyB copy_b;
-  const T* a_first = a + static_cast<long long>(m0 + copy_a.row) * lda + copy_a.col;
-  const T* b_first = TRANS_B ? b + static_cast<long long>(n0 + copy_b.row) * ldb + copy_b.col
-                             : b + static_cast<long long>(copy_b.row) * ldb + (n0 + copy_b.col);
-  const long long b_step = TRANS_B ? BK : BK * ldb;
-  const bool interior_mn = vector_a != 0 && vector_b != 0 && m0 + BM <= m && n0 + BN <= n;
-  const unsigned base_a = shared_address(smem_a);
-  const unsigned base_b = shared_address(smem_b);
-
-  auto load_stage = [&](int stage, int k_tile) {
-    const int k0 = k_tile * BK;
-    const unsigned tile_a = base_a + stage * kStageA * static_cast<int>(sizeof(T));
-    const unsigned tile_b = base_b + stage * kStageB * static_cast<int>(sizeof(T));
-    if (interior_mn && k0 + BK <= k) {
-      copy_a.full(tile_a, a_first + k0, lda);
-      copy_b.full(tile_b, b_first + k_tile * b_step, ldb);
-      return;
-    }
-    T* pointer_a = smem_a + stage * kStageA;
-    T* pointer_b = smem_b + stage * kStageB;
-    copy_a.checked(tile_a, pointer_a, a, lda, m0, m, k0, k, vector_a != 0);
-    if constexpr (TRANS_B) {
-      copy_b.checked(tile_b, pointer_b, b, ldb, n0, n, k0, k, vector_b != 0);
-    } else {
-      copy_b.checked(tile_b, pointer_b, b, ldb, k0, k, n0, n, vector_b != 0);
-    }
-  };
-
-  float acc[kTilesM][kTilesN][4];
-#pragma unroll
-  for (int i = 0; i < kTilesM; ++i) {
-#pragma unroll
-    for (int j = 0; j < kTilesN; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-    }
-  }
-
-  struct Fragments {
-    unsigned a[kTilesM][4];
-    unsigned b[kTilesN][2];
-  };
-  auto load_fragments = [&](Fragments& f, int stage, int kk) {
-    const unsigned tile_a = base_a + stage * kStageA * static_cast<int>(sizeof(T));
-    const unsigned tile_b = base_b + stage * kStageB * static_cast<int>(sizeof(T));
-#pragma unroll
-    for (int i = 0; i < kTilesM; ++i) {
-      const int row = warp_m + i * 16;
-      const int offset = swizzled<BK>(row + (quad & 1) * 8 + quad_row, kk + (quad >> 1) * 8);
-      ldmatrix_x4(f.a[i], tile_a + offset * static_cast<int>(sizeof(T)));
-    }
-#pragma unroll
-    for (int j = 0; j < kTilesN; j += 2) {
-      const int col = warp_n + j * 8;
-      unsigned r[4];
-      if constexpr (TRANS_B) {
-        const int offset = swizzled<BK>(col + (quad >> 1) * 8 + quad_row, kk + (quad & 1) * 8);
-        ldmatrix_x4(r, tile_b + offset * static_cast<int>(sizeof(T)));
-      } else {
-        const int offset = swizzled<BN>(kk + (quad & 1) * 8 + quad_row, col + (quad >> 1) * 8);
-        ldmatrix_x4_trans(r, tile_b + offset * static_cast<int>(sizeof(T)));
-      }
-      f.b[j][0] = r[0];
-      f.b[j][1] = r[1];
-      f.b[j + 1][0] = r[2];
-      f.b[j + 1][1] = r[3];
-    }
-  };
-  auto multiply = [&](const Fragments& f) {
-#pragma unroll
-    for (int i = 0; i < kTilesM; ++i) {
-#pragma unroll
-      for (int jj = 0; jj < kTilesN; ++jj) {
-        const int j = (i % 2 == 0) ? jj : kTilesN - 1 - jj;
-        matmul::Mma<T>::run(acc[i][j], f.a[i], f.b[j][0], f.b[j][1]);
-      }
-    }
-  };
-
-  constexpr int kSteps = BK / 16;
-  const int k_tiles = (k + BK - 1) / BK;
-#pragma unroll 1
-  for (int s = 0; s < STAGES; ++s) {
-    if (s < k_tiles) load_stage(s, s);
-    cp_async_commit();
-  }
-  cp_async_wait<STAGES - 1>();
-  __syncthreads();
-  int read_stage = 0;
-  for (int kt = 0; kt < k_tiles; ++kt) {
-#pragma unroll
-    for (int step = 0; step < kSteps; ++step) {
-      Fragments fragments;
-      load_fragments(fragments, read_stage, step * 16);
-      if (step == kSteps - 1) {
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();
-        const int next = kt + STAGES;
-        if (next < k_tiles) load_stage(read_stage, next);
-        cp_async_commit();
-        read_stage = read_stage == STAGES - 1 ? 0 : read_stage + 1;
-      }
-      multiply(fragments);
-    }
-  }
-
-  static_assert(
-      WARPS_M * WARPS_N * 16 * (kWarpN + 8) * 4 <= STAGES * (kStageA + kStageB) * static_cast<int>(sizeof(T)),
-      "the epilogue staging must fit in the pipeline's shared memory");
-  cp_async_wait<0>();
-  __syncthreads();
-  store_warp_tile<T, kTilesM, kTilesN>(acc, reinterpret_cast<float*>(shared_words) + warp * 16 * (kWarpN + 8),
-                                       out, nullptr, m, n, ldc, m0 + warp_m, n0 + warp_n, 1.0f, 0.0f, 0);
+  T* shared = reinterpret_cast<T*>(shared_words);
+  typename Mainloop::Accumulators acc;
+  Mainloop::run(acc, shared, a, b, group.rows, n, k, lda, ldb, group.m0, n0, vector_a != 0, vector_b != 0);
+  Mainloop::template store<T>(acc, shared, out, nullptr, group.rows, n, ldc, group.m0, n0, 1.0f, 0.0f,
+                              codes::kActNone);
 }
 
 // float32: a 64 x 64 output tile per block of 256 threads, each thread 4 x 4 outputs (rows ty + 16 i,

@@ -1,49 +1,34 @@
-// What the built-in GEMM and GEMV kernels share: conversions between the stored element types and
-// float, the fused epilogue activations (applied in float before the one rounding to the output),
-// and the m16n8k16 tensor-core instruction.
+// What the built-in GEMM and GEMV kernels share: the fused epilogue activations (applied in float
+// before the one rounding to the output; codes from common/codes.cuh, the one definition Python reads
+// too), conversions between the stored element types and float, and the m16n8k16 tensor-core
+// instruction.
 #pragma once
 
-#include "../common/element_types.cuh"
+#include "../common/codes.cuh"
+#include "../common/convert.cuh"
 
 namespace pygpukit {
 namespace ops {
 namespace matmul {
 
-// Activation codes, as passed by pygpukit/ops/_builtin_gemm.py.
-enum Activation : int { kNone = 0, kRelu = 1, kGeluTanh = 2, kSilu = 3, kGelu = 4 };
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
+// The element conversions are convert.cuh's (one definition for every kernel), under the names the
+// GEMM, GEMV, conv1d and attention kernels call them by.
+using pygpukit::from_float;
+using pygpukit::to_float;
 
 // The accurate library functions rather than approximations: the epilogue runs once per output
 // element, so its cost does not show next to the K loop, and a float output keeps full precision.
 __device__ __forceinline__ float activate(float v, int activation) {
   switch (activation) {
-    case kRelu:
+    case codes::kActRelu:
       return fmaxf(v, 0.0f);
-    case kGeluTanh: {
+    case codes::kActGeluTanh: {
       const float inner = 0.7978845608028654f * (v + 0.044715f * v * v * v);
       return 0.5f * v * (1.0f + tanhf(inner));
     }
-    case kSilu:
+    case codes::kActSilu:
       return v / (1.0f + expf(-v));
-    case kGelu:
+    case codes::kActGelu:
       return 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
     default:
       return v;

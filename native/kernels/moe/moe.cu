@@ -21,9 +21,9 @@
 //       float, rounded once; a permutation entry outside [0, rows) contributes nothing.
 //   moe_glu<T>(gate, up, h, rows, cols, ldg, ldu, ldh, activation, lanes, vector)
 //       h = act(gate) * up in float, rounded once (SwiGLU for activation "silu").
+#include "../common/types.cuh"
 #include "../gemm/matmul_common.cuh"
 #include "moe_common.cuh"
-#include "../common/types.cuh"
 
 namespace pygpukit {
 namespace ops {

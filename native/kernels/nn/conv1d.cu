@@ -1,4 +1,4 @@
-// conv1d as an implicit GEMM (pygpukit/ops/nn.py), like torch.nn.functional.conv1d:
+// conv1d as an implicit GEMM (pygpukit/ops/convolution.py), like torch.nn.functional.conv1d:
 //
 //   out[n, g * Mg + co, l] = act(bias + sum over ci < Cg, k < K of
 //                                weight[g * Mg + co, ci, k] * x[n, g * Cg + ci, l * stride - padding + k *
@@ -18,7 +18,8 @@
 //   conv1d_simt<T>(args)  float32 in float32: 256 threads, 64 x 64 tile, 4 x 4 outputs per thread,
 //       K steps of 16, the same double buffering.
 //
-// Epilogue in float: + bias[channel], then the activation (matmul_common.cuh codes), rounded once to T.
+// Epilogue in float: + bias[channel], then the activation (codes::Activation, matmul::activate),
+// rounded once to T.
 // Strides are arbitrary for x and out (elements); the accumulation order is fixed by the shape, so
 // results are bitwise reproducible.
 #include "../gemm/gemm_common.cuh"
@@ -27,6 +28,7 @@ namespace pygpukit {
 namespace ops {
 namespace conv {
 
+// pygpukit/ops/convolution.py declares it as a KernelStruct (the compile check asserts the layout).
 struct ConvArgs {
   const void* x;
   const void* weight;
@@ -45,8 +47,8 @@ struct ConvArgs {
   int stride;
   int padding;  // on the left; the right padding only shows in l_out
   int dilation;
-  int activation;
-  int vector_w;  // weight contiguous, rows 16-byte aligned
+  int activation;  // codes::Activation
+  int vector_w;    // weight contiguous, rows 16-byte aligned
 };
 
 using gemm::ldmatrix_x4;

@@ -1,4 +1,4 @@
-// Row gathers and position ids (pygpukit/ops/nn.py):
+// Row gathers and position ids (pygpukit/ops/embeddings.py):
 //
 //   gather_rows<E, I>(args)
 //       out row r = src row (r * src_outer + index * src_row) where index = ids[r] + shift (ids of
@@ -9,6 +9,8 @@
 //       the same value, so the flag is deterministic without atomics). E is an unsigned type of the
 //       element size: the copy moves bits. A group of `lanes` threads copies a row, in 16-byte chunks
 //       when `vector` (row bytes a multiple of 16, every row start 16-byte aligned), else by element.
+//       The ids are read with their own strides: ids_ndim merged dimensions of ids_shape, stepping
+//       ids_strides elements (pygpukit/ops/embeddings.py declares GatherArgs as a KernelStruct).
 //
 //   position_ids<I>(out, start, start_value, start_stride, batch, seq, out_b, out_s)
 //       out[b, s] = (start ? start[b * start_stride] : start_value) + s, int32.
@@ -32,7 +34,9 @@ struct GatherArgs {
   index_t shift;
   int lanes;
   int vector;
-  Layout ids_layout;  // operand 0: element offsets of the ids
+  int ids_ndim;  // 0 to kMaxDims
+  index_t ids_shape[kMaxDims];
+  index_t ids_strides[kMaxDims];  // elements
 };
 
 template <typename E, typename I>
@@ -46,7 +50,8 @@ __global__ void gather_rows(GatherArgs a) {
     index_t index = a.fixed;
     if (ids != nullptr) {
       index_t offsets[1];
-      layout_offsets<1>(a.ids_layout, r, small, offsets);
+      strided_offsets<1>(
+          r, a.ids_ndim, a.ids_shape, [&](int, int d) { return a.ids_strides[d]; }, small, offsets);
       index = static_cast<index_t>(ids[offsets[0]]) + a.shift;
     }
     const bool inside = index >= 0 && index < a.limit;

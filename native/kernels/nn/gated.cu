@@ -1,9 +1,10 @@
-// Gated activations of MLP blocks (pygpukit/ops/nn.py), in float, rounded once to T:
+// Gated activations of MLP blocks (pygpukit/ops/gated.py), in float, rounded once to T; the mode is a
+// GatedMode code of common/codes.cuh:
 //
-//   mode 0  swiglu      silu(gate) * up
-//   mode 1  geglu       gelu(gate) * up, erf form
-//   mode 2  geglu       gelu(gate) * up, tanh form
-//   mode 3  relu2       relu(gate)**2 (no up operand)
+//   kGatedSwiglu     swiglu      silu(gate) * up
+//   kGatedGeglu      geglu       gelu(gate) * up, the exact (erf) GELU
+//   kGatedGegluTanh  geglu       gelu_tanh(gate) * up, the tanh approximation
+//   kGatedRelu2      relu2       relu(gate)**2 (no up operand)
 //
 //   gated_rows<T>(args)
 //       operands are rows x cols matrices with unit stride along a row and their own row stride (the
@@ -11,13 +12,13 @@
 //       and one concatenated input whose first half of each row is the gate and second half the up
 //       projection. A grid-stride loop gives each thread one 16-byte pack of every operand per step
 //       when `aligned` (cols a multiple of the pack, every row start 16-byte aligned), else one element.
+#include "../common/codes.cuh"
 #include "../common/layout.cuh"
 
 namespace pygpukit {
 namespace ops {
 
-enum GatedMode : int { kSwiglu = 0, kGegluErf = 1, kGegluTanh = 2, kRelu2 = 3 };
-
+// pygpukit/ops/gated.py declares it as a KernelStruct (the compile check asserts the layout).
 struct GatedArgs {
   const void* gate;
   const void* up;  // unused by relu2
@@ -33,11 +34,11 @@ struct GatedArgs {
 
 __device__ __forceinline__ float gated_value(float g, float u, int mode) {
   switch (mode) {
-    case kSwiglu:
+    case codes::kGatedSwiglu:
       return g / (1.0f + expf(-g)) * u;
-    case kGegluErf:
+    case codes::kGatedGeglu:
       return 0.5f * g * (1.0f + erff(g * 0.7071067811865476f)) * u;
-    case kGegluTanh:
+    case codes::kGatedGegluTanh:
       return 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
     default:
       return g > 0.0f ? g * g : (g != g ? g : 0.0f);  // NaN stays NaN
@@ -51,7 +52,7 @@ __global__ void gated_rows(GatedArgs a) {
   const T* up = static_cast<const T*>(a.up);
   T* out = static_cast<T*>(a.out);
   const int mode = a.mode;
-  const bool unary = mode == kRelu2;
+  const bool unary = mode == codes::kGatedRelu2;
   const index_t per_row = a.aligned ? a.cols / V : a.cols;
   const index_t total = a.rows * per_row;
   const bool small = total <= kSmallSpace && per_row <= kSmallSpace;

@@ -1,4 +1,4 @@
-// Row normalisations over the last axis (pygpukit/ops/nn.py): rmsnorm, layernorm, l2norm, rmsnorm fused
+// Row normalisations over the last axis (pygpukit/ops/norms.py): rmsnorm, layernorm, l2norm, rmsnorm fused
 // with the residual add, and group_norm (a row is one (sample, group) pair of a contiguous
 // (N, C, *spatial) input). float32, fp16 and bf16 rows, statistics and arithmetic in float.
 //
@@ -28,13 +28,14 @@
 // `aligned` (set by the host when the row length is a multiple of the pack, every row start and the
 // weight are 16-byte aligned, and for group_norm the spatial size is a multiple of the pack) selects
 // 16-byte vector accesses; otherwise the same slots are read element by element.
+#include "../common/codes.cuh"
 #include "../reduction/reducers.cuh"
 
 namespace pygpukit {
 namespace ops {
 
-enum NormMode : int { kNormRms = 0, kNormLayer = 1, kNormL2 = 2, kNormAddRms = 3, kNormGroup = 4 };
-
+// pygpukit/ops/norms.py declares it as a KernelStruct (the compile check asserts the layout); `mode`
+// is a NormMode code of common/codes.cuh.
 struct NormArgs {
   const void* x;
   const void* residual;  // add_rmsnorm only
@@ -95,7 +96,7 @@ __device__ __forceinline__ void norm_affine(const NormArgs& a, index_t row, inde
   constexpr int V = 16 / sizeof(T);
   const W* __restrict__ weight = static_cast<const W*>(a.weight);
   const W* __restrict__ bias = static_cast<const W*>(a.bias);
-  if (a.mode == kNormGroup) {
+  if (a.mode == codes::kNormGroup) {
     const index_t channel0 = (row % a.groups) * a.channels_per_group;
     if (aligned) {  // spatial is a multiple of V: the pack lies in one channel
       const index_t channel = channel0 + first / a.spatial;
@@ -153,7 +154,8 @@ __device__ __forceinline__ float round_to(float v) {
 constexpr int kNormMaxThreads = 1024;  // the largest group (lanes) and block
 
 // 16-byte words of V elements of E in registers, and their conversion to and from float (one
-// instruction per element or pair: bf16 widens by a shift, pairs narrow with one cvt.rn.*x2).
+// instruction per element or pair: bf16 widens by a shift, pairs narrow with one cvt.rn.*x2; the
+// word helpers of common/convert.cuh).
 template <typename E, int V>
 struct alignas(16) NormRaw {
   static constexpr int kWords = V * static_cast<int>(sizeof(E)) / 4;
@@ -223,27 +225,6 @@ __device__ __forceinline__ void store_pack(E* row, int q, int count, bool aligne
   }
 }
 
-__device__ __forceinline__ float2 word_to_float2(unsigned u, __nv_bfloat16) {
-  return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
-}
-__device__ __forceinline__ float2 word_to_float2(unsigned u, __half) {
-  __half2 h;
-  memcpy(&h, &u, 4);
-  return __half22float2(h);
-}
-__device__ __forceinline__ unsigned float2_to_word(float a, float b, __nv_bfloat16) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-  unsigned u;
-  memcpy(&u, &h, 4);
-  return u;
-}
-__device__ __forceinline__ unsigned float2_to_word(float a, float b, __half) {
-  const __half2 h = __floats2half2_rn(a, b);
-  unsigned u;
-  memcpy(&u, &h, 4);
-  return u;
-}
-
 template <typename E, int V>
 __device__ __forceinline__ void raw_unpack(const NormRaw<E, V>& r, float (&f)[V]) {
   if constexpr (sizeof(E) == 4) {
@@ -252,7 +233,7 @@ __device__ __forceinline__ void raw_unpack(const NormRaw<E, V>& r, float (&f)[V]
   } else {
 #pragma unroll
     for (int k = 0; k < V / 2; ++k) {
-      const float2 t = word_to_float2(r.u[k], E());
+      const float2 t = word_to_float2<E>(r.u[k]);
       f[2 * k] = t.x;
       f[2 * k + 1] = t.y;
     }
@@ -266,24 +247,17 @@ __device__ __forceinline__ void raw_pack(NormRaw<E, V>& r, const float (&f)[V]) 
     for (int j = 0; j < V; ++j) r.u[j] = __float_as_uint(f[j]);
   } else {
 #pragma unroll
-    for (int k = 0; k < V / 2; ++k) r.u[k] = float2_to_word(f[2 * k], f[2 * k + 1], E());
+    for (int k = 0; k < V / 2; ++k) r.u[k] = float2_to_word<E>(f[2 * k], f[2 * k + 1]);
   }
 }
 
 // Element j of a pack as float (one instruction: bf16 by a shift or a mask, fp16 by one cvt).
-__device__ __forceinline__ float word_half_to_float(unsigned u, bool high, __nv_bfloat16) {
-  return __uint_as_float(high ? u & 0xffff0000u : u << 16);
-}
-__device__ __forceinline__ float word_half_to_float(unsigned u, bool high, __half) {
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(high ? u >> 16 : u & 0xffffu)));
-}
-
 template <typename E, int V>
 __device__ __forceinline__ float raw_float(const NormRaw<E, V>& r, int j) {
   if constexpr (sizeof(E) == 4) {
     return __uint_as_float(r.u[j]);
   } else {
-    return word_half_to_float(r.u[j / 2], j % 2 != 0, E());
+    return word_half_to_float<E>(r.u[j / 2], j % 2 != 0);
   }
 }
 
@@ -468,8 +442,8 @@ __global__ void __launch_bounds__(kNormMaxThreads, 1) norm_rows(NormArgs a) {
   const bool valid = row < a.rows;
   const index_t at = valid ? row : a.rows - 1;  // idle groups redo the last row and store nothing
   const int mode = a.mode;
-  const bool add = mode == kNormAddRms;
-  const bool centred = mode == kNormLayer || mode == kNormGroup;
+  const bool add = mode == codes::kNormAddRms;
+  const bool centred = mode == codes::kNormLayer || mode == codes::kNormGroup;
   const T* x = static_cast<const T*>(a.x) + at * a.x_stride;
   const T* residual = add ? static_cast<const T*>(a.residual) + at * a.residual_stride : nullptr;
   T* residual_out = add ? static_cast<T*>(a.residual_out) + at * a.residual_out_stride : nullptr;
@@ -566,7 +540,7 @@ __global__ void __launch_bounds__(kNormMaxThreads, 1) norm_rows(NormArgs a) {
       }
       const float d2 = norm_allreduce((acc[0] + acc[1]) + (acc[2] + acc[3]), lanes, scratch[1]);
       inv = rsqrtf(d2 / n + a.eps);
-    } else if (mode == kNormL2) {
+    } else if (mode == codes::kNormL2) {
       inv = 1.0f / fmaxf(sqrtf(s), a.eps);
     } else {
       inv = rsqrtf(s / n + a.eps);
@@ -574,7 +548,7 @@ __global__ void __launch_bounds__(kNormMaxThreads, 1) norm_rows(NormArgs a) {
     if (!valid) return;
     const bool has_w = a.weight != nullptr;
     const bool has_b = a.bias != nullptr;
-    if (mode == kNormGroup) {
+    if (mode == codes::kNormGroup) {
       norm_emit_group<T, W, P, Full>(a, row, out, v, lane, lanes, packs, count, aligned, mean, inv);
     } else if (!centred) {
       if (has_w) {
@@ -635,7 +609,7 @@ __global__ void __launch_bounds__(kNormMaxThreads, 1) norm_rows(NormArgs a) {
       }
       d2 = norm_allreduce(d2, lanes, scratch[1]);
       inv = rsqrtf(d2 / n + a.eps);
-    } else if (mode == kNormL2) {
+    } else if (mode == codes::kNormL2) {
       inv = 1.0f / fmaxf(sqrtf(s), a.eps);
     } else {
       inv = rsqrtf(s / n + a.eps);

@@ -41,7 +41,7 @@ __device__ __forceinline__ unsigned int u32_at(const unsigned char* p, int offse
 // A float16 scale as float32: exact (subnormals included). NaN scales only give NaN results, whose
 // payload is the hardware's anyway.
 __device__ __forceinline__ float half_at(const unsigned char* p, int offset) {
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(u16_at(p, offset))));
+  return float_from_half_bits(u16_at(p, offset));
 }
 
 // float16 bits to float32 as NumPy's astype does: exact, and a NaN keeps its sign and payload (shifted
@@ -51,7 +51,7 @@ __device__ __forceinline__ float half_bits_to_float(unsigned int h) {
   if ((h & 0x7c00u) == 0x7c00u && (h & 0x03ffu) != 0u) {
     return __uint_as_float(((h & 0x8000u) << 16) | 0x7f800000u | ((h & 0x03ffu) << 13));
   }
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
+  return float_from_half_bits(h);
 }
 
 // Q4_K and Q5_K pack eight 6-bit scales and eight 6-bit mins in 12 bytes: sub-blocks 0-3 keep theirs
@@ -97,7 +97,7 @@ struct Format<30> {  // BF16: the top half of a float32
   static constexpr int kElems = 1;
   static constexpr int kBytes = 2;
   __device__ static float element(const unsigned char* tile, int i) {
-    return __uint_as_float(static_cast<unsigned int>(reinterpret_cast<const unsigned short*>(tile)[i]) << 16);
+    return float_from_bf16_bits(reinterpret_cast<const unsigned short*>(tile)[i]);
   }
 };
 
@@ -304,26 +304,18 @@ struct Format<14> {
 };
 
 // Store 4 decoded values at `out` (count of them valid, 4 except at the end of a pass-through tensor),
-// with one 16-byte (float) or 8-byte (fp16/bf16) store when `vector`.
+// rounded once to Out (common/convert.cuh), with one 16-byte (float) or 8-byte (fp16/bf16) store when
+// `vector`.
 template <typename Out>
 __device__ __forceinline__ void store4(Out* out, const float* v, int count, bool vector) {
   if (vector && count >= 4) {
-    if constexpr (SameType<Out, float>::value) {
-      *reinterpret_cast<float4*>(out) = make_float4(v[0], v[1], v[2], v[3]);
-    } else {
-      Pack<Out, 4> pack;
-      for (int k = 0; k < 4; ++k) pack.v[k] = narrow_from_float<Out>(v[k]);
-      *reinterpret_cast<Pack<Out, 4>*>(out) = pack;
-    }
+    Pack<Out, 4> pack;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) pack.v[k] = from_float<Out>(v[k]);
+    *reinterpret_cast<Pack<Out, 4>*>(out) = pack;
     return;
   }
-  for (int k = 0; k < 4 && k < count; ++k) {
-    if constexpr (SameType<Out, float>::value) {
-      out[k] = v[k];
-    } else {
-      out[k] = narrow_from_float<Out>(v[k]);
-    }
-  }
+  for (int k = 0; k < 4 && k < count; ++k) out[k] = from_float<Out>(v[k]);
 }
 
 template <int Type, typename Out>

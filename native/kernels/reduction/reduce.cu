@@ -33,7 +33,7 @@ namespace ops {
 struct Dynamic {};  // T: the input dtype is the run-time code x_code
 struct Partial {};  // T: the input is the previous pass's accumulators
 
-constexpr int kCodeAccumulator = -3;  // out_code: store the accumulator itself (softmax statistics)
+constexpr int kCodeAccumulator = codes::kReduceOutAccumulator;  // out_code: store the accumulator itself
 
 struct ReduceLayout {
   int outer_ndim;
@@ -44,20 +44,10 @@ struct ReduceLayout {
   index_t inner_strides[kMaxDims];
 };
 
-__device__ __forceinline__ index_t dims_offset(int ndim, const index_t* shape, const index_t* strides,
-                                               index_t linear) {
-  index_t offset = 0;
-  for (int d = ndim - 1; d >= 0; --d) {
-    const index_t next = linear / shape[d];
-    offset += (linear - next * shape[d]) * strides[d];
-    linear = next;
-  }
-  return offset;
-}
-
 __device__ __forceinline__ index_t inner_offset(const ReduceLayout& layout, index_t k) {
-  return layout.inner_ndim == 1 ? k * layout.inner_strides[0]
-                                : dims_offset(layout.inner_ndim, layout.inner_shape, layout.inner_strides, k);
+  return layout.inner_ndim == 1
+             ? k * layout.inner_strides[0]
+             : strided_offset(k, layout.inner_ndim, layout.inner_shape, layout.inner_strides);
 }
 
 // Fold element `offset` of the input (or, for Partial, a previous pass's accumulator) into `acc`.
@@ -137,7 +127,7 @@ __global__ void reduce_rows(const void* __restrict__ x, int x_code, void* __rest
   const index_t end = begin + chunk < count ? begin + chunk : count;
   Acc acc = r.identity();
   if (row < rows) {
-    const index_t base = dims_offset(layout.outer_ndim, layout.outer_shape, layout.outer_strides, row);
+    const index_t base = strided_offset(row, layout.outer_ndim, layout.outer_shape, layout.outer_strides);
     bool folded = false;
     if constexpr (!SameType<T, Partial>::value && !SameType<T, Dynamic>::value) {
       constexpr int V = pack_width<T, T>();
@@ -212,7 +202,7 @@ __global__ void reduce_cols(const void* __restrict__ x, int x_code, void* __rest
   const index_t end = begin + chunk < count ? begin + chunk : count;
   Acc acc = r.identity();
   if (row < rows) {
-    const index_t base = dims_offset(layout.outer_ndim, layout.outer_shape, layout.outer_strides, row);
+    const index_t base = strided_offset(row, layout.outer_ndim, layout.outer_shape, layout.outer_strides);
     if (layout.inner_ndim == 1) {
       const index_t stride = layout.inner_strides[0];
       index_t k = begin + threadIdx.y;

@@ -20,7 +20,7 @@ namespace pygpukit {
 namespace ops {
 
 template <typename A>
-struct SumR {  // mode 0: sum, 1: mean
+struct SumR {  // mode: codes::kReduceSum or kReduceMean
   using value = A;
   using acc = A;
   static constexpr bool kScalarResult = true;
@@ -31,7 +31,7 @@ struct SumR {  // mode 0: sum, 1: mean
   __device__ acc combine(acc a, acc b) const { return Add<A>()(a, b); }
   __device__ A finish(acc a, index_t count, index_t) const {
     if constexpr (is_floating<A>()) {
-      if (mode == 1) return a / static_cast<A>(count);
+      if (mode == codes::kReduceMean) return a / static_cast<A>(count);
     }
     return a;
   }
@@ -50,16 +50,21 @@ struct ProdR {
   __device__ A finish(acc a, index_t, index_t) const { return a; }
 };
 
+// mode: codes::kReduceMax or kReduceMin. NaN propagates; for bool max is any and min is all.
 template <typename A>
-struct ExtremeR {  // mode 0: max, 1: min. NaN propagates; for bool max is any and min is all
+struct ExtremeR {
   using value = A;
   using acc = A;
   static constexpr bool kScalarResult = true;
   static constexpr int kBatch = 4;
   int mode;
-  __device__ acc identity() const { return mode == 0 ? Limits<A>::lowest() : Limits<A>::highest(); }
+  __device__ acc identity() const {
+    return mode == codes::kReduceMax ? Limits<A>::lowest() : Limits<A>::highest();
+  }
   __device__ acc element(value v, index_t) const { return v; }
-  __device__ acc combine(acc a, acc b) const { return mode == 0 ? Maximum<A>()(a, b) : Minimum<A>()(a, b); }
+  __device__ acc combine(acc a, acc b) const {
+    return mode == codes::kReduceMax ? Maximum<A>()(a, b) : Minimum<A>()(a, b);
+  }
   __device__ A finish(acc a, index_t, index_t) const { return a; }
 };
 
@@ -69,8 +74,8 @@ struct ArgAcc {
   index_t index;
 };
 
-// mode 0: argmax, 1: argmin. The first index of the extreme value wins; a NaN counts as the extreme
-// (NumPy's rule). The combine compares indices, so it does not depend on the order of its operands.
+// mode: codes::kReduceArgmax or kReduceArgmin. The first index of the extreme value wins; a NaN counts as the
+// extreme (NumPy's rule). The combine compares indices, so it does not depend on the order of its operands.
 template <typename A>
 struct ArgR {
   using value = A;
@@ -79,7 +84,7 @@ struct ArgR {
   static constexpr int kBatch = 2;
   int mode;
   __device__ acc identity() const {
-    return {mode == 0 ? Limits<A>::lowest() : Limits<A>::highest(),
+    return {mode == codes::kReduceArgmax ? Limits<A>::lowest() : Limits<A>::highest(),
             static_cast<index_t>(0x7fffffffffffffffLL)};
   }
   __device__ acc element(value v, index_t k) const { return {v, k}; }
@@ -91,22 +96,22 @@ struct ArgR {
       return a_nan ? a : b;
     }
     if (a.value == b.value) return a.index <= b.index ? a : b;
-    const bool a_wins = mode == 0 ? b.value < a.value : a.value < b.value;
+    const bool a_wins = mode == codes::kReduceArgmax ? b.value < a.value : a.value < b.value;
     return a_wins ? a : b;
   }
   __device__ index_t finish(acc a, index_t, index_t) const { return a.index; }
 };
 
 template <typename A>
-struct TruthR {  // A is bool. mode 0: any, 1: all
+struct TruthR {  // A is bool. mode: codes::kReduceAny or kReduceAll
   using value = bool;
   using acc = bool;
   static constexpr bool kScalarResult = true;
   static constexpr int kBatch = 1;
   int mode;
-  __device__ acc identity() const { return mode == 1; }
+  __device__ acc identity() const { return mode == codes::kReduceAll; }
   __device__ acc element(value v, index_t) const { return v; }
-  __device__ acc combine(acc a, acc b) const { return mode == 0 ? (a || b) : (a && b); }
+  __device__ acc combine(acc a, acc b) const { return mode == codes::kReduceAny ? (a || b) : (a && b); }
   __device__ bool finish(acc a, index_t, index_t) const { return a; }
 };
 
@@ -117,8 +122,8 @@ struct Moments {
   A m2;  // sum of squared deviations from the mean
 };
 
-// mode 0: variance, 1: standard deviation. Welford's update per element, partial results merged with
-// Chan's formula; finish() gives m2 / (n - ddof), or its square root.
+// mode: codes::kReduceVar (variance) or kReduceStd (standard deviation). Welford's update per element,
+// partial results merged with Chan's formula; finish() gives m2 / (n - ddof), or its square root.
 template <typename A>
 struct VarianceR {
   using value = A;
@@ -140,7 +145,7 @@ struct VarianceR {
   }
   __device__ A finish(acc a, index_t, index_t ddof) const {
     const A variance = a.m2 / static_cast<A>(a.n - ddof);
-    return mode == 1 ? m_sqrt(variance) : variance;
+    return mode == codes::kReduceStd ? m_sqrt(variance) : variance;
   }
 };
 

@@ -23,17 +23,6 @@ struct ScanLayout {
   index_t out_stride;
 };
 
-__device__ __forceinline__ index_t scan_outer_offset(int ndim, const index_t* shape, const index_t* strides,
-                                                     index_t linear) {
-  index_t offset = 0;
-  for (int d = ndim - 1; d >= 0; --d) {
-    const index_t next = linear / shape[d];
-    offset += (linear - next * shape[d]) * strides[d];
-    linear = next;
-  }
-  return offset;
-}
-
 template <typename A>
 __global__ void scan_rows(const void* __restrict__ x, int x_code, void* __restrict__ out, int out_code,
                           index_t rows, index_t count, index_t chunk, const A* __restrict__ carry,
@@ -42,10 +31,9 @@ __global__ void scan_rows(const void* __restrict__ x, int x_code, void* __restri
   __shared__ A warp_totals[32];
   const index_t row = blockIdx.x;
   if (row >= rows) return;
-  const index_t in_base =
-      scan_outer_offset(layout.outer_ndim, layout.outer_shape, layout.in_outer_strides, row);
+  const index_t in_base = strided_offset(row, layout.outer_ndim, layout.outer_shape, layout.in_outer_strides);
   const index_t out_base =
-      scan_outer_offset(layout.outer_ndim, layout.outer_shape, layout.out_outer_strides, row);
+      strided_offset(row, layout.outer_ndim, layout.outer_shape, layout.out_outer_strides);
   const index_t begin = static_cast<index_t>(blockIdx.y) * chunk;
   const index_t end = begin + chunk < count ? begin + chunk : count;
   A running = carry != nullptr ? carry[row * gridDim.y + blockIdx.y] : A(0);

@@ -24,17 +24,6 @@ struct SoftmaxLayout {
   index_t out_outer_strides[kMaxDims];
 };
 
-__device__ __forceinline__ index_t softmax_offset(int ndim, const index_t* shape, const index_t* strides,
-                                                  index_t linear) {
-  index_t offset = 0;
-  for (int d = ndim - 1; d >= 0; --d) {
-    const index_t next = linear / shape[d];
-    offset += (linear - next * shape[d]) * strides[d];
-    linear = next;
-  }
-  return offset;
-}
-
 // `scale` is 1 / sum for softmax and log(sum) for log_softmax.
 template <typename A>
 __device__ __forceinline__ A softmax_value(A x, A max, A scale, int log) {
@@ -58,8 +47,8 @@ __global__ void softmax_rows(const T* __restrict__ x, T* __restrict__ out, index
   bool aligned = false;
   Acc acc = r.identity();
   if (valid) {
-    in_row = x + softmax_offset(layout.outer_ndim, layout.outer_shape, layout.in_outer_strides, row);
-    out_row = out + softmax_offset(layout.outer_ndim, layout.outer_shape, layout.out_outer_strides, row);
+    in_row = x + strided_offset(row, layout.outer_ndim, layout.outer_shape, layout.in_outer_strides);
+    out_row = out + strided_offset(row, layout.outer_ndim, layout.outer_shape, layout.out_outer_strides);
     aligned = aligned_to(in_row, V * sizeof(T)) && aligned_to(out_row, V * sizeof(T));
     const index_t step = static_cast<index_t>(lanes) * V;
     index_t start = static_cast<index_t>(lane) * V;
@@ -140,8 +129,8 @@ __global__ void __launch_bounds__(256)
   A top = Limits<A>::lowest();
   bool full = false;  // every pack of this thread is whole and aligned: no per-element checks
   if (valid) {
-    in_row = x + softmax_offset(layout.outer_ndim, layout.outer_shape, layout.in_outer_strides, row);
-    out_row = out + softmax_offset(layout.outer_ndim, layout.outer_shape, layout.out_outer_strides, row);
+    in_row = x + strided_offset(row, layout.outer_ndim, layout.outer_shape, layout.in_outer_strides);
+    out_row = out + strided_offset(row, layout.outer_ndim, layout.outer_shape, layout.out_outer_strides);
     full = aligned_to(in_row, V * sizeof(T)) && aligned_to(out_row, V * sizeof(T)) &&
            (static_cast<index_t>(P - 1) * lanes + lane + 1) * V <= count;
   }

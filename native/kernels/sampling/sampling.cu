@@ -49,19 +49,23 @@ constexpr int kPrefix = 4;
 constexpr int kTopkKey = 5;
 constexpr int kThreshold = 6;
 
-constexpr int kStats = 0;
-constexpr int kTopK1 = 1;
-constexpr int kTopK2 = 2;
-constexpr int kTopP0 = 3;
-constexpr int kTopP1 = 4;
-constexpr int kTopP2 = 5;
-constexpr int kDraw = 6;
-constexpr int kProbs = 7;
+// Passes and flags (common/codes.cuh, read by pygpukit.ops.sampling).
+constexpr int kStats = codes::kSampleStats;
+constexpr int kTopK1 = codes::kSampleTopK1;
+constexpr int kTopK2 = codes::kSampleTopK2;
+constexpr int kTopP0 = codes::kSampleTopP0;
+constexpr int kTopP1 = codes::kSampleTopP1;
+constexpr int kTopP2 = codes::kSampleTopP2;
+constexpr int kDraw = codes::kSampleDraw;
+constexpr int kProbs = codes::kSampleProbs;
 
-constexpr int kFlagFinal = 1;    // the last pass of the call: clear the row's state afterwards
-constexpr int kFlagAdvance = 2;  // advance the step counter once every row is done
-constexpr int kFlagPenalty = 4;  // the history bitmap is marked
-constexpr int kFlagToken = 8;    // kDraw/kStats write the token (else kDraw keeps the total)
+// kFlagFinal: the last pass of the call, clear the row's state afterwards; kFlagAdvance: advance the
+// step counter once every row is done; kFlagPenalty: the history bitmap is marked; kFlagToken:
+// kDraw/kStats write the token (else kDraw keeps the total).
+constexpr int kFlagFinal = codes::kSampleFinal;
+constexpr int kFlagAdvance = codes::kSampleAdvance;
+constexpr int kFlagPenalty = codes::kSamplePenalty;
+constexpr int kFlagToken = codes::kSampleToken;
 
 // Per-row parameters: a device buffer (batch,) when the pointer is set, else the value.
 struct SampleArgs {

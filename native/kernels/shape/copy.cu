@@ -12,6 +12,7 @@ namespace ops {
 constexpr int kTile = 32;
 constexpr int kTileRows = 8;
 
+// pygpukit/ops/shape.py declares it as a KernelStruct (the compile check asserts the layout).
 struct TileLayout {
   index_t batch_shape[kMaxDims];  // batch dimensions, C order
   index_t batch_strides[kMaxDims];
@@ -26,13 +27,7 @@ template <typename E>
 __global__ void transpose_tiles(E* __restrict__ out, const E* __restrict__ x, TileLayout layout) {
   __shared__ E tile[kTile][kTile + 1];
   const index_t batch = blockIdx.z;
-  index_t in_base = 0;
-  index_t rest = batch;
-  for (int d = layout.batch_ndim - 1; d >= 0; --d) {
-    const index_t next = rest / layout.batch_shape[d];
-    in_base += (rest - next * layout.batch_shape[d]) * layout.batch_strides[d];
-    rest = next;
-  }
+  const index_t in_base = strided_offset(batch, layout.batch_ndim, layout.batch_shape, layout.batch_strides);
   const index_t out_base = batch * layout.rows * layout.cols;
   const index_t row0 = static_cast<index_t>(blockIdx.y) * kTile;
   const index_t col0 = static_cast<index_t>(blockIdx.x) * kTile;

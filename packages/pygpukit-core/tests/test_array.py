@@ -374,3 +374,12 @@ def test_current_stream_is_per_asyncio_task_and_per_thread() -> None:
         worker.join()
         assert gp.current_stream() is first
     assert inner[0] is not first  # a new thread starts on the default stream
+
+
+def test_datatype_is_the_dtype_class() -> None:
+    """``DataType`` (the product description's name) is DType itself: every dtype is one."""
+    assert gp.DataType is gp.DType
+    assert all(isinstance(d, gp.DataType) for d in (*gp.dtypes.all_dtypes(), gp.int4))
+    assert gp.as_dtype("bfloat16") == gp.bfloat16
+    assert gp.zeros(2, gp.float16).dtype == gp.float16
+    assert isinstance(gp.zeros(2, gp.float16).dtype, gp.DataType)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -158,3 +161,71 @@ def test_invalid_cuda_variant_is_rejected_through_the_backend(
     monkeypatch.setenv("PYGPUKIT_CUDA_VARIANT", "cu11")
     with pytest.raises(PyGPUkitError, match=r"PYGPUKIT_CUDA_VARIANT must be 'cu12' or 'cu13' \(or unset\), got 'cu11'"):
         backend.backend_state()
+
+
+# -- the fallback warning points at the user's line ------------------------------------------------------
+def _first_use_warning(use: Callable[[], object]) -> warnings.WarningMessage | None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        use()
+    found = [w for w in caught if w.category is backend.BackendFallbackWarning]
+    assert len(found) <= 1
+    return found[0] if found else None
+
+
+@pytest.mark.parametrize("how", ["array", "op", "nested op", "nvrtc query", "capabilities"])
+def test_fallback_warning_names_the_callers_line(
+    fresh_backend: None, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """However deep inside pygpukit the backend is first used (a constructor, an op reached through
+    pygpukit.__getattr__, an op calling other ops, a query), the warning's file and line are the
+    caller's: here the line of the lambda that makes the call."""
+    import numpy as np
+
+    import pygpukit as gp
+
+    monkeypatch.delenv("PYGPUKIT_BACKEND", raising=False)
+    uses: dict[str, Callable[[], object]] = {
+        "array": lambda: gp.from_numpy(np.ones(3, np.float32)),
+        "op": lambda: gp.rope_cos_sin(64, 16),  # through pygpukit.__getattr__; the op uploads its tables
+        "nested op": lambda: gp.linear(gp.ones((2, 4)), gp.ones((3, 4)), activation="relu"),
+        "nvrtc query": lambda: gp.is_nvrtc_available(),
+        "capabilities": lambda: gp.get_device_capabilities(),
+    }
+    use = uses[how]
+    warning = _first_use_warning(use)
+    if gp.is_cuda_available():
+        assert warning is None
+        return
+    assert warning is not None
+    assert warning.filename == __file__
+    assert warning.lineno == use.__code__.co_firstlineno
+
+
+def test_fallback_warning_from_a_subprocess_script(tmp_path: Path) -> None:
+    script = tmp_path / "user_script.py"
+    script.write_text(
+        "import warnings\nimport numpy as np\nimport pygpukit as gp\nwarnings.simplefilter('always')\n"
+        "x = gp.zeros(4)\nprint(gp.current_backend())\n"
+    )
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=False,
+                            env={**__import__("os").environ, "PYGPUKIT_BACKEND": "auto"})  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    if result.stdout.strip() == "cuda":
+        return
+    assert f"{script}:5: BackendFallbackWarning" in result.stderr
+    assert "x = gp.zeros(4)" in result.stderr
+
+
+# -- PYGPUKIT_NO_TF32 ---------------------------------------------------------------------------------------
+def test_no_tf32_is_a_known_flag() -> None:
+    from pygpukit.core._env import RUNTIME_VARIABLES, environment_report
+
+    assert "PYGPUKIT_NO_TF32" in RUNTIME_VARIABLES
+    report = {s.variable: s.problem for s in environment_report({"PYGPUKIT_NO_TF32": "1"})}
+    assert report == {"PYGPUKIT_NO_TF32": None}
+    (bad,) = environment_report({"PYGPUKIT_NO_TF32": "sometimes"})
+    assert bad.problem is not None
+    assert "not an on/off value" in bad.problem
+    (typo,) = environment_report({"PYGPUKIT_NO_TF3": "1"})
+    assert typo.problem == "not a pygpukit variable; did you mean PYGPUKIT_NO_TF32?"

@@ -188,3 +188,78 @@ def test_nvrtc_version_and_path() -> None:
     path = gp.get_nvrtc_path()
     assert path is not None
     assert "libnvrtc" in path
+
+
+# -- kernel sources ---------------------------------------------------------------------------------
+def _kernel_tree(root: Path, marker: str = "common/types.cuh") -> None:
+    (root / "common").mkdir(parents=True)
+    (root / "fam").mkdir()
+    (root / marker).write_text("// marker\n")
+    (root / "common" / "a.cuh").write_text("#pragma once\n")
+    (root / "fam" / "k.cu").write_text('#include "../common/a.cuh"\n')
+
+
+def test_kernel_sources_prefer_the_wheel_then_the_checkout(tmp_path: Path) -> None:
+    from pygpukit.core.kernel_sources import KernelSources
+
+    package = tmp_path / "packages" / "pkg" / "src" / "pygpukit" / "pkg"
+    package.mkdir(parents=True)
+    checkout = tmp_path / "native" / "kernels"
+    _kernel_tree(checkout)
+    sources = KernelSources(package, ("common/types.cuh", "fam/k.cu"), "test")
+    assert sources.candidates() == [package / "_kernels", checkout]
+    assert sources.root == checkout
+    assert sources.include_dirs("fam/k.cu") == [str(checkout / "fam")]
+    assert sources.source("fam/k.cu").startswith("#include")
+    _kernel_tree(package / "_kernels")
+    assert sources.root == checkout  # found once
+    sources.clear()
+    assert sources.root == package / "_kernels"  # a wheel's copy wins
+
+
+def test_kernel_sources_name_every_place_they_looked(tmp_path: Path) -> None:
+    from pygpukit.core.errors import PyGPUkitError
+    from pygpukit.core.kernel_sources import KernelSources
+
+    package = tmp_path / "packages" / "pkg" / "src" / "pygpukit" / "pkg"
+    package.mkdir(parents=True)
+    _kernel_tree(tmp_path / "native" / "kernels", marker="common/other.cuh")  # the marker is missing
+    sources = KernelSources(package, ("common/types.cuh",), "test")
+    with pytest.raises(PyGPUkitError, match=r"test kernel sources not found .*_kernels.*native/kernels"):
+        _ = sources.root
+    _kernel_tree(tmp_path / "wheel" / "_kernels")
+    with pytest.raises(PyGPUkitError, match=r"test kernel source 'fam/none\.cu' cannot be read"):
+        KernelSources(tmp_path / "wheel", ("common/types.cuh",), "test").source("fam/none.cu")
+
+
+def test_header_digest_covers_every_header_under_the_root(tmp_path: Path) -> None:
+    from pygpukit.core.kernel_sources import KernelSources
+
+    package = tmp_path / "packages" / "pkg" / "src" / "pygpukit" / "pkg"
+    package.mkdir(parents=True)
+    checkout = tmp_path / "native" / "kernels"
+    _kernel_tree(checkout)
+    sources = KernelSources(package, ("common/types.cuh",), "test")
+    first = sources.headers_digest()
+    assert sources.headers_digest() == first  # computed once
+    (checkout / "fam" / "family.cuh").write_text("#pragma once\n")  # a family header counts too
+    sources.clear()
+    second = sources.headers_digest()
+    assert second != first
+    (checkout / "fam" / "k.cu").write_text("// kernels themselves are part of their own cache key\n")
+    sources.clear()
+    assert sources.headers_digest() == second
+    (checkout / "fam" / "family.cuh").write_text("#pragma once // edited\n")
+    sources.clear()
+    assert sources.headers_digest() not in (first, second)
+
+
+def test_core_and_ops_read_the_same_checkout_tree() -> None:
+    from pygpukit.core import builtins
+    from pygpukit.ops import _kernels
+
+    assert (builtins.kernel_root() / "common" / "convert.cuh").is_file()
+    assert (builtins.kernel_root() / "common" / "strided.cuh").is_file()
+    if builtins.kernel_root() == _kernels.kernel_root():  # a checkout (wheels each ship their own copy)
+        assert builtins.SOURCES.headers_digest() == _kernels.SOURCES.headers_digest()
+    assert _kernels.SOURCES.source("reduction/reduce.cu") is _kernels.SOURCES.source("reduction/reduce.cu")

@@ -1,4 +1,5 @@
-"""CUDA graphs: replay is bitwise identical to eager execution; update, reset, errors. Devices."""
+"""CUDA graphs: replay is bitwise identical to eager execution; update, reset, errors. Devices. On the CPU
+backend: the recorded calls replay equal to eager runs."""
 
 from __future__ import annotations
 
@@ -91,3 +92,123 @@ def test_set_device_validates() -> None:
     with pytest.raises(DeviceError, match="device 99 does not exist"):
         gp.set_device(99)
     assert gp.get_device() == 0
+
+
+# -- the CPU backend: recorded calls, replayed ---------------------------------------------------------
+cpu_only = pytest.mark.skipif(gp.is_cuda_available(), reason="the CPU backend's recording (the GPU captures kernels)")
+
+
+def _pipeline(x: gp.GPUArray, y: gp.GPUArray, out: gp.GPUArray, acc: gp.GPUArray) -> gp.GPUArray:
+    """Ops, operators, in-place updates, views, conversions and a constructor, as a decode step would."""
+    t = gp.add(x, y.T.T)  # a temporary made inside the capture
+    u = t * 0.5 - y
+    gp.exp(u, out=out)
+    acc += out  # in place
+    h = out.astype(gp.bfloat16).astype(gp.float32)
+    z = gp.zeros(x.shape)
+    z.copy_(h)
+    s = gp.sum(z, axis=1)
+    return gp.softmax(s.reshape(1, -1), axis=-1)
+
+
+@cpu_only
+def test_cpu_replay_equals_eager_on_new_inputs() -> None:
+    rng = np.random.default_rng(11)
+    shape = (3, 17)
+    x, y = gp.from_numpy(np.zeros(shape, np.float32)), gp.from_numpy(np.zeros(shape, np.float32))
+    out, acc = gp.empty(shape), gp.zeros(shape)
+    graph = gp.CudaGraph()
+    with graph.capture() as stream:
+        assert gp.core.graph.is_capturing(stream)
+        assert gp.core.graph.is_capturing_on_cpu()
+        result = _pipeline(x, y, out, acc)
+    assert not gp.core.graph.is_capturing_on_cpu()
+    assert graph.is_ready
+    assert graph.num_nodes >= 9
+    eager_acc = gp.from_numpy(acc.to_numpy())  # the capture ran the block once (it runs eagerly on the CPU)
+    for step in range(3):
+        hx, hy = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+        x.copy_(hx)
+        y.copy_(hy)
+        graph.replay()
+        graph.synchronize()
+        expected = _pipeline(gp.from_numpy(hx), gp.from_numpy(hy), gp.empty(shape), eager_acc)
+        assert_bitwise_equal(result.to_numpy(), expected.to_numpy())
+        assert_bitwise_equal(acc.to_numpy(), eager_acc.to_numpy())
+        # and against float64 NumPy (the one rounding of each op allowed for)
+        ref = np.exp((hx.astype(np.float64) + hy) * 0.5 - hy)
+        np.testing.assert_allclose(out.to_numpy(), ref, rtol=1e-6, atol=1e-6, err_msg=str(step))
+
+
+@cpu_only
+def test_cpu_custom_kernels_raise_inside_a_capture() -> None:
+    kernel = gp.jit(AXPBY, "axpby")
+    x, y = gp.ones(8), gp.ones(8)
+    graph = gp.CudaGraph()
+    with pytest.raises(DeviceError, match=r"cannot run custom kernels.*inside a CudaGraph capture"), graph.capture():
+        kernel(1.0, x, 2.0, y, 8, grid=1, block=8)
+    assert not graph.is_ready
+    assert not gp.core.graph.is_capturing_on_cpu()
+    with pytest.raises(PyGPUkitError, match="nothing captured yet"):
+        graph.replay()
+
+
+@cpu_only
+def test_cpu_recapture_reset_and_replay_into_another_graph() -> None:
+    x, y = gp.ones(4), gp.zeros(4)
+    inner = gp.CudaGraph()
+    with inner.capture():
+        gp.add(y, x, out=y)
+    outer = gp.CudaGraph()
+    with outer.capture():
+        inner.replay()  # replaying a graph inside a capture records the replay
+        y *= 2.0
+    assert y.to_numpy().tolist() == [4.0] * 4  # each capture ran its block once: (1 + 1) * 2
+    outer.replay()
+    assert y.to_numpy().tolist() == [10.0] * 4  # (4 + 1) * 2
+    with inner.capture():  # capturing again replaces the recording (and runs it once)
+        gp.sub(y, x, out=y)
+    inner.replay()
+    assert y.to_numpy().tolist() == [8.0] * 4
+    inner.reset()
+    assert not inner.is_ready
+    assert inner.num_nodes == 0
+
+
+@cpu_only
+def test_cpu_captures_that_cannot_be_recorded_raise() -> None:
+    from pygpukit.core import _recording
+
+    graph, other = gp.CudaGraph(), gp.CudaGraph()
+    with graph.capture(), pytest.raises(PyGPUkitError, match="already open on this thread"), other.capture():
+        pass
+    recorder = _recording.CpuRecorder()
+    recorder.start()
+    try:
+        gp.ones(2)
+        gp.core.array.GPUArray._view  # noqa: B018 - a plain attribute: nothing recorded
+    finally:
+        recorder.stop()
+    assert [step.label for step in recorder.steps] == ["pygpukit.core.array.ones"]
+    recorder.problems.append("a test problem")
+    with pytest.raises(PyGPUkitError, match="cannot be replayed on the CPU simulation backend: a test problem"):
+        recorder.check()
+
+
+@cpu_only
+def test_cpu_a_failed_capture_leaves_nothing_recorded() -> None:
+    x = gp.ones(3)
+    graph = gp.CudaGraph()
+
+    def fail() -> None:
+        gp.add(x, x, out=x)
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"), graph.capture():
+        fail()
+    assert not graph.is_ready
+    assert x.to_numpy().tolist() == [2.0] * 3
+    with graph.capture():
+        gp.add(x, x, out=x)
+    graph.replay()
+    assert x.to_numpy().tolist() == [8.0] * 3

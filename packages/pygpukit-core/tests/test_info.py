@@ -72,7 +72,7 @@ def run_info_with(env: dict[str, str], *args: str) -> subprocess.CompletedProces
         ("PYGPUKIT_CUDA_VARIANT", "cu11", "must be 'cu12' or 'cu13'"),
         ("PYGPUKIT_KERNEL_CACHE", "maybe", "not an on/off value"),
         ("PYGPUKIT_ALLOW_TF32", "sure", "not an on/off value"),
-        ("PYGPUKIT_DEBUG_LIBRARY_LOAD", "false", "reads every value but 0 as on"),
+        ("PYGPUKIT_DEBUG_LIBRARY_LOAD", "loud", "not an on/off value"),
         ("PYGPUKIT_NVRTC_PATH", "/nonexistent/libnvrtc.so.13", "/nonexistent/libnvrtc.so.13 does not exist"),
         ("PYGPUKIT_COPY_THREADS", "many", "must be a non-negative integer"),
         ("PYGPUKIT_BACKNED", "cpu", "did you mean PYGPUKIT_BACKEND?"),

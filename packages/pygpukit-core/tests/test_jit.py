@@ -11,7 +11,7 @@ import pytest
 
 import pygpukit as gp
 from pygpukit.core.errors import DeviceError, DTypeError, InvalidPointerError, NvrtcError, ShapeError
-from pygpukit.core.jit import JITKernel, parse_signature
+from pygpukit.core.jit import JITKernel, KernelArgumentError, parse_signature
 from pygpukit.core.kernel_cache import KernelCache
 
 jit_module = importlib.import_module("pygpukit.core.jit")  # the name `jit` is also the function
@@ -282,3 +282,149 @@ def test_native_launcher_is_constructible_and_declines_unusual_arguments() -> No
     assert launcher.launch((1, 2**70, 3.0), 1, 32, 0, None) is NotImplemented  # out of range
     with pytest.raises(TypeError, match="argument 9"):
         native.Launcher(1, 0, 1024, 0, "p", (None,), GPUArray, _local, _local)
+
+
+# -- arguments by name and the default launch configuration ---------------------------------------
+SCALE = r"""
+extern "C" __global__
+void scale(float* x, float factor, int n) {
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx < n) x[idx] *= factor;
+}
+"""
+
+
+def test_arguments_bind_by_name() -> None:
+    kernel = JITKernel(SAXPY, "saxpy")
+    assert kernel.bind_arguments((2.0,), {"x": 0x10, "n": 5, "y": 0x20}) == (2.0, 0x10, 0x20, 5)
+    assert kernel.bind_arguments((), {"n": 1, "a": 1.5, "y": 2, "x": 3}) == (1.5, 3, 2, 1)
+    assert kernel.bind_arguments((1.0, 2, 3, 4), {}) == (1.0, 2, 3, 4)
+
+
+@pytest.mark.parametrize(
+    ("args", "named", "message"),
+    [
+        ((2.0,), {"x": 1, "y": 2, "m": 3}, r"kernel saxpy has no parameter 'm'; its parameters: a, x, y, n"),
+        ((2.0, 1), {"x": 1, "y": 2, "n": 3}, r"parameter 'x' was given twice \(as positional argument 1"),
+        ((2.0,), {"y": 2}, r"no argument for parameter\(s\) 'x', 'n'"),
+        ((1.0, 2, 3, 4, 5), {"n": 1}, r"takes 4 arguments \(a, x, y, n\), got 5 positional ones"),
+    ],
+)
+def test_bad_names_raise_typed_errors(args: tuple[object, ...], named: dict[str, object], message: str) -> None:
+    kernel = JITKernel(SAXPY, "saxpy")
+    with pytest.raises(KernelArgumentError, match=message) as caught:
+        kernel.bind_arguments(args, named)
+    assert isinstance(caught.value, gp.ArgumentError)
+    assert isinstance(caught.value, TypeError)
+
+
+def test_calls_bind_before_anything_else() -> None:
+    """Binding errors are raised by the call itself, on any backend, before a launch is attempted."""
+    kernel = JITKernel(SAXPY, "saxpy")
+    with pytest.raises(KernelArgumentError, match="has no parameter 'count'"):
+        kernel(2.0, 0, 0, count=4)
+    with pytest.raises(KernelArgumentError, match="takes 4 arguments"):
+        kernel.pack_arguments([2.0, 0, 0])
+    template = JITKernel(
+        "template <typename T> __global__ void k(T* x, int n) {}", "k<float>", name_expressions=["k<float>"]
+    )
+    with pytest.raises(KernelArgumentError, match="pass the arguments positionally"):
+        template(0, n=3)
+
+
+def test_default_launch_configuration() -> None:
+    kernel = JITKernel(SCALE, "scale")
+    assert kernel.launch_config((0, 0.5, 1000)) == (4, 256)  # ceil(1000 / 256) blocks of DEFAULT_BLOCK
+    assert kernel.launch_config((0, 0.5, 256)) == (1, 256)
+    assert kernel.launch_config((0, 0.5, 257)) == (2, 256)
+    assert kernel.launch_config((0, 0.5, 0)) == (1, 256)  # at least one block
+    assert kernel.launch_config((0, 0.5, 1000), block=(16, 4)) == (16, (16, 4))  # 64 threads per block
+    assert kernel.launch_config((0, 0.5, 1000), grid=3) == (3, 256)
+    assert kernel.launch_config((0, 0.5, 1000), grid=(2, 2), block=32) == ((2, 2), 32)
+    assert jit_module.DEFAULT_BLOCK == 256
+
+
+def test_default_grid_from_the_largest_array_without_a_count_parameter() -> None:
+    kernel = JITKernel('extern "C" __global__ void copy(const float* src, float* dst, int width) {}', "copy")
+    src, dst = gp.empty(300), gp.empty(1000)
+    assert kernel.element_count((src, dst, 7)) == 1000  # "width" is not a count name
+    assert kernel.launch_config((src, dst, 7)) == (4, 256)
+    with pytest.raises(KernelArgumentError, match="no grid given and none can be derived"):
+        kernel.launch_config((0x10, 0x20, 7))
+    with pytest.raises(ShapeError, match="exceed the grid limit"):
+        JITKernel(SCALE, "scale").launch_config((0, 0.5, 2**31 * 256 + 1), block=1)
+
+
+def test_kernels_with_declared_parameters_take_positional_arguments_only() -> None:
+    params = parse_signature(SAXPY, "saxpy")
+    declared = JITKernel(SAXPY, "saxpy", params=params)
+    assert isinstance(declared, JITKernel)
+    assert type(declared) is not JITKernel  # the lean class, without keyword handling
+    with pytest.raises(TypeError, match="unexpected keyword argument 'n'"):
+        declared(1.0, 0, 0, n=4)
+    assert declared.launch_config((1.0, 0, 0, 600)) == (3, 256)
+    assert type(JITKernel(SAXPY, "saxpy")) is JITKernel
+    assert type(gp.jit(SAXPY, "saxpy")) is JITKernel
+
+
+def test_the_seeds_guarded_example_runs_on_every_backend() -> None:
+    """On the CPU backend is_nvrtc_available() is False (kernels cannot launch there), so the guard
+    takes the fallback; with a GPU the kernel runs with arguments by name and a derived grid."""
+    x = gp.from_numpy(np.arange(1000, dtype=np.float32))
+    if gp.is_nvrtc_available():
+        kernel = gp.jit(SCALE, func="scale")
+        kernel(x, factor=0.5, n=x.size)
+    else:
+        assert not gp.is_cuda_available()
+        x = x * 0.5
+    np.testing.assert_array_equal(x.to_numpy(), np.arange(1000, dtype=np.float32) * 0.5)
+
+
+def test_nvrtc_availability_means_kernels_can_launch() -> None:
+    if gp.is_cuda_available():
+        assert gp.is_nvrtc_available() == (gp.get_nvrtc_version() is not None)
+        return
+    assert gp.is_nvrtc_available() is False
+    kernel = gp.jit(SCALE, "scale")  # compiles (where NVRTC is installed) but cannot launch
+    with pytest.raises(DeviceError, match="needs the CUDA backend; the CPU simulation backend is in use"):
+        kernel(gp.ones(4), factor=2.0, n=4)
+
+
+@pytest.mark.nvrtc
+def test_nvrtc_version_is_reported_on_either_backend() -> None:
+    assert gp.get_nvrtc_version() is not None
+    assert gp.get_nvrtc_path() is not None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [1, 255, 256, 257, 100_003])
+def test_gpu_keywords_and_default_grid_match_float64(n: int) -> None:
+    rng = np.random.default_rng(n)
+    host = rng.standard_normal(n).astype(np.float32)
+    kernel = gp.jit(SCALE, func="scale")
+    x = gp.from_numpy(host)
+    kernel(x, factor=0.5, n=x.size)  # the seeds' call: grid ceil(n / 256), block 256
+    np.testing.assert_array_equal(x.to_numpy(), (host.astype(np.float64) * 0.5).astype(np.float32))
+    kernel(x, 2.0, n=n, block=128)  # mixed positional and named, grid derived from the given block
+    kernel(n=n, factor=2.0, x=x, grid=(n + 63) // 64, block=64)
+    np.testing.assert_array_equal(x.to_numpy(), (host.astype(np.float64) * 2.0).astype(np.float32))
+    y = gp.from_numpy(rng.standard_normal(n).astype(np.float32))
+    saxpy = gp.jit(SAXPY, "saxpy")
+    expected = 1.5 * x.to_numpy().astype(np.float64) + y.to_numpy()
+    saxpy(1.5, x, y, n)  # positional, default grid from n
+    np.testing.assert_allclose(y.to_numpy(), expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_gpu_default_grid_from_array_sizes_and_declared_kernels() -> None:
+    source = r"""
+extern "C" __global__ void fill_index(float* out, long long length_without_count_name) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < length_without_count_name) out[i] = (float)i;
+}"""
+    out = gp.zeros(5000)
+    gp.jit(source, "fill_index")(out, 5000)  # no count name: the grid covers out.size
+    np.testing.assert_array_equal(out.to_numpy(), np.arange(5000, dtype=np.float32))
+    declared = JITKernel(SCALE, "scale", params=parse_signature(SCALE, "scale"))
+    declared(out, 2.0, 5000)  # the library's kind of kernel: positional, default grid
+    np.testing.assert_array_equal(out.to_numpy(), 2.0 * np.arange(5000, dtype=np.float32))

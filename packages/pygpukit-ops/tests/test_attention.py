@@ -528,6 +528,34 @@ def test_cpu_backend_checks_device_lengths() -> None:
         gp.decode_attention(q, kc, kc, upload(np.array([65], np.int32)))
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_repeated_call_shapes_reuse_their_plan(dtype: DType) -> None:
+    """Each call shape is planned once (attention's PlanCache); later calls with fresh data, new
+    addresses and new lengths go through the cached plan and still match the reference."""
+    from pygpukit.core.plans import clear_plan_caches
+    from pygpukit.ops import attention
+
+    heads, kv_heads, dim = SMOLLM
+    batch, max_len = 2, 300
+    rng = np.random.default_rng(11)
+    ws = gp.decode_workspace(batch, heads, kv_heads, dim, max_len)
+    clear_plan_caches()
+    planned = 0
+    for round_ in range(3):
+        q, k, v = qkv(rng, batch, 37, 37, heads, kv_heads, dim, dtype)
+        close(gp.sdpa_causal(upload(q), upload(k), upload(v)), reference(q, k, v, causal=True), dtype, "prefill")
+        qd = sample(rng, (batch, heads, dim), dtype, -2.0, 2.0)
+        k_cache, v_cache = cache(rng, batch, kv_heads, max_len, dim, dtype)
+        lens = rng.integers(1, max_len + 1, batch)
+        out = gp.decode_attention(upload(qd), upload(k_cache), upload(v_cache), lens.tolist(), workspace=ws)
+        close(out, decode_reference(qd, k_cache, v_cache, lens), dtype, "decode")
+        if round_ == 0:
+            planned = len(attention._PLANS)
+            assert planned == 2
+        assert len(attention._PLANS) == planned, "a repeated call shape was planned again"
+
+
 def test_public_names() -> None:
     for name in ("sdpa", "sdpa_causal", "decode_attention", "paged_decode_attention", "decode_workspace",
                  "prefill_attention", "DecodeWorkspace"):  # fmt: skip

@@ -1,4 +1,4 @@
-"""The built-in GEMM (gemm_mma: mma.sync, wgmma on SM 90) and GEMV kernels against float64 NumPy.
+"""The built-in GEMM (gemm_mma: mma.sync, wgmma on SM 90), GEMV and CUDA-core kernels against float64 NumPy.
 
 GPU tests (``-m gpu``) draw fresh random data per test, poison every output with NaN first and bound the
 relative Frobenius error ||out - ref|| / ||ref|| per dtype. The reference is computed in float64 from
@@ -10,6 +10,7 @@ the typed errors without touching the output, and run the NumPy path of the CPU 
 
 from __future__ import annotations
 
+import functools
 import math
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -20,11 +21,16 @@ import numpy as np
 import pytest
 
 import pygpukit as gp
+from pygpukit.core.abi import offsets_checked, static_asserts_for
 from pygpukit.core.backend import backend_state
+from pygpukit.core.compiler import compile_source
 from pygpukit.core.dtypes import DType
-from pygpukit.core.errors import DTypeError, ShapeError
-from pygpukit.ops import _builtin_gemm as bg
+from pygpukit.core.errors import DTypeError, NvrtcError, ShapeError
 from pygpukit.ops import _kernels
+from pygpukit.ops.gemm import gemv_kernels as gk
+from pygpukit.ops.gemm import mma as mk
+from pygpukit.ops.gemm import simt
+from pygpukit.ops.gemm._base import PLANS, device_props
 
 Array = np.ndarray[Any, Any]
 
@@ -90,7 +96,7 @@ def _check_gemm(
     activation: str | None = None,
     alpha: float = 1.0,
     beta: float = 0.0,
-    tile: bg.GemmTile | None = None,
+    tile: mk.GemmTile | None = None,
 ) -> None:
     a = _random(rng, (k, m) if trans_a else (m, k), dtype)
     b = _random(rng, (n, k) if trans_b else (k, n), dtype)
@@ -106,7 +112,7 @@ def _check_gemm(
         bias_array = gp.from_numpy(values)
         ref = ref + values.astype(np.float64)
     ref = _activation(ref, activation)
-    bg.gemm_mma(gp.from_numpy(a), gp.from_numpy(b), out, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta,
+    mk.gemm_mma(gp.from_numpy(a), gp.from_numpy(b), out, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta,
                 bias=bias_array, activation=activation, tile=tile)  # fmt: skip
     error = _relative_error(out.to_numpy(), ref)
     bound = BOUND[(dtype.name, out_dtype.name)]
@@ -128,18 +134,18 @@ def test_gemm_matches_float64(
     _check_gemm(rng, *shape, dtype, out_dtype, *trans)
 
 
-def _tiles() -> list[bg.GemmTile]:
-    return [*bg.GEMM_MMA_TILES, *bg.GEMM_WGMMA_TILES]
+def _tiles() -> list[mk.GemmTile]:
+    return [*mk.GEMM_MMA_TILES, *mk.GEMM_WGMMA_TILES]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("tile", _tiles(), ids=lambda t: f"{t.kernel}-{t.bm}x{t.bn}x{t.bk}")
 @pytest.mark.parametrize("trans", [(False, False), (False, True), (True, False), (True, True)], ids=str)
-def test_gemm_every_tile(rng: np.random.Generator, tile: bg.GemmTile, trans: tuple[bool, bool]) -> None:
+def test_gemm_every_tile(rng: np.random.Generator, tile: mk.GemmTile, trans: tuple[bool, bool]) -> None:
     info = gp.get_device_info(gp.get_device())
     if tile.shared_bytes > info.max_shared_memory_per_block_optin:
         pytest.skip(f"{tile} needs {tile.shared_bytes} bytes of shared memory per block")
-    if tile.kernel == "wgmma" and not bg._device(gp.get_device()).wgmma:
+    if tile.kernel == "wgmma" and not device_props(gp.get_device()).wgmma:
         pytest.skip("wgmma needs SM 90 and an NVRTC that targets sm_90a")
     # Several tiles in each direction, ragged edges and a K tail.
     for m, n, k in [(300, 520, 200), (129, 257, 4096), (2 * tile.bm, 2 * tile.bn, 64)]:
@@ -165,7 +171,7 @@ def test_gemm_bias_in_input_dtype_with_float32_out(rng: np.random.Generator) -> 
         _random(rng, (50,), gp.bfloat16),
     )
     out = _poisoned((70, 50), gp.float32)
-    bg.gemm_mma(gp.from_numpy(a), gp.from_numpy(b), out, bias=gp.from_numpy(bias), activation="relu")
+    mk.gemm_mma(gp.from_numpy(a), gp.from_numpy(b), out, bias=gp.from_numpy(bias), activation="relu")
     ref = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + bias.astype(np.float64), 0.0)
     assert _relative_error(out.to_numpy(), ref) <= BOUND[("bfloat16", "float32")]
 
@@ -183,10 +189,26 @@ def test_gemm_views_without_copies(rng: np.random.Generator, aligned: bool) -> N
     a = gp.from_numpy(a_store).T
     b = gp.from_numpy(b_wide)[:, :n]
     out = out_wide[:, :n]
-    bg.gemm_mma(a, b, out)
+    mk.gemm_mma(a, b, out)
     ref = a_store.T.astype(np.float64) @ b_wide[:, :n].astype(np.float64)
     assert _relative_error(out.to_numpy(), ref) <= BOUND[("bfloat16", "float32")]
     assert np.isnan(out_wide.to_numpy()[:, n:]).all(), "columns outside the out view were written"
+
+
+@pytest.mark.gpu
+def test_gemm_repeated_call_shape_reads_each_calls_alignment(rng: np.random.Generator) -> None:
+    # gemm_mma keeps its launch per call shape; a repeat whose a starts one element into its buffer
+    # (the same shape and strides, not 16-byte aligned) must take the element-wise loads.
+    m, n, k = 70, 90, 64
+    buffer = _random(rng, (m * k + 1,), gp.bfloat16)
+    device_buffer = gp.from_numpy(buffer)
+    b_host = _random(rng, (k, n), gp.bfloat16)
+    b = gp.from_numpy(b_host)
+    for start in (0, 1, 0):
+        out = _poisoned((m, n), gp.float32)
+        mk.gemm_mma(device_buffer[start : start + m * k].reshape(m, k), b, out)
+        ref = buffer[start : start + m * k].reshape(m, k).astype(np.float64) @ b_host.astype(np.float64)
+        assert _relative_error(out.to_numpy(), ref) <= BOUND[("bfloat16", "float32")], start
 
 
 @pytest.mark.gpu
@@ -202,7 +224,7 @@ def test_gemm_is_deterministic(rng: np.random.Generator) -> None:
     results = []
     for _ in range(3):
         out = _poisoned((512, 640), gp.bfloat16)
-        bg.gemm_mma(a, b, out)
+        mk.gemm_mma(a, b, out)
         results.append(out.to_numpy().view(np.uint16))
     assert all(np.array_equal(results[0], r) for r in results[1:])
 
@@ -239,7 +261,7 @@ def _check_gemv(
         ref = ref + values.astype(np.float64)
     ref = _activation(ref, activation)
     out = _poisoned((x.shape[0], n), dtype)
-    bg.gemv(gp.from_numpy(x), w_device if w_device is not None else gp.from_numpy(w), out, w_layout=layout,
+    gk.gemv(gp.from_numpy(x), w_device if w_device is not None else gp.from_numpy(w), out, w_layout=layout,
             bias=bias_array, activation=activation)  # fmt: skip
     error = _relative_error(out.to_numpy(), ref)
     assert error <= BOUND[(dtype.name, dtype.name)], f"M={x.shape[0]} {w.shape} {layout} {dtype}: {error:.2e}"
@@ -293,7 +315,7 @@ def test_gemv_vectors_and_views(rng: np.random.Generator, layout: str) -> None:
     w_wide = _random(rng, (w_shape[0], w_shape[1] + 5), gp.float16)
     w = w_wide[:, : w_shape[1]]
     out = _poisoned((n,), gp.float16)
-    bg.gemv(gp.from_numpy(x), gp.from_numpy(w_wide)[:, : w_shape[1]], out, w_layout=layout)
+    gk.gemv(gp.from_numpy(x), gp.from_numpy(w_wide)[:, : w_shape[1]], out, w_layout=layout)
     ref = _gemv_reference(x[None, :], np.ascontiguousarray(w), layout)[0]
     assert _relative_error(out.to_numpy(), ref) <= BOUND[("float16", "float16")]
 
@@ -312,15 +334,15 @@ def test_gemv_repeated_calls_follow_their_operands(rng: np.random.Generator, lay
     for x_view, x_host in ((device_buffer[:, :k], buffer[:, :k]), (device_buffer[:, 1:], buffer[:, 1:]),
                            (device_buffer[:, :k], buffer[:, :k])):  # fmt: skip
         out = _poisoned((1, n), gp.bfloat16)
-        bg.gemv(x_view, w, out, w_layout=layout)
+        gk.gemv(x_view, w, out, w_layout=layout)
         assert _relative_error(out.to_numpy(), _gemv_reference(x_host, w_host, layout)) <= BOUND[("bfloat16",) * 2]
     bias = _random(rng, (n,), gp.bfloat16)
     out = _poisoned((1, n), gp.bfloat16)
-    bg.gemv(device_buffer[:, 1:], w, out, w_layout=layout, bias=gp.from_numpy(bias), activation="relu")
+    gk.gemv(device_buffer[:, 1:], w, out, w_layout=layout, bias=gp.from_numpy(bias), activation="relu")
     ref = np.maximum(_gemv_reference(buffer[:, 1:], w_host, layout) + bias.astype(np.float64), 0.0)
     assert _relative_error(out.to_numpy(), ref) <= BOUND[("bfloat16",) * 2]
     with pytest.raises(ShapeError):  # a cached call shape does not skip the checks of a new one
-        bg.gemv(device_buffer[:, 1:], w, gp.empty((1, n + 1), gp.bfloat16), w_layout=layout)
+        gk.gemv(device_buffer[:, 1:], w, gp.empty((1, n + 1), gp.bfloat16), w_layout=layout)
 
 
 @pytest.mark.gpu
@@ -337,26 +359,26 @@ def test_gemv_split_k_is_deterministic(rng: np.random.Generator, layout: str, m:
     results = []
     for _ in range(5):
         out = _poisoned((m, n), gp.bfloat16)
-        bg.gemv(x, w, out, w_layout=layout)
+        gk.gemv(x, w, out, w_layout=layout)
         results.append(out.to_numpy())
     assert _relative_error(results[0], ref) <= BOUND[("bfloat16", "bfloat16")]
     assert all(np.array_equal(results[0].view(np.uint16), r.view(np.uint16)) for r in results[1:])
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("u", bg._GEMV_CLUSTER_LOADS)
-@pytest.mark.parametrize("cluster", bg._GEMV_CLUSTER_SIZES)
+@pytest.mark.parametrize("u", gk._GEMV_CLUSTER_LOADS)
+@pytest.mark.parametrize("cluster", gk._GEMV_CLUSTER_SIZES)
 @pytest.mark.parametrize("dtype", [gp.float16, gp.bfloat16], ids=str)
 def test_gemv_cluster_split(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, cluster: int, u: int,
                             dtype: DType) -> None:  # fmt: skip
     # SM 90+: K split over the blocks of a thread-block cluster, forced for every cluster size on
     # shapes with K tails (splits with no rows at all for K = 130), N tails (N = 7 is all tail),
     # unaligned x (element-wise loads), bias and activation; bitwise repeatable and graph-replayable.
-    if not bg._device(0).clusters:
+    if not device_props(0).clusters:
         pytest.skip("thread-block clusters need SM 90 or newer")
-    plan = bg._gemv_cluster_expression_plan(dtype, cluster, u=u)
-    monkeypatch.setattr(bg, "_gemv_cluster_plan", lambda *args: plan)
-    monkeypatch.setattr(bg, "_gemv_launches", {})
+    plan = gk._gemv_cluster_expression_plan(dtype, cluster, u=u)
+    monkeypatch.setattr(gk, "_gemv_cluster_plan", lambda *args: plan)
+    monkeypatch.setattr(PLANS, "_plans", {})  # plans made before the patch are not this plan
     for k, n in ((1000, 2500), (4096, 4096), (130, 7), (777, 1029)):
         w_host = _random(rng, (k, n), dtype)
         w = gp.from_numpy(w_host)
@@ -364,10 +386,10 @@ def test_gemv_cluster_split(rng: np.random.Generator, monkeypatch: pytest.Monkey
         _check_gemv(rng, _random(rng, (1, k), dtype), w_host, "kn", dtype, w_device=w, bias=True, activation="silu")
         buffer = _random(rng, (1, k + 1), dtype)
         out = _poisoned((1, n), dtype)
-        bg.gemv(gp.from_numpy(buffer)[:, 1:], w, out, w_layout="kn")
+        gk.gemv(gp.from_numpy(buffer)[:, 1:], w, out, w_layout="kn")
         error = _relative_error(out.to_numpy(), _gemv_reference(buffer[:, 1:], w_host, "kn"))
         assert error <= BOUND[(dtype.name, dtype.name)], f"unaligned x, K={k} N={n}: {error:.2e}"
-    launches = list(bg._gemv_launches.values())
+    launches = [value[0] for key, value in PLANS._plans.items() if key[0] == "gemv"]
     assert launches
     assert all(launch.grid[1] == cluster and not launch.workspace for launch in launches)
     x = gp.from_numpy(_random(rng, (1, 4096), dtype))
@@ -376,12 +398,12 @@ def test_gemv_cluster_split(rng: np.random.Generator, monkeypatch: pytest.Monkey
         results = []
         for _ in range(3):
             out = _poisoned((1, 4096), dtype)
-            bg.gemv(x, w, out, w_layout="kn", stream=stream)
+            gk.gemv(x, w, out, w_layout="kn", stream=stream)
             results.append(out.to_numpy().tobytes())
         assert results[0] == results[1] == results[2]
         graph = gp.CudaGraph()
         with graph.capture(stream):
-            bg.gemv(x, w, out, w_layout="kn", stream=stream)
+            gk.gemv(x, w, out, w_layout="kn", stream=stream)
         out.copy_(gp.full((1, 4096), float("nan"), dtype))
         graph.replay(stream)
         stream.synchronize()
@@ -391,15 +413,15 @@ def test_gemv_cluster_split(rng: np.random.Generator, monkeypatch: pytest.Monkey
 def test_gemv_cluster_choice() -> None:
     # Column groups of 128 on 132 SMs: the largest cluster within two blocks per SM; none where the
     # grid would leave more than a tenth of the SMs idle, for other dtypes, several rows or "nk".
-    sizes = {groups: bg._gemv_cluster_plan(gp.bfloat16, 1, "kn", groups, 132) for groups in (8, 15, 32, 33, 64, 100)}
+    sizes = {groups: gk._gemv_cluster_plan(gp.bfloat16, 1, "kn", groups, 132) for groups in (8, 15, 32, 33, 64, 100)}
     assert {g: p.cluster if p else None for g, p in sizes.items()} == {8: None, 15: 8, 32: 8, 33: 8, 64: 4, 100: 2}
     assert all(p is None or p.expression.endswith(f", {8 if g * p.cluster <= 132 else 4}, 16, {p.cluster}>")
                for g, p in sizes.items())  # fmt: skip
-    assert bg._gemv_cluster_plan(gp.float16, 1, "kn", 32, 132) is not None
-    assert bg._gemv_cluster_plan(gp.float32, 1, "kn", 32, 132) is None
-    assert bg._gemv_cluster_plan(gp.bfloat16, 2, "kn", 32, 132) is None
-    assert bg._gemv_cluster_plan(gp.bfloat16, 1, "nk", 32, 132) is None
-    assert bg._gemv_plan(gp.bfloat16, 1, "kn", True).per_block == 128
+    assert gk._gemv_cluster_plan(gp.float16, 1, "kn", 32, 132) is not None
+    assert gk._gemv_cluster_plan(gp.float32, 1, "kn", 32, 132) is None
+    assert gk._gemv_cluster_plan(gp.bfloat16, 2, "kn", 32, 132) is None
+    assert gk._gemv_cluster_plan(gp.bfloat16, 1, "nk", 32, 132) is None
+    assert gk._gemv_plan(gp.bfloat16, 1, "kn", True).per_block == 128
 
 
 @pytest.mark.gpu
@@ -414,7 +436,7 @@ def test_gemv_on_streams(rng: np.random.Generator) -> None:
     outs = [_poisoned((2, n), gp.bfloat16) for _ in streams]
     for _ in range(10):
         for stream, out in zip(streams, outs, strict=True):
-            bg.gemv(x, w, out, w_layout="nk", stream=stream)
+            gk.gemv(x, w, out, w_layout="nk", stream=stream)
     for stream, out in zip(streams, outs, strict=True):
         stream.synchronize()
         assert _relative_error(out.to_numpy(stream=stream), ref) <= BOUND[("bfloat16", "bfloat16")]
@@ -422,10 +444,11 @@ def test_gemv_on_streams(rng: np.random.Generator) -> None:
 
 # -- CPU: compile checks, errors, the NumPy path ------------------------------------------------------
 def _compile_all(file: str, arch: str) -> None:
-    expressions = bg.name_expressions_for(file)
+    expressions = mk.name_expressions_for(file)
     assert expressions
+    make = gk._kernel if file == "gemv/gemv.cu" else functools.partial(mk._kernel, file)
     with ThreadPoolExecutor(max_workers=4) as pool:
-        programs = list(pool.map(lambda e: bg._kernel(file, e).compile(arch), expressions))
+        programs = list(pool.map(lambda e: make(e).compile(arch), expressions))
     for expression, program in zip(expressions, programs, strict=True):
         assert program.binary[:4] == b"\x7fELF", expression
         assert expression in program.lowered_names
@@ -445,31 +468,54 @@ def test_every_instantiation_compiles(file: str, arch: str) -> None:
 def test_wgmma_compiles_for_sm90a() -> None:
     _compile_all("gemm/gemm_wgmma.cu", "90a")
     # The runtime's kernel object asks for sm_90a when given the device's plain sm_90.
-    expression = bg.name_expressions_for("gemm/gemm_wgmma.cu")[0]
-    assert bg._kernel("gemm/gemm_wgmma.cu", expression).compile("90").arch == "90a"
+    expression = mk.name_expressions_for("gemm/gemm_wgmma.cu")[0]
+    assert mk._kernel("gemm/gemm_wgmma.cu", expression).compile("90").arch == "90a"
+
+
+@pytest.mark.nvrtc
+def test_simt_gemm_shape_struct_matches_its_kernel() -> None:
+    # GemmShape is declared once in Python (simt.GEMM_SHAPE); the C++ struct must agree on its size
+    # and every offset: the static_asserts the kernel compile check appends compile only if it does.
+    assert simt.GEMM_SHAPE.size == 96
+    checks = static_asserts_for("gemm/gemm_simt.cu")
+    assert "pygpukit::ops::gemm::GemmShape" in checks
+    path = _kernels.kernel_root() / "gemm" / "gemm_simt.cu"
+    program = compile_source(path.read_text() + checks, arch="80", name="gemm_simt.cu", include_dirs=[path.parent],
+                             name_expressions=simt.name_expressions())  # fmt: skip
+    assert program.binary[:4] == b"\x7fELF"
+    if not offsets_checked():
+        pytest.skip("this NVRTC has no __builtin_offsetof (12.x, 13.0): only sizes are checked here")
+    offset = simt.GEMM_SHAPE.offsets["alpha"]
+    broken = checks.replace(f"GemmShape, alpha) == {offset}", f"GemmShape, alpha) == {offset - 4}")
+    assert broken != checks
+    with pytest.raises(NvrtcError, match="alpha"):  # a field moved on one side only fails the compile
+        compile_source(path.read_text() + broken, arch="80", name="gemm_simt.cu", include_dirs=[path.parent],
+                       name_expressions=simt.name_expressions())  # fmt: skip
 
 
 def test_name_expressions_are_registered() -> None:
     counts = {"gemm/gemm_mma.cu": 48, "gemm/gemm_wgmma.cu": 32, "gemv/gemv.cu": 30}
     for file, count in counts.items():
-        expressions = bg.name_expressions_for(file)
+        expressions = mk.name_expressions_for(file)
         assert len(expressions) == len(set(expressions)) == count
         assert set(expressions) <= set(_kernels.name_expressions(file))
-    assert bg.name_expressions_for("elementwise/binary.cu") == []
+    assert mk.name_expressions_for("elementwise/binary.cu") == []
+    assert set(simt.name_expressions()) == set(_kernels.name_expressions("gemm/gemm_simt.cu"))
+    assert len(simt.name_expressions()) == 5
 
 
 def test_tile_choice() -> None:
     h100 = {"sms": 132, "shared_per_block": 232448, "shared_per_sm": 233472}
     rtx = {"sms": 84, "shared_per_block": 101376, "shared_per_sm": 102400}
-    big = bg.gemm_tile_for(8192, 8192, **h100, wgmma=True)
+    big = mk.gemm_tile_for(8192, 8192, **h100, wgmma=True)
     assert (big.kernel, big.bm, big.bn) == ("wgmma", 128, 256)
-    assert bg.gemm_tile_for(8192, 8192, **h100).bn == 256  # mma.sync, large tile
-    assert bg.gemm_tile_for(8192, 8192, **rtx).shared_bytes <= rtx["shared_per_block"]
-    small = bg.gemm_tile_for(16, 1024, **h100, wgmma=True)
+    assert mk.gemm_tile_for(8192, 8192, **h100).bn == 256  # mma.sync, large tile
+    assert mk.gemm_tile_for(8192, 8192, **rtx).shared_bytes <= rtx["shared_per_block"]
+    small = mk.gemm_tile_for(16, 1024, **h100, wgmma=True)
     assert (small.bm, small.bn) == (64, 64)  # a 128-row tile would waste most of its rows
-    for tile in bg.GEMM_WGMMA_TILES:
+    for tile in mk.GEMM_WGMMA_TILES:
         assert tile.threads == 256
-    for tile in bg.GEMM_MMA_TILES:
+    for tile in mk.GEMM_MMA_TILES:
         assert tile.threads in (128, 256)
 
 
@@ -501,7 +547,7 @@ def test_gemm_bad_input(
     arrays = {name: _arrays(rng, spec)[0] for name, spec in case.items()}
     before = arrays["out"].to_numpy().copy()
     with pytest.raises(error) as raised:
-        bg.gemm_mma(arrays["a"], arrays["b"], arrays["out"], bias=arrays.get("bias"))
+        mk.gemm_mma(arrays["a"], arrays["b"], arrays["out"], bias=arrays.get("bias"))
     for word in words:
         assert word in str(raised.value)
     assert np.array_equal(arrays["out"].to_numpy().view(np.uint8), before.view(np.uint8))
@@ -510,13 +556,13 @@ def test_gemm_bad_input(
 def test_gemm_bad_arguments(rng: np.random.Generator) -> None:
     a, b, out = _arrays(rng, ((4, 5), BF), ((5, 3), BF), ((4, 3), BF))
     with pytest.raises(ValueError, match="activation"):
-        bg.gemm_mma(a, b, out, activation="tanh")
+        mk.gemm_mma(a, b, out, activation="tanh")
     with pytest.raises(DTypeError, match="GPUArray"):
-        bg.gemm_mma(np.zeros((4, 5)), b, out)
+        mk.gemm_mma(np.zeros((4, 5)), b, out)
     with pytest.raises(ShapeError, match="row-major"):
-        bg.gemm_mma(b.T, a.T, out.T)  # out as a transposed view
+        mk.gemm_mma(b.T, a.T, out.T)  # out as a transposed view
     with pytest.raises(ShapeError, match="stride"):
-        bg.gemm_mma(gp.from_numpy(_random(rng, (4, 10), BF))[:, ::2], b, out)
+        mk.gemm_mma(gp.from_numpy(_random(rng, (4, 10), BF))[:, ::2], b, out)
 
 
 @pytest.mark.parametrize(
@@ -537,7 +583,7 @@ def test_gemv_bad_input(
     outs = gp.full(out[0], 3.0, out[1]) if out[1].is_floating else gp.zeros(out[0], out[1])
     before = outs.to_numpy().copy()
     with pytest.raises(error) as raised:
-        bg.gemv(xs, ws, outs, w_layout=layout)
+        gk.gemv(xs, ws, outs, w_layout=layout)
     for word in words:
         assert word in str(raised.value)
     assert np.array_equal(outs.to_numpy(), before)
@@ -546,13 +592,13 @@ def test_gemv_bad_input(
 def test_gemv_bad_arguments(rng: np.random.Generator) -> None:
     x, w, out, bias = _arrays(rng, ((2, 5), BF), ((5, 3), BF), ((2, 3), BF), ((4,), BF))
     with pytest.raises(ValueError, match="w_layout"):
-        bg.gemv(x, w, out, w_layout="kk")
+        gk.gemv(x, w, out, w_layout="kk")
     with pytest.raises(ShapeError, match=r"\(4,\)"):
-        bg.gemv(x, w, out, bias=bias)
+        gk.gemv(x, w, out, bias=bias)
     with pytest.raises(ShapeError, match="row-major"):
-        bg.gemv(x, gp.from_numpy(_random(rng, (3, 5), BF)).T, out)  # W as a transposed view
+        gk.gemv(x, gp.from_numpy(_random(rng, (3, 5), BF)).T, out)  # W as a transposed view
     with pytest.raises(ValueError, match="activation"):
-        bg.gemv(x, w, out, activation="softplus")
+        gk.gemv(x, w, out, activation="softplus")
 
 
 @pytest.mark.parametrize("trans", [(False, False), (True, True)], ids=str)
@@ -572,15 +618,15 @@ def test_gemv_small_any_backend(rng: np.random.Generator, layout: str) -> None:
 def test_zero_sized_outputs_are_left_alone(rng: np.random.Generator) -> None:
     a, b = _arrays(rng, ((0, 5), BF), ((5, 3), BF))
     out = gp.empty((0, 3), BF)
-    assert bg.gemm_mma(a, b, out) is out
+    assert mk.gemm_mma(a, b, out) is out
     x, w = _arrays(rng, ((2, 5), BF), ((0, 5), BF))
     y = gp.empty((2, 0), BF)
-    assert bg.gemv(x, w, y, w_layout="nk") is y
+    assert gk.gemv(x, w, y, w_layout="nk") is y
     if not _on_gpu():
         return
     # K = 0 computes the epilogue of an empty sum.
     a, b = _arrays(rng, ((4, 0), BF), ((0, 3), BF))
     out = _poisoned((4, 3), gp.float32)
     bias = gp.from_numpy(np.arange(3, dtype=np.float32))
-    bg.gemm_mma(a, b, out, bias=bias)
+    mk.gemm_mma(a, b, out, bias=bias)
     assert np.array_equal(out.to_numpy(), np.tile(np.arange(3, dtype=np.float32), (4, 1)))

@@ -92,7 +92,7 @@ UNARY: dict[str, tuple[Callable[..., gp.GPUArray], str, tuple[float, float], Cal
     "sigmoid": (gp.sigmoid, "biuf", (-8, 8), lambda x: 1 / (1 + np.exp(-x))),
     "silu": (gp.silu, "biuf", (-8, 8), lambda x: x / (1 + np.exp(-x))),
     "gelu": (gp.gelu, "biuf", (-8, 8), lambda x: 0.5 * x * (1 + _erf(x / np.sqrt(2)))),
-    "gelu_tanh": (lambda x, **kw: gp.gelu(x, approximate="tanh", **kw), "biuf", (-8, 8), _gelu_tanh),
+    "gelu_tanh": (gp.gelu_tanh, "biuf", (-8, 8), _gelu_tanh),
 }
 _EXACT_UNARY = {"neg", "abs", "sign", "relu", "logical_not"}
 
@@ -514,3 +514,33 @@ def test_out_takes_same_kind_casts() -> None:
     assert out.to_numpy().tolist() == [2.0, 3.0, 4.0]
     with pytest.raises(DTypeError, match="same-kind"):
         gp.add(upload(np.ones(3, np.float32)), 1.5, out=gp.zeros(3, gp.int32))
+
+
+def test_gelu_names_exact_and_tanh_forms(rng: np.random.Generator) -> None:
+    """The name "gelu" is the exact erf GELU; "gelu_tanh" (or approximate="tanh") the tanh form."""
+    host = sample(rng, 257, gp.float32, -6, 6)
+    x = upload(host)
+    wide = host.astype(F64)
+    exact, approximate = gp.gelu(x).to_numpy(), gp.gelu_tanh(x).to_numpy()
+    assert_matches(exact, 0.5 * wide * (1 + _erf(wide / np.sqrt(2))), gp.float32, 4, "gelu")
+    assert_matches(approximate, _gelu_tanh(wide), gp.float32, 4, "gelu_tanh")
+    assert np.array_equal(gp.gelu(x, approximate="none").to_numpy(), exact)
+    assert np.array_equal(gp.gelu(x, approximate="tanh").to_numpy(), approximate)
+    assert np.abs(exact - approximate).max() > 1e-5  # the forms differ (by up to about 5e-4 here)
+    with pytest.raises(ValueError, match="approximate"):
+        gp.gelu(x, approximate="gelu_tanh")
+
+
+def test_elementwise_plans_live_in_registered_plan_caches() -> None:
+    from pygpukit.core.plans import clear_plan_caches, plan_cache_stats
+
+    x = upload(np.arange(6, dtype=np.float32))
+    gp.add(x, x)
+    gp.gelu_tanh(x)
+    stats = plan_cache_stats()
+    assert stats["ops.elementwise.add"][0] >= 1
+    assert stats["ops.elementwise.gelu_tanh"][0] >= 1
+    clear_plan_caches()
+    assert plan_cache_stats()["ops.elementwise.add"][0] == 0
+    np.testing.assert_array_equal(gp.add(x, x).to_numpy(), 2 * np.arange(6, dtype=np.float32))
+    assert plan_cache_stats()["ops.elementwise.add"][0] == 1

@@ -1,8 +1,9 @@
 """matmul, linear and scaled_matmul against float64 NumPy references (CPU backend in CI, the GPU with
--m gpu: cuBLASLt and the built-in fallback). Error bounds are relative Frobenius norms per dtype."""
+-m gpu: every route of the dispatch table). Error bounds are relative Frobenius norms per dtype."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import ml_dtypes
@@ -12,8 +13,11 @@ import pytest
 import pygpukit as gp
 from pygpukit.core.backend import backend_state
 from pygpukit.core.cublaslt import is_cublaslt_available
-from pygpukit.core.errors import DTypeError, ShapeError
-from pygpukit.ops import linalg as mm
+from pygpukit.core.errors import CublasLtError, DTypeError, PyGPUkitError, ShapeError
+from pygpukit.core.plans import clear_plan_caches
+from pygpukit.ops.gemm import api as mm
+from pygpukit.ops.gemm import dispatch
+from pygpukit.ops.gemm._base import PLANS, swap_last
 
 # ||result - float64 reference||_F / ||reference||_F bounds, from the output rounding (fp16 2^-11,
 # bf16 2^-8) and fp32 accumulation over K <= 4096.
@@ -38,6 +42,30 @@ def _relative_error(got: np.ndarray[Any, Any], ref: np.ndarray[Any, Any]) -> flo
     got64, ref64 = got.astype(np.float64), ref.astype(np.float64)
     denominator = float(np.linalg.norm(ref64)) or 1.0
     return float(np.linalg.norm(got64 - ref64)) / denominator
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _activation(x: np.ndarray[Any, Any], name: str | None) -> np.ndarray[Any, Any]:
+    """float64 references: "gelu" is the exact erf form, "gelu_tanh" the tanh approximation."""
+    if name == "relu":
+        return np.maximum(x, 0.0)
+    if name == "gelu":
+        return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+    if name == "gelu_tanh":
+        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    if name == "silu":
+        return x / (1.0 + np.exp(-x))
+    return x
+
+
+@pytest.fixture(autouse=True)
+def _fresh_plans() -> Any:
+    # Environment switches (PYGPUKIT_NO_CUBLASLT, ...) are read when a call shape is planned.
+    clear_plan_caches()
+    yield
+    clear_plan_caches()
 
 
 def _poisoned(shape: tuple[int, ...], dtype: Any) -> gp.GPUArray:
@@ -127,19 +155,26 @@ def test_matmul_bad_input_raises_typed_errors_naming_shapes_and_dtypes() -> None
     assert b.shape == (5, 6)
 
 
-def test_tf32_switches() -> None:
-    assert mm.get_tf32() is False or mm.get_tf32() is True
-    previous = mm._tf32
-    try:
-        mm.set_tf32(True)
-        assert mm.get_tf32()
-        mm.set_tf32(False)
-        assert not mm.get_tf32()
-    finally:
-        mm._tf32 = previous
+def test_tf32_switches(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYGPUKIT_NO_TF32", raising=False)
+    monkeypatch.delenv("PYGPUKIT_ALLOW_TF32", raising=False)
+    monkeypatch.setattr(mm, "_tf32", None)
+    assert mm.get_tf32() is False
+    monkeypatch.setenv("PYGPUKIT_ALLOW_TF32", "1")
+    assert mm.get_tf32() is True
+    mm.set_tf32(False)
+    assert not mm.get_tf32()
+    mm.set_tf32(True)
+    assert mm.get_tf32()
+    # PYGPUKIT_NO_TF32=1 forbids TF32 whatever set_tf32, PYGPUKIT_ALLOW_TF32 or use_tf32 say.
+    monkeypatch.setenv("PYGPUKIT_NO_TF32", "1")
+    assert mm.get_tf32() is False
+    assert mm._tf32_for(True) is False
+    monkeypatch.setenv("PYGPUKIT_NO_TF32", "0")
+    assert mm._tf32_for(True) is True
 
 
-@pytest.mark.parametrize("activation", [None, "relu", "gelu"])
+@pytest.mark.parametrize("activation", [None, "relu", "gelu", "gelu_tanh", "silu"])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_linear_with_fused_bias_and_activation(dtype: str, activation: str | None) -> None:
     rng = np.random.default_rng(17)
@@ -148,11 +183,24 @@ def test_linear_with_fused_bias_and_activation(dtype: str, activation: str | Non
     bias = _random(rng, (48,), dtype)
     got = mm.linear(gp.from_numpy(x), gp.from_numpy(w), gp.from_numpy(bias), activation).to_numpy()
     ref = x.astype(np.float64) @ w.astype(np.float64).T + bias.astype(np.float64)
-    ref = mm._cpu_activation(ref, activation)
+    ref = _activation(ref, activation)
     assert got.shape == (2, 9, 48)
     assert _relative_error(got, ref) <= 2 * TOLERANCE[dtype]
     assert _relative_error(mm.linear(gp.from_numpy(x), gp.from_numpy(w)).to_numpy(),
                            x.astype(np.float64) @ w.astype(np.float64).T) <= 2 * TOLERANCE[dtype]  # fmt: skip
+
+
+def test_gelu_is_the_erf_form_and_gelu_tanh_the_approximation() -> None:
+    # Inputs where the two forms differ by far more than float32 rounding (about 1e-3 near |x| = 2).
+    x = np.array([[2.0, -2.0, 1.5, -1.0]], np.float32)
+    w = np.eye(4, dtype=np.float32)
+    gx, gw = gp.from_numpy(x), gp.from_numpy(w)
+    exact = _activation(x.astype(np.float64), "gelu")
+    approx = _activation(x.astype(np.float64), "gelu_tanh")
+    assert np.abs(exact - approx).max() > 1e-4
+    for got in (mm.linear(gx, gw, None, "gelu"), mm.linear_bias_gelu(gx, gw, gp.zeros(4))):
+        np.testing.assert_allclose(got.to_numpy(), exact, rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(mm.linear(gx, gw, None, "gelu_tanh").to_numpy(), approx, rtol=2e-6, atol=1e-7)
 
 
 def test_linear_bad_input() -> None:
@@ -163,6 +211,59 @@ def test_linear_bad_input() -> None:
         mm.linear(x, w, gp.ones(4))
     with pytest.raises(ValueError, match="activation"):
         mm.linear(x, w, None, "swish")
+    with pytest.raises(ShapeError, match="contiguous"):
+        mm.linear(x, w, gp.ones(10)[::2])
+
+
+def test_cublaslt_error_carries_the_status_and_operation() -> None:
+    status = "CUBLAS_STATUS_NOT_SUPPORTED"
+    error = CublasLtError(f"cuBLASLt cublasLtMatmul failed with {status}", status=status, operation="cublasLtMatmul")
+    assert isinstance(error, PyGPUkitError)
+    assert (error.status, error.operation) == ("CUBLAS_STATUS_NOT_SUPPORTED", "cublasLtMatmul")
+
+
+# -- the dispatch table's operand descriptions (no GPU needed) -----------------------------------------
+def test_describe_takes_views_without_copies_and_copies_what_no_stride_walks() -> None:
+    a = gp.zeros((4, 6, 8), gp.float16)
+    row = dispatch.describe(a, (4,), 6, 8)
+    assert (row.row_major, row.ld, row.batch_stride, row.copy) == (True, 8, 48, None)
+    col = dispatch.describe(swap_last(a), (4,), 8, 6)  # a transposed view: column-major, no copy
+    assert (col.row_major, col.ld, col.batch_stride, col.copy) == (False, 8, 48, None)
+    wide = gp.zeros((6, 20), gp.float16)[:, :8]  # rows 20 apart
+    assert (dispatch.describe(wide, (), 6, 8).ld, dispatch.describe(wide, (), 6, 8).copy) == (20, None)
+    broadcast = dispatch.describe(gp.zeros((6, 8), gp.float16), (3,), 6, 8)  # one matrix for every batch entry
+    assert (broadcast.batch_stride, broadcast.copy) == (0, None)
+    # Strided in both dimensions: copied for the layout routes, walked as it is by the SIMT kernel.
+    both = gp.zeros((12, 16), gp.float32)[::2, ::2]
+    copied = dispatch.describe(both, (), 6, 8)
+    assert copied.copy is not None
+    assert (copied.row_major, copied.ld) == (True, 8)
+    strided = dispatch.describe(both, (), 6, 8, "strided")
+    assert strided.copy is None
+    assert strided.strides == (32, 2)
+    # A partial broadcast (batch (2, 3) of an operand (2, 1, ...)) has no single batch stride: copied.
+    partial = dispatch.describe(gp.zeros((2, 1, 6, 8), gp.float16), (2, 3), 6, 8, "strided")
+    assert partial.copy is not None
+    assert partial.batch_stride == 48
+    # cuBLASLt's int8 form: a row-major with ld = K, b column-major with ld = K; anything else is copied.
+    b = gp.zeros((8, 5), gp.int8)
+    need_col = dispatch.describe(b, (), 8, 5, "col")
+    assert need_col.copy is not None
+    assert (need_col.row_major, need_col.ld) == (False, 8)
+    copy = need_col.copy(b, None)
+    assert copy.shape == (8, 5)
+    assert copy.strides == (1, 8)
+    assert dispatch.describe(swap_last(gp.zeros((5, 8), gp.int8)), (), 8, 5, "col").copy is None
+    assert dispatch.describe(gp.zeros((6, 20), gp.int8)[:, :8], (), 6, 8, "row").copy is not None
+
+
+def test_materialized_copies_hold_the_operand_values() -> None:
+    rng = np.random.default_rng(3)
+    host = rng.standard_normal((2, 1, 5, 7)).astype(np.float32)
+    operand = dispatch.describe(gp.from_numpy(host)[..., ::1, :], (2, 3), 5, 7)
+    assert operand.copy is not None
+    copied = operand.copy(gp.from_numpy(host), None)
+    np.testing.assert_array_equal(copied.to_numpy(), np.broadcast_to(host, (2, 3, 5, 7)))
 
 
 def test_scaled_matmul_fp8_semantics() -> None:
@@ -192,7 +293,7 @@ def test_scaled_matmul_fp8_semantics() -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "bfloat16", "int8"])
 @pytest.mark.parametrize(("m", "n", "k"), [(1, 1, 1), (7, 3, 1023), (127, 255, 64), (1000, 1024, 4096),
-                                           (4097, 33, 512)])  # fmt: skip
+                                           (4097, 33, 512), (64, 96, 130)])  # fmt: skip
 @pytest.mark.parametrize("path", ["cublaslt", "builtin"])
 def test_gpu_matmul_against_float64(dtype: str, m: int, n: int, k: int, path: str,
                                     monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
@@ -270,7 +371,7 @@ def test_gpu_matmul_replays_in_a_graph_bitwise() -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_gpu_small_m_repeats_follow_their_operands(dtype: str) -> None:
-    # matmul and linear keep the GEMV launch of a small-M call shape (mm._SmallRoute). A repeated call
+    # matmul and linear keep the GEMV plan of a small-M call shape (the plan cache). A repeated call
     # must give the first call's bits, read new addresses (x one element into its buffer has the same
     # shape and strides but is not 16-byte aligned) and use out= when given.
     rng = np.random.default_rng(53)
@@ -311,3 +412,123 @@ def test_gpu_small_m_repeats_follow_their_operands(dtype: str) -> None:
         assert mm.matmul(gbuffer[:, :k], gw, out=out) is out
         assert _relative_error(out.to_numpy(), _reference(buffer[:, :k], w)) <= TOLERANCE[dtype]
         out.copy_(np.full((3, n), np.nan, dtype=out.dtype.numpy))
+
+
+# -- GPU: the dispatch table ----------------------------------------------------------------------------
+def _routes(op: str = "matmul") -> list[str]:
+    return [plan.route for key, plan in PLANS._plans.items() if key[0] == op]
+
+
+@pytest.mark.gpu
+def test_gpu_routes_are_decided_up_front(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pygpukit.ops.gemm._base import device_props
+
+    rng = np.random.default_rng(59)
+    a_host = _random(rng, (1024, 1024), "bfloat16")
+    b_host = _random(rng, (1024, 1024), "bfloat16")
+    a, b = gp.from_numpy(a_host), gp.from_numpy(b_host)
+    ref = _reference(a_host, b_host)
+    native = backend_state().native
+    if is_cublaslt_available():
+        first = mm.matmul(a, b).to_numpy()
+        assert _routes() == ["cublaslt"]
+        native_plans = native.gemm_plan_count()  # type: ignore[union-attr]
+        again = mm.matmul(a, b).to_numpy()  # one plan lookup, one native call with the prepared args
+        assert len(PLANS) == 1
+        assert native.gemm_plan_count() == native_plans
+        assert first.tobytes() == again.tobytes()
+        assert _relative_error(again, ref) <= TOLERANCE["bfloat16"]
+    clear_plan_caches()
+    mm.matmul(a[:3], b)  # small M: the GEMV, whatever else is available
+    assert _routes() == ["gemv"]
+    clear_plan_caches()
+    monkeypatch.setenv("PYGPUKIT_NO_CUBLASLT", "1")
+    got = mm.matmul(a, b).to_numpy()
+    assert _routes() == ["wgmma" if device_props(gp.get_device()).wgmma else "mma"]
+    assert _relative_error(got, ref) <= TOLERANCE["bfloat16"]
+    clear_plan_caches()
+    wide = mm.matmul(
+        gp.from_numpy(a_host[:64, :96].astype(np.float64)), gp.from_numpy(b_host[:96, :80].astype(np.float64))
+    )
+    assert _routes() == ["simt"]
+    assert _relative_error(wide.to_numpy(), _reference(a_host[:64, :96], b_host[:96, :80])) <= TOLERANCE["float64"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("m", "n", "k"), [(7, 3, 1023), (5, 9, 13), (127, 255, 64), (33, 17, 4), (300, 200, 100)])
+def test_gpu_int8_takes_cublaslt_only_where_it_has_an_algorithm(m: int, n: int, k: int) -> None:
+    # Whether cuBLASLt has an int8 algorithm is asked before anything runs; where it has none the
+    # CUDA-core kernel is planned instead. Either way the result is exact, repeats included, and an
+    # operand whose address is not 16-byte aligned (a row further into its buffer) too.
+    rng = np.random.default_rng(m + n + k)
+    a = _random(rng, (m + 1, k), "int8")
+    b = _random(rng, (k, n), "int8")
+    ga, gb = gp.from_numpy(a), gp.from_numpy(b)
+    for start in (0, 1, 0):
+        got = mm.matmul(ga[start : start + m], gb).to_numpy()
+        np.testing.assert_array_equal(got, _reference(a[start : start + m], b))
+    assert set(_routes()) <= {"cublaslt", "simt"}
+    assert _routes()
+
+
+@pytest.mark.gpu
+def test_gpu_cublaslt_failures_raise_cublaslt_error() -> None:
+    from pygpukit.core.codes import DTYPE_CODES
+
+    if not is_cublaslt_available():
+        pytest.skip("cuBLASLt not found")
+    native = backend_state().native
+    args = native.GemmArgs()  # type: ignore[union-attr]
+    args.a_dtype = args.b_dtype = DTYPE_CODES["int8"]
+    args.d_dtype = DTYPE_CODES["int32"]
+    # int8 with 1-byte aligned pointers, non-"TN" layouts or leading dimensions that are not multiples
+    # of 4: cuBLASLt's heuristic finds nothing for at least one of them.
+    candidates = [(7, 3, 1023, False, False, 7, 1023), (5, 9, 13, True, False, 13, 13), (33, 17, 5, True, True, 5, 17)]
+    for m, n, k, trans_a, trans_b, lda, ldb in candidates:
+        args.m, args.n, args.k, args.trans_a, args.trans_b, args.lda, args.ldb, args.ldd = (
+            m,
+            n,
+            k,
+            trans_a,
+            trans_b,
+            lda,
+            ldb,
+            m,
+        )
+        if not native.gemm_prepare(args, 1, 1, 1):  # type: ignore[union-attr]
+            break
+    else:
+        pytest.skip("cuBLASLt has an int8 algorithm for every candidate")
+    assert not args.prepared
+    with pytest.raises(CublasLtError) as raised:
+        native.gemm(args, 1, 1, 1, 0, 0, 0, 0)  # type: ignore[union-attr]
+    assert raised.value.status == "CUBLAS_STATUS_NOT_SUPPORTED"
+    assert raised.value.operation == "cublasLtMatmulAlgoGetHeuristic"
+    args.activation = 4  # exact GELU: no cuBLASLt epilogue; refused before cuBLASLt is asked
+    with pytest.raises(PyGPUkitError, match="no epilogue"):
+        native.gemm_prepare(args, 0, 0, 0)  # type: ignore[union-attr]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "silu", "relu"])
+@pytest.mark.parametrize("path", ["cublaslt", "builtin"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gpu_linear_activations_on_every_route(activation: str, path: str, dtype: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # "gelu" is the erf form on every route: the built-in epilogues compute it, after cuBLASLt (whose
+    # GELU epilogue is the tanh form) one fused device kernel does. Rows 1 (GEMV) and 300 (GEMM).
+    if path == "builtin":
+        monkeypatch.setenv("PYGPUKIT_NO_CUBLASLT", "1")
+    elif not is_cublaslt_available():
+        pytest.skip("cuBLASLt not found")
+    rng = np.random.default_rng(61)
+    w = _random(rng, (200, 136), dtype)
+    bias = _random(rng, (200,), dtype)
+    for rows in (1, 300):
+        x = 2.0 * _random(rng, (rows, 136), dtype).astype(np.float32)
+        x = x.astype(NP_DTYPES[dtype])
+        with gp.Stream() as stream:
+            got = mm.linear(gp.from_numpy(x), gp.from_numpy(w), gp.from_numpy(bias), activation, stream=stream)
+            stream.synchronize()
+        ref = _activation(x.astype(np.float64) @ w.astype(np.float64).T + bias.astype(np.float64), activation)
+        assert _relative_error(got.to_numpy(), ref) <= 2 * TOLERANCE[dtype], (rows, activation, path)

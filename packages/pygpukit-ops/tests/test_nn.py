@@ -1,5 +1,6 @@
-"""pygpukit.ops.nn against float64 NumPy references: normalisations, gated activations, embedding
-gathers and conv1d, for float32, float16 and bfloat16.
+"""pygpukit.ops.nn (norms, gated, embeddings, convolution) against float64 NumPy references:
+normalisations, gated activations, embedding gathers and conv1d, for float32, float16 and bfloat16;
+their kernel argument structs and mode codes, each defined once.
 
 Unmarked tests run on whichever backend is active (the CPU simulation in CI) at small shapes; the
 ``gpu`` tests use the shapes of real models (SmolLM2-135M, Qwen2.5-7B, Llama-3-8B, Whisper tiny) and
@@ -102,6 +103,14 @@ def gelu_ref(x: Array, approximate: str = "none") -> Array:
     if approximate == "tanh":
         return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
     return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+ACTIVATION_REFS: dict[str, Callable[[Array], Array]] = {
+    "gelu": gelu_ref,
+    "gelu_tanh": lambda x: gelu_ref(x, "tanh"),
+    "relu": lambda x: np.maximum(x, 0.0),
+    "silu": silu_ref,
+}
 
 
 def conv_ref(x: Array, w: Array, b: Array | None, stride: int, left: int, right: int, dilation: int,
@@ -273,20 +282,20 @@ NORM_PLANS = {
 
 @pytest.mark.parametrize("itemsize", [2, 4])
 def test_norm_plans_fill_their_groups(itemsize: int) -> None:
-    from pygpukit.ops import nn
+    from pygpukit.ops import norms
 
     width = 16 // itemsize
-    choices = nn._NORM_PACKS if itemsize == 4 else nn._NORM_NARROW_PACKS
+    choices = norms._NORM_PACKS if itemsize == 4 else norms._NORM_NARROW_PACKS
     for count, expected in NORM_PLANS[itemsize].items():
         packs = count // width
-        per_thread, lanes = nn._norm_plan(packs, width, choices, nn._NORM_EXACT_PACKS)
+        per_thread, lanes = norms._norm_plan(packs, width, choices, norms._NORM_EXACT_PACKS)
         assert (per_thread, lanes) == expected, count
         assert per_thread * lanes == packs
     # Unaligned rows never take the raw-word kernels: the best group of at most 4 packs a thread.
-    assert nn._norm_plan(72, 8, nn._NORM_NARROW_PACKS) == (3, 32)
-    assert nn._norm_plan(144, 4, nn._NORM_PACKS) == (1, 160)
+    assert norms._norm_plan(72, 8, norms._NORM_NARROW_PACKS) == (3, 32)
+    assert norms._norm_plan(144, 4, norms._NORM_PACKS) == (1, 160)
     # Rows that no choice fills keep the fewest slots (18944 fp16/bf16: 800 lanes x 3 packs).
-    assert nn._norm_plan(2368, 8, nn._NORM_NARROW_PACKS, nn._NORM_EXACT_PACKS) == (3, 800)
+    assert norms._norm_plan(2368, 8, norms._NORM_NARROW_PACKS, norms._NORM_EXACT_PACKS) == (3, 800)
 
 
 @pytest.mark.gpu
@@ -437,6 +446,18 @@ def test_embedding_strided_ids_and_table(rng: np.random.Generator) -> None:
     assert_bitwise_equal(out.to_numpy(), table[ids.T])
 
 
+@pytest.mark.parametrize("index", [np.int32, np.int64])
+def test_embedding_ids_of_several_strided_axes(rng: np.random.Generator, index: Any) -> None:
+    """ids whose axes do not merge: read in place through GatherArgs' ids_shape and ids_strides."""
+    table = data(rng, (30, 8), gp.float16)
+    ids = rng.integers(0, 30, size=(3, 4, 6)).astype(index)
+    device_ids = upload(ids).transpose(2, 0, 1)[::2, :, 1:]
+    expected = table[ids.transpose(2, 0, 1)[::2, :, 1:]]
+    out = poison(expected.shape, gp.float16)
+    assert gp.embedding(upload(table), device_ids, out=out) is out
+    assert_bitwise_equal(out.to_numpy(), expected)
+
+
 def test_embedding_out_of_range_ids_give_zero_rows_and_set_the_flag(rng: np.random.Generator) -> None:
     table = data(rng, (10, 8), gp.float16)
     ids = np.array([[1, -1], [10, 9]], np.int32)
@@ -513,8 +534,8 @@ def check_conv1d(rng: np.random.Generator, n: int, c_in: int, length: int, c_out
     assert result is out
     x64, w64 = host(hx), host(hw)
     expected = conv_ref(x64, w64, host(hb) if hb is not None else None, stride, left, right, dilation, groups)
-    if activation == "gelu":
-        expected = gelu_ref(expected)
+    if activation is not None:
+        expected = ACTIVATION_REFS[activation](expected)
     actual = host(out.to_numpy())
     bound = conv_bound(x64, w64, stride, left, right, dilation, groups)
     if hb is not None:
@@ -533,6 +554,23 @@ def test_conv1d(rng: np.random.Generator, dtype: DType) -> None:
     check_conv1d(rng, 1, 4, 9, 4, 4, dtype, padding="same")
     check_conv1d(rng, 3, 3, 11, 5, 1, dtype, strided_x=True)
     check_conv1d(rng, 1, 4, 12, 4, 3, dtype, groups=4, padding="valid")
+
+
+@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "relu", "silu"])
+def test_conv1d_activations(rng: np.random.Generator, activation: str) -> None:
+    """Activation "gelu" is the exact (erf) GELU, "gelu_tanh" the tanh approximation, both before the rounding."""
+    for dtype in NN_DTYPES:
+        check_conv1d(rng, 2, 4, 13, 6, 3, dtype, padding=1, activation=activation)
+
+
+def test_conv1d_gelu_forms_differ() -> None:
+    x = gp.from_numpy(np.full((1, 1, 4), 1.5, np.float32))
+    w = gp.ones((1, 1, 1), gp.float32)
+    exact = gp.conv1d(x, w, activation="gelu").to_numpy()
+    approximate = gp.conv1d(x, w, activation="gelu_tanh").to_numpy()
+    np.testing.assert_allclose(exact, gelu_ref(np.full((1, 1, 4), 1.5)), rtol=1e-6)
+    np.testing.assert_allclose(approximate, gelu_ref(np.full((1, 1, 4), 1.5), "tanh"), rtol=1e-6)
+    assert not np.array_equal(exact, approximate)
 
 
 def test_conv1d_unbatched(rng: np.random.Generator) -> None:
@@ -554,6 +592,8 @@ def test_conv1d_gpu(rng: np.random.Generator, dtype: DType) -> None:
     check_conv1d(rng, 2, 64, 200, 96, 4, dtype, groups=4, padding="same", bias=False)
     check_conv1d(rng, 2, 48, 77, 48, 3, dtype, groups=48, padding=1)  # depthwise
     check_conv1d(rng, 1, 80, 300, 64, 3, dtype, padding=1, strided_x=True)
+    for activation in ("gelu_tanh", "relu", "silu"):
+        check_conv1d(rng, 2, 40, 150, 72, 3, dtype, padding=1, activation=activation)
 
 
 # -- graphs and determinism (GPU) -------------------------------------------------------------------
@@ -781,3 +821,63 @@ def test_conv1d_bad_inputs() -> None:
     with pytest.raises(ArgumentError, match="overlaps"):
         gp.conv1d(x, gp.ones((4, 4, 1), gp.float16), out=x)
     assert np.isnan(out.to_numpy().astype(np.float32)).all()
+
+
+# -- one definition of the kernel argument structs and mode codes ------------------------------------
+NN_STRUCTS = {"nn/norm.cu": "NormArgs", "nn/gated.cu": "GatedArgs", "nn/embedding.cu": "GatherArgs",
+              "nn/conv1d.cu": "ConvArgs"}  # fmt: skip
+
+
+def test_nn_structs_and_modes_are_declared_once() -> None:
+    from pygpukit.core.abi import registered_structs
+    from pygpukit.core.codes import enum_values
+    from pygpukit.ops import gated, norms
+    from pygpukit.ops._kernels import kernel_root
+
+    declared = {s.ctype.rsplit("::", 1)[-1]: s for s in registered_structs()}
+    for file, name in NN_STRUCTS.items():
+        text = (kernel_root() / file).read_text()
+        assert text.count(f"struct {name} {{") == 1, file
+        assert file in declared[name].file
+        for field, _, _ in declared[name].fields:
+            assert f" {field}" in text, f"{name}.{field} is not in {file}"
+    for file, enum in (("nn/norm.cu", "NormMode"), ("nn/gated.cu", "GatedMode")):
+        assert f"enum {enum}" not in (kernel_root() / file).read_text()  # only in common/codes.cuh
+    norm_modes = (norms._RMS, norms._LAYER, norms._L2, norms._ADD_RMS, norms._GROUP)
+    assert tuple(enum_values("NormMode").values()) == norm_modes
+    gated_modes = (gated._SWIGLU, gated._GEGLU, gated._GEGLU_TANH, gated._RELU2)
+    assert tuple(enum_values("GatedMode").values()) == gated_modes
+
+
+@pytest.mark.nvrtc
+def test_nn_structs_match_their_kernels() -> None:
+    """The static_asserts of the Python declarations compile with the kernels; a field moved on the C++
+    side fails them."""
+    from pygpukit.core.abi import offsets_checked, static_asserts_for
+    from pygpukit.core.compiler import compile_source
+    from pygpukit.core.errors import NvrtcError
+    from pygpukit.ops._kernels import kernel_root, name_expressions
+
+    for file in ("nn/gated.cu", "nn/embedding.cu"):
+        path = kernel_root() / file
+        asserts = static_asserts_for(file)
+        assert "static_assert(sizeof(" in asserts
+        expressions = name_expressions(file)
+        compile_source(path.read_text() + asserts, arch="80", name=file, include_dirs=[str(path.parent)],
+                       name_expressions=expressions)  # fmt: skip
+        if not offsets_checked():
+            continue  # this NVRTC (12.x, 13.0) has no __builtin_offsetof: sizes only, checked above
+        moved = path.read_text().replace("  int lanes;\n  int vector;", "  int vector;\n  int lanes;")
+        moved = moved.replace("  int mode;\n  int aligned;", "  int aligned;\n  int mode;")
+        assert moved != path.read_text()
+        with pytest.raises(NvrtcError, match="offset differs from its Python KernelStruct"):
+            compile_source(moved + asserts, arch="80", name=file, include_dirs=[str(path.parent)],
+                           name_expressions=expressions)  # fmt: skip
+
+
+def test_norm_plans_live_in_a_registered_plan_cache() -> None:
+    from pygpukit.core.plans import PlanCache, plan_cache_stats
+    from pygpukit.ops import norms
+
+    assert isinstance(norms._plans, PlanCache)
+    assert plan_cache_stats()["ops.norms"][1] == norms._plans.maxsize

@@ -364,6 +364,33 @@ def test_split_rows_give_the_same_bits_every_way_gpu(
             assert_bitwise_equal(out.to_numpy(), want)
 
 
+@pytest.mark.gpu
+def test_repeated_call_shapes_reuse_their_plan_gpu(rng: np.random.Generator) -> None:
+    """A call shape is planned once (reduction's PlanCache); fresh data through the cached plan (new
+    addresses) gives the reference again: one-pass and split rows, columns, cumsum with chunk carries,
+    softmax along rows and, through the statistics and an elementwise pass, along a strided axis."""
+    from pygpukit.core.plans import clear_plan_caches
+
+    cases: list[tuple[tuple[int, ...], Callable[[gp.GPUArray], gp.GPUArray], Callable[[Array], Array]]] = [
+        ((37, 1000), lambda x: gp.sum(x, axis=-1), lambda h: h.sum(axis=-1)),
+        ((3, 2**19 + 5), lambda x: gp.sum(x, axis=-1), lambda h: h.sum(axis=-1)),
+        ((1000, 37), lambda x: gp.max(x, axis=0), lambda h: h.max(axis=0)),
+        ((5, 20000), lambda x: gp.cumsum(x, axis=1), lambda h: np.cumsum(h, axis=1)),
+        ((64, 300), lambda x: gp.softmax(x, axis=-1), lambda h: softmax_reference(h, -1, False)),
+        ((300, 64), lambda x: gp.log_softmax(x, axis=0), lambda h: softmax_reference(h, 0, True)),
+    ]
+    clear_plan_caches()
+    for shape, fn, reference in cases:
+        for round_ in range(3):
+            host = sample(rng, shape, gp.float32, -8, 8, integral=True)
+            result = fn(upload(host)).to_numpy()
+            if round_ == 0:
+                planned = len(reduction._PLANS)
+                assert planned >= 1
+            assert len(reduction._PLANS) == planned, (shape, "a repeated call shape was planned again")
+            np.testing.assert_allclose(result, reference(host.astype(F64)), rtol=1e-5, atol=1e-5)
+
+
 # -- dtypes, shapes and bad input ---------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_result_dtypes_follow_numpy(dtype: DType) -> None:

@@ -535,3 +535,103 @@ def test_bf16_tables_round_like_ml_dtypes() -> None:
     cos, _ = gp.rope_cos_sin(64, 32, dtype=gp.bfloat16)
     want, _ = reference_tables(64, 32, 1e4, None, None)
     assert cos.to_numpy().tobytes() == want.astype(ml_dtypes.bfloat16).tobytes()
+
+
+# -- rope_inplace: the short form ---------------------------------------------------------------------
+@pytest.mark.parametrize("style", ["neox", "gptj"])
+@pytest.mark.parametrize("dtype", ROPE_DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(7, 4, 64), (2, 5, 3, 128), (1, 1, 80)], ids=str)
+def test_rope_inplace_against_float64(
+    rng: np.random.Generator, shape: tuple[int, ...], dtype: DType, style: str
+) -> None:
+    """Default positions 0..seq-1 (plus an offset), tables from a RotaryEmbedding, 3-D or 4-D x."""
+    head_dim = shape[-1]
+    rope = gp.RotaryEmbedding(head_dim, 64, 1e4, style=style)
+    host = activations(rng, shape, dtype)
+    x = gp.from_numpy(host)
+    assert gp.rope_inplace(x, rope) is None
+    x4 = host if len(shape) == 4 else host[None]
+    seq = x4.shape[1]
+    hc, hs = rope.cos.to_numpy(), rope.sin.to_numpy()
+    want = reference_rope(x4, hc, hs, np.arange(seq), style)
+    assert_rotated(x.to_numpy().reshape(x4.shape), want, dtype)
+    y = gp.from_numpy(host)
+    gp.rope_inplace(y, (rope.cos, rope.sin), style=style, position_offset=9)  # a table pair, shifted positions
+    assert_rotated(y.to_numpy().reshape(x4.shape), reference_rope(x4, hc, hs, np.arange(seq) + 9, style), dtype)
+
+
+def test_rope_inplace_q_and_k_views_and_explicit_positions(rng: np.random.Generator) -> None:
+    """q and k as non-contiguous views of a fused (seq, q + 2 kv heads, head_dim) buffer; v untouched."""
+    seq, hq, hk, d = 6, 4, 2, 64
+    host = activations(rng, (seq, hq + 2 * hk, d), gp.bfloat16)
+    qkv = gp.from_numpy(host)
+    q, k = qkv[:, :hq], qkv[:, hq : hq + hk]
+    assert not q.is_contiguous
+    cos, sin = gp.rope_cos_sin(d, 100, 1e4)
+    hp = rng.integers(0, 100, size=seq).astype(np.int32)
+    gp.rope_inplace(q, (cos, sin), gp.from_numpy(hp), k=k)
+    got = qkv.to_numpy()
+    hc, hs = cos.to_numpy(), sin.to_numpy()
+    assert_rotated(got[None, :, :hq], reference_rope(host[None, :, :hq], hc, hs, hp, "neox"), gp.bfloat16)
+    assert_rotated(got[None, :, hq : hq + hk], reference_rope(host[None, :, hq : hq + hk], hc, hs, hp, "neox"),
+                   gp.bfloat16)  # fmt: skip
+    assert got[:, hq + hk :].tobytes() == host[:, hq + hk :].tobytes()
+
+
+def test_rope_inplace_equals_apply_rope_bitwise(rng: np.random.Generator) -> None:
+    rope = gp.RotaryEmbedding(128, 4096, 5e5, scaling=LLAMA3, dtype=gp.bfloat16)
+    host = activations(rng, (2, 37, 8, 128), gp.bfloat16)
+    a, b = gp.from_numpy(host), gp.from_numpy(host)
+    gp.rope_inplace(a, rope, position_offset=100)
+    rope(b, None, gp.from_numpy(np.arange(37, dtype=np.int32)), position_offset=100)
+    assert a.to_numpy().tobytes() == b.to_numpy().tobytes()
+    c = gp.from_numpy(host)
+    gp.rope_inplace(c, rope, positions=gp.from_numpy(np.arange(37, dtype=np.int32) + 100))
+    assert c.to_numpy().tobytes() == b.to_numpy().tobytes()
+
+
+def test_rope_inplace_bad_input_raises_typed_errors_and_writes_nothing(rng: np.random.Generator) -> None:
+    rope = gp.RotaryEmbedding(64, 16, 1e4)
+    host = activations(rng, (3, 4, 64), gp.float16)
+    x = gp.from_numpy(host)
+    cases: list[tuple[type[Exception], str, Any]] = [
+        (DTypeError, "freqs must be a RotaryEmbedding or a \\(cos, sin\\) pair", lambda: gp.rope_inplace(x, 10000.0)),
+        (DTypeError, "freqs must be", lambda: gp.rope_inplace(x, (rope.cos,))),
+        (DTypeError, "x must be a GPUArray", lambda: gp.rope_inplace(host, rope)),
+        (ShapeError, r"must be \(seq, heads, head_dim\) or \(batch, seq, heads, head_dim\)",
+         lambda: gp.rope_inplace(x[0], rope)),
+        (ShapeError, "x .* and k .* must have the same rank", lambda: gp.rope_inplace(x, rope, k=x[None])),
+        (DTypeError, "float32, float16 or bfloat16", lambda: gp.rope_inplace(x.astype(gp.float64), rope)),
+        (ArgumentError, "style must be 'neox' or 'gptj'", lambda: gp.rope_inplace(x, rope, style="llama")),
+        (DTypeError, "positions must be int32", lambda: gp.rope_inplace(x, rope, gp.zeros(3, gp.int64))),
+        (ShapeError, "last dimension of q must be contiguous", lambda: gp.rope_inplace(x.transpose(0, 2, 1), rope)),
+    ]  # fmt: skip
+    if current_backend() != "cuda":  # the GPU clamps device positions instead
+        cases.append((ArgumentError, "position 16 is outside", lambda: gp.rope_inplace(x, rope, position_offset=14)))
+    for error, message, call in cases:
+        with pytest.raises(error, match=message):
+            call()
+        assert x.to_numpy().tobytes() == host.tobytes(), message
+
+
+def test_rope_inplace_keeps_one_positions_table_per_power_of_two(rng: np.random.Generator) -> None:
+    from pygpukit.ops import rope as rope_module
+
+    rope = gp.RotaryEmbedding(32, 256, 1e4)
+    rope_module._positions.clear()
+    for seq in (5, 7, 8, 3, 100):
+        gp.rope_inplace(gp.from_numpy(activations(rng, (seq, 2, 32), gp.float32)), rope)
+    device = gp.ones(1).buffer.device
+    assert sorted(key[1] for key in rope_module._positions._plans) == [4, 8, 128]
+    assert rope_module._default_positions(6, device).to_numpy().tolist() == list(range(6))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ROPE_DTYPES, ids=str)
+def test_gpu_rope_inplace_prefill(rng: np.random.Generator, dtype: DType) -> None:
+    rope = gp.RotaryEmbedding(128, 8192, 1e6, dtype=dtype)
+    host = activations(rng, (3, 1021, 28, 128), dtype)
+    x = gp.from_numpy(host)
+    gp.rope_inplace(x, rope)
+    want = reference_rope(host, rope.cos.to_numpy(), rope.sin.to_numpy(), np.arange(1021), "neox")
+    assert_rotated(x.to_numpy(), want, dtype)

@@ -3,6 +3,10 @@
 This package (from the ``pygpukit-core`` distribution) holds the runtime. The other distributions add
 subpackages to it: ``pygpukit.ops``, ``.llm``, ``.audio``, ``.scheduler``, ``.triton``. Importing one
 that is not installed raises :class:`MissingDistributionError` naming what to install.
+
+Every op of ``pygpukit.ops`` is also a top-level name (``pygpukit.add``, ``pygpukit.gemv``, ...),
+loaded on first use; ``pygpukit.__all__`` lists the runtime's names and, when pygpukit-ops is
+installed, the op library's (computed on first access, which imports the op library).
 """
 
 from __future__ import annotations
@@ -28,17 +32,32 @@ install_missing_subpackage_hook()
 
 from .core import *  # noqa: E402,F403
 from .core import __all__ as _core_all  # noqa: E402
-from .info import collect_info as info  # noqa: E402
+from .info import collect_info as info  # noqa: E402,F401  (in __all__, which __getattr__ computes)
 
-__all__ = [*_core_all, "__version__", "info"]
+_RUNTIME_ALL = [*_core_all, "__version__", "info"]
 
 _SUBPACKAGES = ("ops", "llm", "audio", "asr", "tts", "scheduler", "triton")
+
+
+def _all_names() -> list[str]:
+    """``__all__``: the runtime's names, then the op library's (when pygpukit-ops is installed)."""
+    names = list(_RUNTIME_ALL)
+    try:
+        ops = importlib.import_module(f"{__name__}.ops")
+    except ModuleNotFoundError:  # MissingDistributionError included: the runtime alone
+        return names
+    known = set(names)
+    names += [name for name in getattr(ops, "__all__", ()) if name not in known and not name.startswith("_")]
+    return names
 
 
 def __getattr__(name: str) -> Any:
     # Subpackages load on first access, and the op library's names are reachable as pygpukit.<op>.
     if name in _SUBPACKAGES:
         return importlib.import_module(f"{__name__}.{name}")
+    if name == "__all__":
+        value = globals()["__all__"] = _all_names()
+        return value
     if name.startswith("_"):
         raise AttributeError(name)
     try:

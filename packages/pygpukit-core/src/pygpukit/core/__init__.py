@@ -40,9 +40,20 @@ from .compiler import (
     get_nvrtc_version,
     is_nvrtc_available,
 )
-from .device import DeviceInfo, device_count, get_device, get_device_info, get_driver_version, set_device
+from .device import (
+    DeviceCapabilities,
+    DeviceInfo,
+    KernelType,
+    device_count,
+    get_device,
+    get_device_capabilities,
+    get_device_info,
+    get_driver_version,
+    set_device,
+)
 from .dlpack import from_dlpack
 from .dtypes import (
+    DataType,
     DType,
     as_dtype,
     bfloat16,
@@ -52,6 +63,7 @@ from .dtypes import (
     float16,
     float32,
     float64,
+    int4,
     int8,
     int16,
     int32,
@@ -67,6 +79,7 @@ from .errors import (
     CublasLtError,
     CudaError,
     DeviceError,
+    DeviceResetError,
     DriverNotFoundError,
     DTypeError,
     InvalidPointerError,
@@ -80,7 +93,7 @@ from .errors import (
     VersionMismatchError,
 )
 from .graph import CudaGraph
-from .jit import JITKernel, jit
+from .jit import JITKernel, KernelArgumentError, jit
 from .memory import (
     AllocationScope,
     DeviceBuffer,
@@ -96,6 +109,7 @@ from .memory import (
     pinned_malloc,
     set_memory_limit,
 )
+from .recovery import DeviceResetReport, reset_device
 from .stream import Event, Stream, current_stream, synchronize
 
 __all__ = [
@@ -109,14 +123,20 @@ __all__ = [
     "CudaGraph",
     "DType",
     "DTypeError",
+    "DataType",
     "DeviceBuffer",
+    "DeviceCapabilities",
     "DeviceError",
     "DeviceInfo",
+    "DeviceResetError",
+    "DeviceResetReport",
     "DriverNotFoundError",
     "Event",
     "GPUArray",
     "InvalidPointerError",
     "JITKernel",
+    "KernelArgumentError",
+    "KernelType",
     "LibraryNotFoundError",
     "MissingDistributionError",
     "NvrtcError",
@@ -152,11 +172,13 @@ __all__ = [
     "full",
     "full_like",
     "get_device",
+    "get_device_capabilities",
     "get_device_info",
     "get_driver_version",
     "get_memory_info",
     "get_nvrtc_path",
     "get_nvrtc_version",
+    "int4",
     "int8",
     "int16",
     "int32",
@@ -172,6 +194,7 @@ __all__ = [
     "ones_like",
     "pinned_free",
     "pinned_malloc",
+    "reset_device",
     "set_device",
     "set_memory_limit",
     "synchronize",

@@ -5,8 +5,8 @@ Two policies, by how much a wrong value matters:
 - a choice that decides what runs (``PYGPUKIT_BACKEND``, ``PYGPUKIT_CUDA_VARIANT``) raises
   :class:`PyGPUkitError` where it is read: guessing would run something the user did not ask for;
 - an on/off flag (``PYGPUKIT_DEBUG_LIBRARY_LOAD``, ``PYGPUKIT_KERNEL_CACHE``, ``PYGPUKIT_ALLOW_TF32``,
-  ``PYGPUKIT_NO_CUBLASLT``) read with :func:`env_flag` accepts ``1/0``, ``true/false``, ``yes/no`` and
-  ``on/off`` in any case; anything else is announced once per variable and value with an
+  ``PYGPUKIT_NO_TF32``, ``PYGPUKIT_NO_CUBLASLT``) read with :func:`env_flag` accepts ``1/0``,
+  ``true/false``, ``yes/no`` and ``on/off`` in any case; anything else is announced once per variable and value with an
   :class:`EnvironmentVariableWarning` and the default is used.
 
 :func:`environment_report` checks every run-time variable that is set without raising or warning, so
@@ -141,6 +141,7 @@ _FLAGS: dict[str, bool] = {  # name -> default
     "PYGPUKIT_DEBUG_LIBRARY_LOAD": False,
     "PYGPUKIT_KERNEL_CACHE": True,
     "PYGPUKIT_ALLOW_TF32": False,
+    "PYGPUKIT_NO_TF32": False,  # the product description's name: 1 keeps float32 matmuls exact fp32
     "PYGPUKIT_NO_CUBLASLT": False,
 }
 _COUNTS = ("PYGPUKIT_STAGING_MIN_BYTES", "PYGPUKIT_STAGING_CHUNK_BYTES", "PYGPUKIT_COPY_THREADS")  # native
@@ -168,9 +169,6 @@ def _problem(name: str, raw: str) -> str | None:
     if name in _CHOICES:
         if value and value.lower() not in _CHOICES[name]:
             return f"must be {_one_of(_CHOICES[name])}; pygpukit raises PyGPUkitError until it is fixed or unset"
-    elif name == "PYGPUKIT_DEBUG_LIBRARY_LOAD":  # read unchecked by the native loader
-        if raw not in ("", "0") and parse_flag(raw) is not True:
-            return "the native library loader reads every value but 0 as on, so the load trace is printed; use 1 or 0"
     elif name in _FLAGS:
         if value and parse_flag(value) is None:
             default = "on" if _FLAGS[name] else "off"

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._env import parse_flag, warn_once
+from ._env import env_flag
 from .errors import DriverNotFoundError, LibraryNotFoundError
 
 __all__ = ["CUBLASLT", "CUDA_DRIVER", "NVRTC", "LibrarySpec", "candidates", "explicit_problem"]
@@ -101,20 +101,10 @@ def _explicit(spec: LibrarySpec) -> list[str] | None:
 
 
 def _check_debug_flag() -> None:
-    """Check PYGPUKIT_DEBUG_LIBRARY_LOAD before the native loader reads it, which it does unchecked:
-    every value but an empty one and ``0`` turns the trace on there."""
-    raw = os.environ.get(DEBUG_VARIABLE, "")
-    if raw in ("", "0") or parse_flag(raw) is True:  # exactly what the native loader reads as off; or on
-        return
-    what = "is not an on/off value" if parse_flag(raw) is None else "is read as on"
-    warn_once(
-        DEBUG_VARIABLE,
-        raw,
-        ("1", "0"),
-        f"{DEBUG_VARIABLE}={raw!r} {what}: the native library loader treats every value but 0 (or an empty "
-        "one) as on, so the load trace is printed; set it to 1 or 0",
-        stacklevel=3,
-    )
+    """Check PYGPUKIT_DEBUG_LIBRARY_LOAD before the native loader reads it (it reads it unchecked, with
+    the rule of :func:`env_flag`: on for 1/true/yes/on, off for anything else), so that a value that is
+    not an on/off value is announced once."""
+    env_flag(DEBUG_VARIABLE)
 
 
 def _majors(spec: LibrarySpec, preferred_major: int | None) -> list[int]:

@@ -7,20 +7,32 @@ every later call answers the same way without searching again.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from . import _libraries, _variant
 from .errors import LibraryNotFoundError, PyGPUkitError
 
+if TYPE_CHECKING:
+    from ._native import NativeModule
+
 __all__ = ["LoadedLibrary"]
+
+# The native loader of each library, by the name its LoadedLibrary is given.
+_LOADERS: dict[str, Callable[[NativeModule, list[str]], dict[str, Any]]] = {
+    "load_nvrtc": lambda native, candidates: native.load_nvrtc(candidates),
+    "load_cublaslt": lambda native, candidates: native.load_cublaslt(candidates),
+}
 
 
 class LoadedLibrary:
     """``status()`` loads ``spec`` with the native module's ``load_<name>`` on first use."""
 
     def __init__(self, spec: _libraries.LibrarySpec, native_loader: str) -> None:
+        if native_loader not in _LOADERS:
+            raise ValueError(f"no native loader {native_loader!r} (known: {', '.join(sorted(_LOADERS))})")
         self._spec = spec
-        self._loader = native_loader
+        self._loader = _LOADERS[native_loader]
         self._lock = threading.Lock()
         self._status: dict[str, Any] | None = None
         self._error: PyGPUkitError | None = None
@@ -41,7 +53,7 @@ class LoadedLibrary:
                 raise self._error
             candidates = _libraries.candidates(self._spec, _variant.preferred_major(native))
             try:
-                self._status = dict(getattr(native, self._loader)(candidates))
+                self._status = dict(self._loader(native, candidates))
             except LibraryNotFoundError as exc:
                 self._error = exc
                 raise

@@ -12,11 +12,14 @@ import ctypes
 import importlib
 import importlib.util
 from dataclasses import dataclass, field
-from types import ModuleType
+from typing import TYPE_CHECKING, cast
 
 from . import _libraries
 from ._env import env_choice
 from .errors import LibraryNotFoundError, VersionMismatchError
+
+if TYPE_CHECKING:
+    from ._native import NativeModule
 
 __all__ = [
     "VARIANTS",
@@ -96,13 +99,15 @@ class VariantChoice:
     """The outcome of choosing a variant: the module, or ``None`` with the reason."""
 
     variant: str | None
-    module: ModuleType | None
+    module: NativeModule | None
     reason: str
     driver: DriverProbe
 
 
-def _import_variant(variant: str) -> ModuleType:
-    module = importlib.import_module(_module_name(variant))
+def _import_variant(variant: str) -> NativeModule:
+    """The native module of ``variant``, typed as the :class:`~pygpukit.core._native.NativeModule`
+    seam (tests/test_native_seam.py checks that the two list the same names)."""
+    module = cast("NativeModule", importlib.import_module(_module_name(variant)))
     from .. import __version__ as core_version
 
     native_version = getattr(module, "__version__", "?")
@@ -147,7 +152,7 @@ def choose_variant() -> VariantChoice:
     return VariantChoice(variant, _import_variant(variant), why, driver)
 
 
-def preferred_major(native: ModuleType) -> int:
+def preferred_major(native: NativeModule) -> int:
     """The CUDA major whose NVRTC/cuBLASLt to try first: the driver's, so code NVRTC emits can load.
 
     Without a driver (compile-only use) it is the native module's own major.
@@ -158,7 +163,7 @@ def preferred_major(native: ModuleType) -> int:
     return int(getattr(native, "CUDA_MAJOR", max(VARIANTS.values())))
 
 
-def any_native() -> ModuleType | None:
+def any_native() -> NativeModule | None:
     """Any installed native module, driver or not: enough for NVRTC compile-only work."""
     for variant in installed_variants():
         try:

@@ -12,6 +12,7 @@ C++ ``static_assert`` lines on ``sizeof`` and every ``offsetof``. The kernel com
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 import threading
@@ -20,7 +21,7 @@ from typing import Any
 
 from .jit import Param
 
-__all__ = ["KernelStruct", "registered_structs", "static_asserts_for"]
+__all__ = ["KernelStruct", "offsets_checked", "registered_structs", "static_asserts_for"]
 
 # C type -> struct format character (native size and alignment, as on the device's 64-bit ABI).
 _FORMATS = {
@@ -94,12 +95,16 @@ class KernelStruct:
         return self.struct.pack(*flat)
 
     def static_asserts(self) -> str:
-        """C++ static_asserts tying the C++ definition to this declaration (size and every offset)."""
+        """C++ static_asserts tying the C++ definition to this declaration: its size always, and every
+        field's offset where the compiler has ``__builtin_offsetof`` (NVRTC 12.x and 13.0 lack it; 13.5,
+        which the CUDA 13 kernel compile check of CI installs, has it, so CI checks every offset)."""
         lines = [f"static_assert(sizeof({self.ctype}) == {self.size}, "
-                 f"\"{self.ctype}: size differs from its Python KernelStruct\");"]  # fmt: skip
+                 f"\"{self.ctype}: size differs from its Python KernelStruct\");",
+                 "#if PYGPUKIT_ABI_OFFSETOF"]  # fmt: skip
         for name, offset in self.offsets.items():
             lines.append(f"static_assert(__builtin_offsetof({self.ctype}, {name}) == {offset}, "
                          f"\"{self.ctype}::{name}: offset differs from its Python KernelStruct\");")  # fmt: skip
+        lines.append("#endif")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -131,4 +136,33 @@ def static_asserts_for(relative_path: str) -> str:
     blocks = [s.static_asserts() for s in registered_structs() if relative_path in s.file]
     if not blocks:
         return ""
-    return "\n" + "\n".join(blocks) + "\n"
+    return "\n" + _OFFSETOF_PROBE + "\n".join(blocks) + "\n"
+
+
+# Defines PYGPUKIT_ABI_OFFSETOF to 1 where __builtin_offsetof exists (once per source).
+_OFFSETOF_PROBE = """#ifndef PYGPUKIT_ABI_OFFSETOF
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_offsetof)
+#define PYGPUKIT_ABI_OFFSETOF 1
+#endif
+#endif
+#endif
+#ifndef PYGPUKIT_ABI_OFFSETOF
+#define PYGPUKIT_ABI_OFFSETOF 0
+#endif
+"""
+
+
+@functools.cache
+def offsets_checked() -> bool:
+    """Whether this machine's NVRTC checks field offsets too (has ``__builtin_offsetof``); sizes are
+    always checked. Tests that break an offset on purpose skip where it does not."""
+    from .compiler import compile_source
+    from .errors import NvrtcError
+
+    probe = _OFFSETOF_PROBE + "#if !PYGPUKIT_ABI_OFFSETOF\n#error no offsetof\n#endif\n"
+    try:
+        compile_source(probe, arch="80", name="offsetof_probe.cu")
+    except NvrtcError:
+        return False
+    return True

@@ -1,24 +1,29 @@
 """GPUArray: an n-dimensional view of pool-backed device memory, with NumPy-like construction,
 views (reshape, transpose, slicing) that never leave the device, and explicit host transfers.
 
-On the CPU backend the same class runs over host memory standing in for the device.
+On the CPU backend the same class runs over host memory standing in for the device. Arrays of the
+packed ``int4`` dtype (two values per byte) support copies, reshapes and ``astype`` to and from int8
+and the float types only (:mod:`pygpukit.core.int4`).
+
+(Over 600 lines, on purpose: the class, its operators and views, and the constructors share the
+private layout and copy helpers below, and the constructors' fast paths are tuned together.)
 """
 
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from . import builtins
+from . import int4 as _int4
 from .backend import backend_state
 from .dtypes import DType, as_dtype, cast_values, float32, float64, int64
 from .errors import DTypeError, InvalidPointerError, MissingDistributionError, ShapeError
 from .jit import register_array_type
-from .memory import DeviceBuffer
+from .memory import DeviceBuffer, reset_error
 from .stream import Stream, current_stream
 
 __all__ = [
@@ -117,7 +122,7 @@ class GPUArray:
 
     @property
     def strides(self) -> tuple[int, ...]:
-        """Strides in bytes, as in NumPy."""
+        """Strides in bytes, as in NumPy (int4, whose itemsize is 1: in elements)."""
         return tuple(s * self._dtype.itemsize for s in self._strides)
 
     @property
@@ -134,16 +139,22 @@ class GPUArray:
 
     @property
     def nbytes(self) -> int:
-        return self.size * self._dtype.itemsize
+        """Bytes of device memory the elements take (int4: ``ceil(size / 2)``, two per byte)."""
+        return (self.size * self._dtype.bits + 7) >> 3
 
     @property
     def device_ptr(self) -> int:
         """Address of the first element; raises if the memory was freed."""
         if self._buffer.freed:
             raise self._freed_error()
+        if self._dtype.packed:
+            raise _int4.unsupported("device_ptr (the address of one element)")
         return self._buffer.ptr + self._offset * self._dtype.itemsize
 
     def _freed_error(self) -> InvalidPointerError:
+        reset = reset_error(self._buffer, f"this array (shape {self._shape}, dtype {self._dtype.name})")
+        if reset is not None:  # the buffer died with a device reset (pygpukit.reset_device)
+            return reset
         return InvalidPointerError(
             f"the memory of this array (shape {self._shape}, dtype {self._dtype.name}) was freed "
             f"(buffer at {self._buffer.ptr:#x})"
@@ -292,6 +303,8 @@ class GPUArray:
         here once for all of them."""
         if self._buffer.freed:
             raise self._freed_error()
+        if self._dtype.packed:
+            raise _int4.unsupported("this operation")
         raw = self._buffer.host_view()
         if self.size == 0:
             return np.empty(self._shape, dtype=self._dtype.numpy)
@@ -303,6 +316,9 @@ class GPUArray:
     def to_numpy(self, stream: Stream | None = None) -> np.ndarray[Any, Any]:
         """Copy to a new NumPy array (device to host), waiting for the copy to finish."""
         native = _native()
+        if self._dtype.packed:
+            self._check_int4()
+            return _int4.to_numpy(self, native, stream)
         self.device_ptr  # noqa: B018 - raises if freed
         if native is None:
             return np.array(self._host_view(), copy=True)
@@ -314,6 +330,12 @@ class GPUArray:
             out.ctypes.data, source.device_ptr, self.nbytes, (stream or current_stream()).handle
         )
         return out
+
+    def _check_int4(self) -> None:
+        """int4 arrays: live, contiguous and starting at element 0 (else a typed error)."""
+        if self._buffer.freed:
+            raise self._freed_error()
+        _int4.check_int4_view(self._shape, self._strides, self._offset, self._contiguous)
 
     # -- views --------------------------------------------------------------------------------------
     def _view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> GPUArray:
@@ -340,7 +362,10 @@ class GPUArray:
         order = tuple(range(self.ndim))[::-1] if not axes else tuple(int(a) % max(self.ndim, 1) for a in axes)
         if sorted(order) != list(range(self.ndim)):
             raise ShapeError(f"axes {axes} are not a permutation of {self.ndim} dimensions")
-        return self._view(tuple(self._shape[a] for a in order), tuple(self._strides[a] for a in order), self._offset)
+        view = self._view(tuple(self._shape[a] for a in order), tuple(self._strides[a] for a in order), self._offset)
+        if self._dtype.packed:
+            view._check_int4()
+        return view
 
     permute = transpose
 
@@ -383,7 +408,10 @@ class GPUArray:
             dim += 1
         shape.extend(self._shape[dim:])
         strides.extend(self._strides[dim:])
-        return self._view(tuple(shape), tuple(strides), offset)
+        view = self._view(tuple(shape), tuple(strides), offset)
+        if self._dtype.packed:
+            view._check_int4()
+        return view
 
     # -- device copies ------------------------------------------------------------------------------
     def contiguous(self, stream: Stream | None = None) -> GPUArray:
@@ -418,6 +446,11 @@ class GPUArray:
             return self.clone(stream=stream)
         source = self.contiguous(stream=stream)
         out = empty(self._shape, target, stream=stream)
+        if target.packed or self._dtype.packed:
+            if self._dtype.packed:
+                self._check_int4()
+            _int4.astype_int4(source, out, _native(), stream)
+            return out
         if out.size == 0:
             return out
         native = _native()
@@ -529,6 +562,11 @@ def _collapse(shape: tuple[int, ...], *stride_sets: tuple[int, ...]) -> tuple[li
 
 
 def _copy_strided(dst: GPUArray, src: GPUArray, stream: Stream | None) -> None:
+    if dst._dtype.packed:
+        dst._check_int4()
+        src._check_int4()
+        _int4.copy(dst, src, _native(), stream)
+        return
     n = dst.size
     if n == 0:
         return
@@ -543,9 +581,7 @@ def _copy_strided(dst: GPUArray, src: GPUArray, stream: Stream | None) -> None:
     dims, (src_strides, dst_strides) = _collapse(dst.shape, src._strides, dst._strides)
     if len(dims) > _MAX_KERNEL_DIMS:
         raise ShapeError(f"strided copies support up to {_MAX_KERNEL_DIMS} non-mergeable dimensions, got {len(dims)}")
-    pad = [0] * (_MAX_KERNEL_DIMS - len(dims))
-    layout = struct.pack(f"@i{3 * _MAX_KERNEL_DIMS}q", len(dims), *(dims + pad), *(src_strides + pad),
-                         *(dst_strides + pad))  # fmt: skip
+    layout = builtins.STRIDED_LAYOUT.pack(len(dims), dims, src_strides, dst_strides)
     builtins.builtin_kernel("strided_copy", dst.dtype)(
         dst.device_ptr, src.device_ptr, n, layout, grid=_grid(n), block=_BLOCK, stream=stream
     )
@@ -561,7 +597,7 @@ def empty(shape: ShapeLike, dtype: Any = float32, *, stream: Stream | None = Non
     else:
         dims = _normalize_shape(shape)
     dt = dtype if type(dtype) is DType else as_dtype(dtype)
-    return GPUArray(DeviceBuffer(math.prod(dims) * dt.itemsize, stream=stream), dims, dt)
+    return GPUArray(DeviceBuffer((math.prod(dims) * dt.bits + 7) >> 3, stream=stream), dims, dt)  # int4: 2 per byte
 
 
 def _bits(value: Any, dtype: DType) -> int:
@@ -583,6 +619,9 @@ def full(shape: ShapeLike, fill_value: Any, dtype: Any = None, *, stream: Stream
         dtype = "bool" if isinstance(fill_value, bool) else int64 if isinstance(fill_value, int) else float32
     out = empty(shape, dtype, stream=stream)
     n = out.size
+    if out.dtype.packed:
+        _int4.fill(out, fill_value, _native(), stream)
+        return out
     if n == 0:
         return out
     native = _native()
@@ -619,6 +658,8 @@ def arange(
     if dtype is None:
         dtype = int64 if all(isinstance(v, (int, np.integer)) for v in (start, stop, step)) else float64
     dt = as_dtype(dtype)
+    if dt.packed:
+        raise _int4.unsupported("arange")
     if dt.kind == "b":
         # NumPy itself refuses bool ranges longer than 2; refusing all of them keeps one rule everywhere.
         raise DTypeError("arange does not produce bool arrays; compare an integer arange instead (gp.arange(n) > k)")
@@ -642,6 +683,9 @@ def from_numpy(array: Any, *, stream: Stream | None = None) -> GPUArray:
     host = np.ascontiguousarray(host).reshape(host.shape)  # ascontiguousarray alone makes a 0-d array 1-d
     dt = as_dtype(host.dtype)
     out = empty(host.shape, dt, stream=stream)
+    if dt.packed:
+        _int4.upload(out, host, _native(), stream)
+        return out
     if out.nbytes == 0:
         return out
     native = _native()
@@ -668,7 +712,10 @@ def asarray(value: Any, dtype: Any = None, *, stream: Stream | None = None) -> G
             imported = from_cuda_array_interface(value)
         if imported is not None:
             return asarray(imported, dtype, stream=stream)
-    host = np.asarray(value, dtype=None if dtype is None else as_dtype(dtype).numpy)
+    target = None if dtype is None else as_dtype(dtype)
+    if target is not None and target.packed:  # the int4 rule, on every platform (not NumPy's conversion)
+        return from_numpy(cast_values(np.asarray(value), target), stream=stream)
+    host = np.asarray(value, dtype=None if target is None else target.numpy)
     return from_numpy(host, stream=stream)
 
 

@@ -6,19 +6,26 @@
 
 :func:`env_flag` reads the on/off ``PYGPUKIT_*`` variables (``1/0``, ``true/false``, ``yes/no``,
 ``on/off``); any other value is announced once with an :class:`EnvironmentVariableWarning`.
+
+The fallback warning names the user's line, not pygpukit's: its ``stacklevel`` is computed by walking
+out of the pygpukit frames that led to the first use of the backend.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import warnings
 from dataclasses import dataclass
-from types import ModuleType
-from typing import Any, Literal
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Literal
 
 from . import _libraries, _variant
 from ._env import EnvironmentVariableWarning, env_choice, env_flag
 from .errors import BackendUnavailableError, DeviceError, LibraryNotFoundError
+
+if TYPE_CHECKING:
+    from ._native import NativeModule
 
 __all__ = [
     "MIN_COMPUTE_CAPABILITY",
@@ -47,7 +54,7 @@ class BackendState:
     name: Literal["cuda", "cpu"]
     reason: str
     variant: str | None = None
-    native: ModuleType | None = None
+    native: NativeModule | None = None  # the typed seam to C++ (core/_native.py)
     driver: dict[str, Any] | None = None
     driver_probe: _variant.DriverProbe | None = None
 
@@ -95,6 +102,31 @@ def _detect() -> BackendState:
     )
 
 
+def _in_pygpukit(frame: FrameType) -> bool:
+    name = frame.f_globals.get("__name__", "")
+    return isinstance(name, str) and (name == "pygpukit" or name.startswith("pygpukit."))
+
+
+def _import_machinery(frame: FrameType) -> bool:
+    """The frames ``warnings`` skips without counting them (importlib's bootstrap)."""
+    filename = frame.f_code.co_filename
+    return "importlib" in filename and "_bootstrap" in filename
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` for a warning raised in :func:`backend_state` that points at the first frame
+    outside the pygpukit package (the user's line), however deep inside pygpukit the first use of the
+    backend happened: 1 is backend_state itself, each pygpukit frame above it adds one; importlib's
+    frames (a first use during an import) are skipped without counting, as ``warnings`` does."""
+    frame = sys._getframe(2)  # 0: this function, 1: backend_state, 2: its caller
+    level = 2
+    while frame is not None and (_in_pygpukit(frame) or _import_machinery(frame)):
+        if not _import_machinery(frame):
+            level += 1
+        frame = frame.f_back  # type: ignore[assignment]
+    return level
+
+
 def backend_state() -> BackendState:
     """Detect (once) and return the backend in use. Thread-safe."""
     global _state
@@ -112,7 +144,7 @@ def backend_state() -> BackendState:
                 warnings.warn(
                     f"{state.reason}; falling back to CPU simulation backend",
                     BackendFallbackWarning,
-                    stacklevel=3,
+                    stacklevel=_user_stacklevel(),
                 )
             _state = state
         return _state
@@ -139,7 +171,7 @@ def c_api_capsule() -> Any:
     return native._C_API
 
 
-def native_module() -> ModuleType:
+def native_module() -> NativeModule:
     """The native module of the CUDA backend; raises when the CPU backend is in use."""
     state = backend_state()
     if state.native is None or state.name != "cuda":

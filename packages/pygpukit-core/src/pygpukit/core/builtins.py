@@ -1,42 +1,40 @@
 """The runtime's own kernels (native/kernels/core), compiled on first use like any JIT kernel.
 
-The sources ship inside the pygpukit-core wheel (pygpukit/core/_kernels); in a source checkout they
-are read from native/kernels. Their cache key includes every shared header, so editing one recompiles.
+The sources ship inside the pygpukit-core wheel (pygpukit/core/_kernels: common/ and core/); in a
+source checkout they are read from native/kernels (:class:`~pygpukit.core.kernel_sources.KernelSources`).
+Their cache key includes every shared header, so editing one recompiles.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 from pathlib import Path
 
+from .abi import KernelStruct
 from .dtypes import DType
-from .errors import PyGPUkitError
 from .jit import JITKernel, Param
+from .kernel_sources import KernelSources
 
-__all__ = ["builtin_kernel", "cast_kernel", "kernel_root", "name_expressions"]
+__all__ = ["SOURCES", "STRIDED_LAYOUT", "builtin_kernel", "cast_kernel", "kernel_root", "name_expressions"]
+
+SOURCES = KernelSources(Path(__file__).parent, ("common/element_types.cuh", "core/fill.cu"), "built-in")
+
+MAX_DIMS = 8  # kMaxDims of core/strided_copy.cu
+
+# The layout argument of strided_copy_<suffix> (core/strided_copy.cu).
+STRIDED_LAYOUT = KernelStruct("pygpukit::StridedLayout", "core/strided_copy.cu", [
+    ("ndim", "int"), ("shape", f"long long[{MAX_DIMS}]"), ("src_strides", f"long long[{MAX_DIMS}]"),
+    ("dst_strides", f"long long[{MAX_DIMS}]"),
+])  # fmt: skip
 
 
-@functools.cache
 def kernel_root() -> Path:
     """Directory holding common/ and core/ kernel sources."""
-    here = Path(__file__).resolve().parent
-    candidates = [here / "_kernels"]  # a wheel
-    if len(here.parents) > 4:  # a checkout: packages/pygpukit-core/src/pygpukit/core
-        candidates.append(here.parents[4] / "native" / "kernels")
-    for candidate in candidates:
-        if (candidate / "common" / "element_types.cuh").is_file():
-            return candidate
-    raise PyGPUkitError(f"built-in kernel sources not found (looked in {here / '_kernels'})")
+    return SOURCES.root
 
 
-@functools.cache
 def _headers_digest() -> str:
-    h = hashlib.sha256()
-    for path in sorted((kernel_root() / "common").rglob("*.cuh")):
-        h.update(path.name.encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()
+    return SOURCES.headers_digest()
 
 
 def _pointer(name: str) -> Param:
@@ -53,7 +51,7 @@ _SIGNATURES: dict[str, list[Param]] = {
         _pointer("dst"),
         _pointer("src"),
         _scalar("n", "long long", "q"),
-        Param("layout", "StridedLayout", "opaque", ""),
+        STRIDED_LAYOUT.param("layout"),
     ],
     "arange_float": [
         _pointer("out"),
@@ -92,24 +90,25 @@ def name_expressions(relative_path: str) -> list[str]:
 @functools.cache
 def cast_kernel(src: DType, dst: DType) -> JITKernel:
     """The conversion kernel from ``src`` to ``dst`` elements, compiled for this one pair on first use."""
-    path = kernel_root() / _FILES["cast"]
+    file = _FILES["cast"]
     expression = _cast_expression(src, dst)
     params = [_pointer("src"), _pointer("dst"), _scalar("n", "long long", "q")]
-    return JITKernel(path.read_text(), expression, name_expressions=[expression], include_dirs=[str(path.parent)],
-                     cache_salt=_headers_digest(), params=params)  # fmt: skip
+    return JITKernel(SOURCES.source(file), expression, name_expressions=[expression],
+                     include_dirs=SOURCES.include_dirs(file), cache_salt=SOURCES.headers_digest(),
+                     params=params)  # fmt: skip
 
 
 @functools.cache
 def builtin_kernel(family: str, dtype: DType) -> JITKernel:
     """The ``<family>_<suffix>`` entry point for ``dtype`` (e.g. ``fill_bf16``)."""
-    path = kernel_root() / _FILES[family]
+    file = _FILES[family]
     signature = family
     if family == "arange":
         signature = "arange_float" if dtype.is_floating else "arange_int"
     return JITKernel(
-        path.read_text(),
+        SOURCES.source(file),
         f"{family}_{dtype.suffix}",
-        include_dirs=[str(path.parent)],
-        cache_salt=_headers_digest(),
+        include_dirs=SOURCES.include_dirs(file),
+        cache_salt=SOURCES.headers_digest(),
         params=_SIGNATURES[signature],
     )

@@ -38,18 +38,25 @@ def nvrtc_status() -> dict[str, Any]:
 
 
 def is_nvrtc_available() -> bool:
-    """True when NVRTC can be loaded."""
-    return _nvrtc.available()
+    """True when your own kernels can be compiled *and launched* here (:func:`pygpukit.jit`): NVRTC
+    loads and the CUDA backend is in use. On the CPU simulation backend it is False even where the
+    NVRTC library is installed, because the simulation cannot launch CUDA kernels, so code guarded by
+    ``if gp.is_nvrtc_available():`` falls back to the built-in ops there. Compiling without launching
+    (:func:`compile_source`, :meth:`JITKernel.compile`) needs only the library:
+    :func:`get_nvrtc_version` and :func:`get_nvrtc_path` report it on either backend."""
+    from .backend import backend_state
+
+    return backend_state().name == "cuda" and _nvrtc.available()
 
 
 def get_nvrtc_path() -> str | None:
-    """Absolute path of the loaded NVRTC library, or None."""
-    return nvrtc_status()["path"] if is_nvrtc_available() else None
+    """Absolute path of the loaded NVRTC library, or None when it cannot be loaded (either backend)."""
+    return nvrtc_status()["path"] if _nvrtc.available() else None
 
 
 def get_nvrtc_version() -> tuple[int, int] | None:
-    """(major, minor) of the loaded NVRTC, or None."""
-    if not is_nvrtc_available():
+    """(major, minor) of the loaded NVRTC, or None when it cannot be loaded (either backend)."""
+    if not _nvrtc.available():
         return None
     major, minor = nvrtc_status()["version"]
     return int(major), int(minor)

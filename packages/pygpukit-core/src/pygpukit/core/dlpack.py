@@ -114,9 +114,9 @@ def _from_dl_dtype(code: int, bits: int, lanes: int) -> DType:
     raise DTypeError(f"DLPack dtype code {code} with {bits} bits is not supported")
 
 
-def _stream_value(stream: int | None) -> int | None:
+def _stream_value(stream: int) -> int:
     """Consumer stream per the DLPack convention: 1 legacy default, 2 per-thread, else a handle."""
-    return None if stream is None else {1: 0x1, 2: 0x2}.get(stream, stream)
+    return {1: 0x1, 2: 0x2}.get(stream, stream)
 
 
 def to_dlpack(array: Any, stream: int | None = None) -> Any:

@@ -1,6 +1,15 @@
-"""Element types. NumPy dtypes on the host side; bfloat16 and float8 come from ml_dtypes.
+"""Element types. NumPy dtypes on the host side; bfloat16, float8 and int4 come from ml_dtypes.
 
 ``uint16`` is always uint16: bfloat16 has its own dtype and is never guessed from raw 16-bit data.
+``DataType`` is another name of :class:`DType` (the name the product description uses).
+
+``int4`` is packed: device memory holds two signed 4-bit values per byte (element ``2i`` in the low
+nibble of byte ``i``, element ``2i + 1`` in the high nibble; an odd count leaves the last high nibble
+zero), so an int4 array of ``n`` elements takes ``ceil(n / 2)`` bytes. Its ``itemsize`` is 1, as for
+``ml_dtypes.int4`` on the host, where NumPy keeps one value per byte (``to_numpy`` unpacks into such an
+array, ``from_numpy`` packs one); ``bits`` is 4. int4 is not one of :func:`all_dtypes` (the element
+types the kernels compute in): arrays of it support copies, reshapes and ``astype`` to and from int8
+and the float types only (:func:`packed_dtypes`).
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ from .errors import DTypeError
 
 __all__ = [
     "DType",
+    "DataType",
     "all_dtypes",
     "as_dtype",
     "bfloat16",
@@ -24,10 +34,12 @@ __all__ = [
     "float16",
     "float32",
     "float64",
+    "int4",
     "int8",
     "int16",
     "int32",
     "int64",
+    "packed_dtypes",
     "uint8",
     "uint16",
     "uint32",
@@ -43,13 +55,16 @@ class DType:
     name: str
     numpy: np.dtype[Any]
     suffix: str  # entry-point suffix of the built-in kernels (native/kernels/common/element_types.cuh)
-    ctype: str  # the CUDA C++ type
+    ctype: str  # the CUDA C++ type (int4: unsigned char, the packed bytes a JIT kernel receives)
     kind: str  # "f" float, "i" signed, "u" unsigned, "b" bool
-    itemsize: int = field(init=False)
+    packed: bool = False  # int4: two values per byte in device memory
+    itemsize: int = field(init=False)  # bytes per element on the host (int4: 1, as ml_dtypes.int4)
+    bits: int = field(init=False)  # bits per element in device memory (int4: 4)
     _hash: int = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "itemsize", int(self.numpy.itemsize))
+        object.__setattr__(self, "bits", 4 if self.packed else 8 * int(self.numpy.itemsize))
         object.__setattr__(self, "_hash", hash(self.name))
 
     def __eq__(self, other: object) -> bool:
@@ -88,11 +103,17 @@ uint16 = DType("uint16", np.dtype(np.uint16), "u16", "unsigned short", "u")
 uint32 = DType("uint32", np.dtype(np.uint32), "u32", "unsigned int", "u")
 uint64 = DType("uint64", np.dtype(np.uint64), "u64", "unsigned long long", "u")
 bool_ = DType("bool", np.dtype(np.bool_), "b8", "bool", "b")
+int4 = DType("int4", np.dtype(ml_dtypes.int4), "i4", "unsigned char", "i", packed=True)
+
+DataType = DType  # the product description's name of the element type class
 
 _ALL = (float64, float32, float16, bfloat16, float8_e4m3fn, float8_e5m2, int8, int16, int32, int64, uint8, uint16,
         uint32, uint64, bool_)  # fmt: skip
-_BY_NAME = {d.name: d for d in _ALL} | {"bool_": bool_, "float8_e4m3": float8_e4m3fn}
-_BY_NUMPY = {d.numpy: d for d in _ALL}
+_PACKED = (int4,)
+_BY_NAME = {d.name: d for d in (*_ALL, *_PACKED)} | {"bool_": bool_, "float8_e4m3": float8_e4m3fn}
+_BY_NUMPY = {d.numpy: d for d in (*_ALL, *_PACKED)}
+# What int4 arrays convert to and from (astype): int8 and the float types.
+INT4_PARTNERS = (int8, float64, float32, float16, bfloat16, float8_e4m3fn, float8_e5m2)
 
 
 FLOAT8_E4M3FN_MAX = 448.0  # the largest finite float8_e4m3fn
@@ -106,6 +127,8 @@ def cast_values(values: Any, dtype: DType) -> np.ndarray[Any, Any]:
     ``values`` itself when it already is an array of ``dtype``.
     """
     array = np.asarray(values)
+    if dtype.packed:
+        return array if array.dtype == dtype.numpy else int4_values(array).astype(dtype.numpy)
     if dtype == float8_e4m3fn and array.dtype != dtype.numpy and array.dtype != np.bool_:
         if array.dtype not in (np.float32, np.float64):
             array = array.astype(np.float64)  # exact for every narrower float; integers round, then clip
@@ -114,8 +137,61 @@ def cast_values(values: Any, dtype: DType) -> np.ndarray[Any, Any]:
 
 
 def all_dtypes() -> tuple[DType, ...]:
-    """Every supported element type."""
+    """Every element type the kernels compute in (the packed int4 is not one: :func:`packed_dtypes`)."""
     return _ALL
+
+
+def packed_dtypes() -> tuple[DType, ...]:
+    """The packed sub-byte types (int4): storage, copies and ``astype`` to and from :data:`INT4_PARTNERS`."""
+    return _PACKED
+
+
+# -- int4 on the host ------------------------------------------------------------------------------------
+_INT32_LIMIT = 2.0**31
+
+
+def int4_values(values: Any) -> np.ndarray[Any, Any]:
+    """``values`` converted to int4 as int8 values in [-8, 7], by the rule the int4 kernels use
+    (native/kernels/core/int4.cu): integers and bools keep their low four bits (two's complement
+    wrapping, as NumPy narrows integers and ml_dtypes converts to int4); floats are truncated toward
+    zero first, and NaN, infinities and values whose truncation lies outside int32 (where ml_dtypes'
+    conversion on x86 gives 0 as well) give 0."""
+    array = np.asarray(values)
+    if array.dtype == np.dtype(ml_dtypes.int4):
+        return array.astype(np.int8)
+    if array.dtype.kind in "iub":
+        low = array.astype(np.int64) & 15
+    elif array.dtype.kind == "f" or array.dtype in (bfloat16.numpy, float8_e4m3fn.numpy, float8_e5m2.numpy):
+        with np.errstate(invalid="ignore"):
+            truncated = np.trunc(array.astype(np.float64))
+            inside = np.abs(truncated) < _INT32_LIMIT  # False for NaN and infinities
+        low = np.where(inside, truncated, 0.0).astype(np.int64) & 15
+    else:
+        raise DTypeError(f"cannot convert {array.dtype} values to int4")
+    return (np.where(low >= 8, low - 16, low)).astype(np.int8)
+
+
+def pack_int4(values: Any) -> np.ndarray[Any, Any]:
+    """int4 values (ml_dtypes.int4, or numbers converted by :func:`int4_values`), flattened in C
+    order, packed two per byte: element ``2i`` in the low nibble of byte ``i``, ``2i + 1`` in the high
+    one (zero past the end). Returns ``ceil(n / 2)`` uint8."""
+    nibbles = (int4_values(values).reshape(-1).astype(np.int16) & 15).astype(np.uint8)
+    if nibbles.size % 2:
+        nibbles = np.concatenate([nibbles, np.zeros(1, np.uint8)])
+    packed: np.ndarray[Any, Any] = nibbles[0::2] | (nibbles[1::2] << 4)
+    return packed
+
+
+def unpack_int4(packed: Any, count: int) -> np.ndarray[Any, Any]:
+    """The first ``count`` int4 values of the packed bytes ``packed`` (uint8), as int8 in [-8, 7]."""
+    raw = np.asarray(packed, dtype=np.uint8).reshape(-1)
+    if raw.size * 2 < count:
+        raise DTypeError(f"{raw.size} packed bytes hold {raw.size * 2} int4 values, not {count}")
+    nibbles = np.empty(raw.size * 2, np.int8)
+    nibbles[0::2] = (raw & 15).astype(np.int8)
+    nibbles[1::2] = (raw >> 4).astype(np.int8)
+    values: np.ndarray[Any, Any] = np.where(nibbles >= 8, nibbles - 16, nibbles).astype(np.int8)[:count]
+    return values
 
 
 def as_dtype(value: Any) -> DType:
@@ -134,5 +210,5 @@ def as_dtype(value: Any) -> DType:
         np_dtype = None
     if np_dtype is not None and np_dtype in _BY_NUMPY:
         return _BY_NUMPY[np_dtype]
-    names = ", ".join(d.name for d in _ALL)
+    names = ", ".join(d.name for d in (*_ALL, *_PACKED))
     raise DTypeError(f"unsupported dtype {value!r}; supported: {names}")

@@ -15,6 +15,7 @@ __all__ = [
     "CudaError",
     "DTypeError",
     "DeviceError",
+    "DeviceResetError",
     "DriverNotFoundError",
     "InvalidPointerError",
     "LibraryNotFoundError",
@@ -53,13 +54,21 @@ class BackendUnavailableError(PyGPUkitError):
 
 
 class CudaError(PyGPUkitError):
-    """A CUDA driver call failed. ``name`` is the driver's error name, ``call`` the failing API."""
+    """A CUDA driver call failed. ``name`` is the driver's error name, ``call`` the failing API.
 
-    def __init__(self, message: str, *, code: int = 0, name: str = "", call: str = "") -> None:
+    ``context_lost`` is True for the sticky errors of a kernel fault (``CUDA_ERROR_ILLEGAL_ADDRESS``,
+    ``CUDA_ERROR_MISALIGNED_ADDRESS``, ``CUDA_ERROR_LAUNCH_FAILED``, ...): every later call on that
+    device fails the same way until :func:`pygpukit.reset_device` resets its context.
+    """
+
+    def __init__(
+        self, message: str, *, code: int = 0, name: str = "", call: str = "", context_lost: bool = False
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.name = name
         self.call = call
+        self.context_lost = context_lost
 
 
 class DeviceError(PyGPUkitError):
@@ -99,7 +108,16 @@ class NvrtcError(PyGPUkitError):
 
 
 class CublasLtError(PyGPUkitError):
-    """A cuBLASLt call failed."""
+    """A cuBLASLt call failed, or cuBLASLt has no algorithm for a matmul it was asked to run.
+
+    ``status`` is the ``cublasStatus_t`` name (``"CUBLAS_STATUS_NOT_SUPPORTED"``, ...), ``operation``
+    the cuBLASLt call that failed (``"cublasLtMatmul"``, ``"cublasLtMatmulAlgoGetHeuristic"``, ...).
+    """
+
+    def __init__(self, message: str, *, status: str = "", operation: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.operation = operation
 
 
 class OutOfMemoryError(PyGPUkitError, MemoryError):
@@ -120,6 +138,25 @@ class OutOfMemoryError(PyGPUkitError, MemoryError):
 
 class InvalidPointerError(PyGPUkitError, ValueError):
     """A pointer that the pool did not hand out, or already took back, was freed."""
+
+
+class DeviceResetError(InvalidPointerError):
+    """An array, buffer, stream, event or graph of a device was used after :func:`pygpukit.reset_device`
+    reset that device: it lived in the discarded CUDA context. ``device`` is the device's ordinal (-1:
+    the CPU backend)."""
+
+    def __init__(self, message: str, *, device: int = 0) -> None:
+        super().__init__(message)
+        self.device = device
+
+    @classmethod
+    def of(cls, what: str, device: int) -> DeviceResetError:
+        """The error for using ``what`` (an object of ``device``) after the reset."""
+        if device < 0:
+            where = "the CPU backend's device, which pygpukit.reset_device() has reset since (simulated)"
+        else:
+            where = f"cuda:{device}, which pygpukit.reset_device() has reset since: it died with the old CUDA context"
+        return cls(f"{what} belonged to {where}; make a new one", device=device)
 
 
 class QuotaExceededError(OutOfMemoryError):

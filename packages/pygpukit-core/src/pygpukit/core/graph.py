@@ -7,8 +7,12 @@
 
 Arrays used inside the graph must be allocated before the capture and kept alive while the graph can
 be replayed: the graph holds their addresses. Capturing again updates the instantiated graph in place
-when the topology is unchanged, else re-instantiates it. On the CPU backend work inside ``capture``
-runs eagerly once and ``replay`` raises.
+when the topology is unchanged, else re-instantiates it.
+
+On the CPU simulation backend work inside ``capture`` runs eagerly once and the pygpukit calls made
+there are recorded; ``replay`` makes them again, writing into the same output arrays, so replays equal
+eager runs there too (:mod:`pygpukit.core._recording`). Custom JIT kernels cannot run on that backend,
+inside a capture or not (:class:`DeviceError`).
 """
 
 from __future__ import annotations
@@ -18,20 +22,27 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
 
+from ._recording import CpuRecorder, Step, active_recorder, replay_steps
 from .backend import backend_state
-from .errors import DeviceError, PyGPUkitError
-from .stream import Stream
+from .errors import DeviceResetError, PyGPUkitError
+from .stream import Stream, thread_device
 
-__all__ = ["CudaGraph", "is_capturing"]
+__all__ = ["CudaGraph", "is_capturing", "is_capturing_on_cpu"]
 
 _MODES = {"global": 0, "thread_local": 1, "relaxed": 2}
 _capturing_streams: set[int] = set()  # handles of the streams a CudaGraph is capturing now
+_graphs: weakref.WeakSet[CudaGraph] = weakref.WeakSet()  # every graph, for a device reset (core/recovery.py)
 
 
 def is_capturing(stream: Stream) -> bool:
     """Whether a :class:`CudaGraph` is capturing ``stream`` now (work issued on it is recorded, not
     run). Ops whose state must be set up by running work (zeroed counters, for example) check it."""
     return stream.handle in _capturing_streams
+
+
+def is_capturing_on_cpu() -> bool:
+    """Whether a :class:`CudaGraph` capture on the CPU backend is open on this thread."""
+    return active_recorder() is not None
 
 
 def _destroy(native: Any, handles: dict[str, int]) -> None:
@@ -54,11 +65,15 @@ class CudaGraph:
         self._stream: Stream | None = None
         self._capturing = False
         self._finalizer = weakref.finalize(self, _destroy, self._native, self._handles) if self._native else None
+        self._device = thread_device() if self._native else -1  # the device whose context owns the graph
+        self._reset: int | None = None  # the device, once a reset dropped the captured graph
+        self._cpu_steps: list[Step] | None = None  # CPU backend: the recorded calls (core/_recording.py)
+        _graphs.add(self)
 
     @property
     def is_ready(self) -> bool:
-        """True once a capture has been instantiated and can be replayed."""
-        return "exec" in self._handles
+        """True once a capture has been instantiated (CPU backend: recorded) and can be replayed."""
+        return "exec" in self._handles or self._cpu_steps is not None
 
     @property
     def is_capturing(self) -> bool:
@@ -66,7 +81,9 @@ class CudaGraph:
 
     @property
     def num_nodes(self) -> int:
-        """Nodes (kernels, copies, memsets) in the last captured graph."""
+        """Nodes (kernels, copies, memsets) in the last captured graph (CPU backend: recorded calls)."""
+        if self._cpu_steps is not None:
+            return len(self._cpu_steps)
         if "graph" not in self._handles or self._native is None:
             return 0
         return int(self._native.graph_node_count(self._handles["graph"]))
@@ -87,8 +104,7 @@ class CudaGraph:
         self._stream = stream
         native = self._native
         if native is None:
-            with stream:
-                yield stream
+            yield from self._capture_on_cpu(stream)
             return
         native.capture_begin(stream.handle, _MODES[mode])
         self._capturing = True
@@ -119,10 +135,33 @@ class CudaGraph:
             native.graph_exec_destroy(self._handles.pop("exec"))
         self._handles["exec"] = int(native.graph_instantiate(graph))
 
+    def _capture_on_cpu(self, stream: Stream) -> Iterator[Stream]:
+        """CPU backend: run the block eagerly and record its pygpukit calls (core/_recording.py)."""
+        recorder = CpuRecorder(exclude=(_CAPTURE_CODE, CudaGraph._capture_on_cpu.__code__))
+        with stream:
+            recorder.start()
+            self._capturing = True
+            _capturing_streams.add(stream.handle)
+            try:
+                yield stream
+            finally:
+                recorder.stop()
+                self._capturing = False
+                _capturing_streams.discard(stream.handle)
+        recorder.check()
+        self._cpu_steps = recorder.steps
+
     def replay(self, stream: Stream | None = None) -> None:
-        """Launch the captured work on ``stream`` (the capture stream by default); asynchronous."""
+        """Launch the captured work on ``stream`` (the capture stream by default); asynchronous. On the
+        CPU backend: make the recorded calls again, in order (synchronous, like all work there)."""
+        if self._reset is not None and not self.is_ready:
+            raise DeviceResetError.of("this graph's capture", self._reset)
         if self._native is None:
-            raise DeviceError("graph replay needs the CUDA backend")
+            if self._cpu_steps is None:
+                raise PyGPUkitError("nothing captured yet: use `with graph.capture():` first")
+            with stream or self._stream or Stream():
+                replay_steps(self._cpu_steps)
+            return
         if not self.is_ready:
             raise PyGPUkitError("nothing captured yet: use `with graph.capture():` first")
         target = stream or self._stream
@@ -139,3 +178,28 @@ class CudaGraph:
         if self._native is not None:
             _destroy(self._native, self._handles)
         self._handles.clear()
+        self._cpu_steps = None
+
+
+_CAPTURE_CODE = CudaGraph.capture.__wrapped__.__code__  # type: ignore[attr-defined]  # the generator
+
+
+def forget_device(device: int) -> int:
+    """Device reset (core/recovery.py, before the context is reset): the graphs of ``device`` (-1:
+    the CPU backend) drop their captured graph and executable, which died with the context, without
+    destroying them; replay then raises :class:`DeviceResetError` until the graph is captured again.
+    Returns the number of graphs that held a capture."""
+    dropped = 0
+    for graph in list(_graphs):
+        if graph._device != device:
+            continue
+        if graph._capturing and graph._stream is not None:
+            _capturing_streams.discard(graph._stream._id)
+            graph._capturing = False
+        if graph._handles or graph._cpu_steps is not None:
+            dropped += 1
+            graph._reset = device
+        graph._handles.clear()
+        graph._cpu_steps = None
+        graph._stream = None
+    return dropped

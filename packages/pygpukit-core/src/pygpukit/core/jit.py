@@ -2,12 +2,19 @@
 
     kernel = jit(source, "saxpy")
     kernel(np.float32(2.0), x, y, np.int64(n), grid=(n + 255) // 256, block=256)
+    kernel(2.0, x, y=y, n=n)  # by parameter name; grid and block derived from n (launch_config)
 
 The kernel's parameters are read from the source when ``func`` is an ``extern "C"`` (or otherwise
 plainly declared) ``__global__`` function, so Python ints and floats are converted to exactly the
-parameter's C type. GPUArrays, DeviceBuffers, objects with ``__cuda_array_interface__`` and raw int
-addresses pass as pointers. Compiled code is CUBIN for the device's exact architecture (PTX only
+parameter's C type, and arguments may be given by parameter name (:meth:`JITKernel.bind_arguments`).
+Without ``grid``, the launch is 1-D over the element count (:meth:`JITKernel.launch_config`).
+GPUArrays, DeviceBuffers, objects with ``__cuda_array_interface__`` and raw int addresses pass as
+pointers. Compiled code is CUBIN for the device's exact architecture (PTX only
 when NVRTC does not know the architecture), cached in memory and on disk (kernel_cache).
+
+(Over 600 lines, on purpose: signature parsing, argument packing, binding by name, the launch
+configuration and the two launch paths of one kernel class depend on each other's details, and the
+hot path reads them inline.)
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import re
 import struct
 import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,17 +32,43 @@ import numpy as np
 from . import backend as _backend
 from .backend import backend_state, native_module
 from .compiler import CompiledProgram, _strings, compile_source, nvrtc_status, parse_arch
-from .errors import DeviceError, DTypeError, InvalidPointerError, PyGPUkitError, ShapeError
+from .errors import ArgumentError, DeviceError, DTypeError, InvalidPointerError, PyGPUkitError, ShapeError
 from .kernel_cache import cache_key, kernel_cache
+from .memory import reset_error
 from .stream import Stream, thread_device
 from .stream import _local as _thread_state
 from .stream import current_streams as _current_streams
 
-__all__ = ["JITKernel", "Param", "jit", "launch_dims", "parse_signature"]
+__all__ = [
+    "COUNT_PARAMETER_NAMES",
+    "DEFAULT_BLOCK",
+    "JITKernel",
+    "KernelArgumentError",
+    "Param",
+    "jit",
+    "launch_dims",
+    "parse_signature",
+]
 
-# (binary hash, binary size, device) -> module handle. Modules live as long as the process.
+DEFAULT_BLOCK = 256  # threads per block of a launch that gives no block
+# Integer parameters whose value is the element count of a launch that gives no grid (launch_config).
+COUNT_PARAMETER_NAMES = ("n", "N", "size", "numel", "count", "length", "num_elements", "n_elements", "nelem", "total")
+_MAX_GRID_X = 2**31 - 1
+_MISSING: Any = object()  # a parameter no argument was bound to
+
+
+class KernelArgumentError(ArgumentError, TypeError):
+    """The arguments of a JIT kernel call do not bind to its parameters: an unknown, missing or
+    duplicate parameter name, too many or too few arguments, or no way to derive a launch
+    configuration. Both an :class:`ArgumentError` and, as Python reports bad call arguments, a
+    ``TypeError``."""
+
+
+# (binary hash, binary size, device) -> module handle. Modules live as long as the process (or until
+# a reset of their device: forget_device).
 _modules: dict[tuple[int, int, int], int] = {}
 _modules_lock = threading.Lock()
+_kernels: weakref.WeakSet[JITKernel] = weakref.WeakSet()  # every kernel, for forget_device
 
 # C type -> struct format of one kernel parameter.
 _SCALARS = {
@@ -207,7 +241,8 @@ def _array_pointer(value: Any, param: Param, device: int) -> int:
         array: Any = value
         buffer = array._buffer
         if buffer.freed:
-            raise InvalidPointerError(f"parameter {param.name!r}: the array's memory was freed")
+            what = f"parameter {param.name!r}: the array"
+            raise reset_error(buffer, what) or InvalidPointerError(f"{what}'s memory was freed")
         if param.element and array._dtype.ctype != param.element:
             raise DTypeError(
                 f"parameter {param.name!r} is {param.element}*, but the array passed has dtype {array._dtype.name}"
@@ -328,6 +363,7 @@ class JITKernel:
         self._launch_info: tuple[int, int, int, int] | None = None  # (device, function, max threads, max dyn smem)
         self._fast: Any = None  # the bound Launcher.launch of the current device, once prepared
         self._fast_state: Any = None  # the backend state it was made under
+        _kernels.add(self)
 
     @property
     def is_compiled(self) -> bool:
@@ -407,8 +443,8 @@ class JITKernel:
         if params is None:
             return _pack([_infer(a, i) for i, a in enumerate(args)])
         if len(args) != len(params):
-            raise TypeError(f"kernel {self.name} takes {len(params)} arguments ({', '.join(p.name for p in params)}), "
-                            f"got {len(args)}")  # fmt: skip
+            raise KernelArgumentError(f"kernel {self.name} takes {len(params)} arguments "
+                                      f"({', '.join(p.name for p in params)}), got {len(args)}")  # fmt: skip
         if device is None:
             device = thread_device()
         if self._struct is not None:
@@ -450,14 +486,39 @@ class JITKernel:
         self._fast_state = state
         return info
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> JITKernel:
+        # A kernel given its parameters (params=, as every kernel of the library is) takes positional
+        # arguments only: its __call__ has no **named, so the launch fast path stays as short as it was.
+        if cls is JITKernel and kwargs.get("params") is not None:
+            cls = _DeclaredKernel
+        return super().__new__(cls)
+
     def __call__(
         self,
         *args: Any,
-        grid: int | Sequence[int],
-        block: int | Sequence[int],
+        grid: int | Sequence[int] | None = None,
+        block: int | Sequence[int] | None = None,
         shared_mem: int = 0,
         stream: Stream | None = None,
+        **named: Any,
     ) -> None:
+        """Launch: ``args`` in declaration order, then ``named`` by parameter name (a kernel whose
+        parameters were read from its source); ``grid``/``block`` default to :meth:`launch_config`."""
+        fast = self._fast
+        if (
+            fast is not None
+            and _backend._state is self._fast_state
+            and not named
+            and fast(args, grid, block, shared_mem, stream) is None
+        ):
+            return
+        if named:
+            args = self.bind_arguments(args, named)
+        if grid is None or block is None:
+            grid, block = self.launch_config(args, grid, block)
+        elif not named:
+            self._launch(args, grid, block, shared_mem, stream)
+            return
         fast = self._fast
         if (
             fast is not None
@@ -467,13 +528,95 @@ class JITKernel:
             return
         self._launch(args, grid, block, shared_mem, stream)
 
+    def bind_arguments(self, args: Sequence[Any], named: dict[str, Any]) -> tuple[Any, ...]:
+        """The arguments in declaration order: ``args`` first, then each of ``named`` at the position of
+        the parameter of that name. Raises :class:`KernelArgumentError` for an unknown name, a
+        parameter given twice (positionally and by name), too many arguments or a parameter left
+        without one, and when the parameter names are unknown (a template instantiated through
+        ``name_expressions``, or a declaration the parser cannot read): pass positionally then. A
+        parameter named like a launch keyword (grid, block, shared_mem, stream) can only be passed
+        positionally."""
+        params = self.params
+        if params is None:
+            raise KernelArgumentError(
+                f"kernel {self.name}: arguments by name ({', '.join(named)}) need the parameter names, which are "
+                f"unknown for this kernel (a template instantiated through name_expressions, or a declaration "
+                f"that could not be parsed); pass the arguments positionally"
+            )
+        names = ", ".join(p.name for p in params)
+        if len(args) > len(params):
+            raise KernelArgumentError(f"kernel {self.name} takes {len(params)} arguments ({names}), got "
+                                      f"{len(args)} positional ones")  # fmt: skip
+        index = {p.name: i for i, p in enumerate(params)}
+        values = [*args, *([_MISSING] * (len(params) - len(args)))]
+        for key, value in named.items():
+            i = index.get(key)
+            if i is None:
+                raise KernelArgumentError(f"kernel {self.name} has no parameter {key!r}; its parameters: {names}")
+            if i < len(args):
+                raise KernelArgumentError(f"kernel {self.name}: parameter {key!r} was given twice (as positional "
+                                          f"argument {i} and by name)")  # fmt: skip
+            values[i] = value
+        missing = [repr(p.name) for p, v in zip(params, values, strict=True) if v is _MISSING]
+        if missing:
+            raise KernelArgumentError(f"kernel {self.name}: no argument for parameter(s) {', '.join(missing)} "
+                                      f"(parameters: {names})")  # fmt: skip
+        return tuple(values)
+
+    def element_count(self, args: Sequence[Any]) -> int:
+        """The element count a launch without ``grid`` covers: the value of the first integer parameter
+        named one of :data:`COUNT_PARAMETER_NAMES` (``n``, ``N``, ``size``, ``numel``, ``count``, ...),
+        else the largest size of the GPUArray (or CUDA-Array-Interface) arguments. Raises
+        :class:`KernelArgumentError` when there is neither."""
+        for param, value in zip(self.params or (), args, strict=False):
+            if (
+                param.kind == "scalar"
+                and param.format in "bBhHiIqQ"
+                and param.name in COUNT_PARAMETER_NAMES
+                and isinstance(value, (int, np.integer))
+                and not isinstance(value, bool)
+            ):
+                return max(int(value), 0)
+        sizes = [size for size in map(_array_size, args) if size is not None]
+        if sizes:
+            return max(sizes)
+        raise KernelArgumentError(
+            f"kernel {self.name}: no grid given and none can be derived (no integer parameter named "
+            f"{', '.join(COUNT_PARAMETER_NAMES[:5])}, ... and no GPUArray argument); pass grid= (and block=)"
+        )
+
+    def launch_config(
+        self, args: Sequence[Any], grid: int | Sequence[int] | None = None, block: int | Sequence[int] | None = None
+    ) -> tuple[int | Sequence[int], int | Sequence[int]]:
+        """The (grid, block) of a launch that leaves either out: block defaults to
+        :data:`DEFAULT_BLOCK` (256) threads, grid to one dimension of ``ceil(count / threads per
+        block)`` blocks (at least 1) over :meth:`element_count` (one thread per element, as in
+        ``if (i < n)`` kernels)."""
+        if block is None:
+            block = DEFAULT_BLOCK
+        if grid is None:
+            b = launch_dims(block, "block")
+            threads = b[0] * b[1] * b[2]
+            blocks = max(1, -(-self.element_count(args) // threads))
+            if blocks > _MAX_GRID_X:
+                raise ShapeError(f"kernel {self.name}: {blocks} blocks of {threads} threads exceed the grid limit "
+                                 f"({_MAX_GRID_X}); pass grid= and block=")  # fmt: skip
+            grid = blocks
+        return grid, block
+
     def _launch(self, args: tuple[Any, ...], grid: Any, block: Any, shared_mem: int, stream: Stream | None) -> None:
         """The general launch path: validates every argument and raises the typed error."""
         state = _backend._state
         if state is None or state.name != "cuda":
             state = backend_state()
             if state.name != "cuda":
-                raise DeviceError(f"launching a CUDA kernel needs the CUDA backend: {state.reason}")
+                from .graph import is_capturing_on_cpu
+
+                during = " (inside a CudaGraph capture, which records only pygpukit's ops there)"
+                raise DeviceError(
+                    f"launching a CUDA kernel needs the CUDA backend; the CPU simulation backend is in use "
+                    f"({state.reason}) and cannot run custom kernels{during if is_capturing_on_cpu() else ''}"
+                )
         device = _thread_state.device
         info = self._launch_info
         if info is None or info[0] != device or self._fast_state is not state:
@@ -505,6 +648,70 @@ class JITKernel:
     def __repr__(self) -> str:
         params = ", ".join(f"{p.ctype} {p.name}" for p in self.params) if self.params is not None else "..."
         return f"JITKernel({self.name}({params}), compiled={self.is_compiled})"
+
+
+class _DeclaredKernel(JITKernel):
+    """A kernel constructed with ``params=`` (the library's kernels): positional arguments only, so
+    the launch fast path carries no keyword handling. ``grid``/``block`` still default to
+    :meth:`JITKernel.launch_config`."""
+
+    def __call__(  # type: ignore[override]
+        self,
+        *args: Any,
+        grid: int | Sequence[int] | None = None,
+        block: int | Sequence[int] | None = None,
+        shared_mem: int = 0,
+        stream: Stream | None = None,
+    ) -> None:
+        fast = self._fast
+        if (
+            fast is not None
+            and _backend._state is self._fast_state
+            and fast(args, grid, block, shared_mem, stream) is None
+        ):
+            return
+        if grid is None or block is None:
+            grid, block = self.launch_config(args, grid, block)
+            fast = self._fast
+            if (
+                fast is not None
+                and _backend._state is self._fast_state
+                and fast(args, grid, block, shared_mem, stream) is None
+            ):
+                return
+        self._launch(args, grid, block, shared_mem, stream)
+
+
+def _array_size(value: Any) -> int | None:
+    """The element count of a GPUArray or CUDA-Array-Interface argument, else None."""
+    if _array_type is not None and isinstance(value, _array_type):
+        size: int = getattr(value, "size")  # noqa: B009 - _array_type is GPUArray, registered at run time
+        return size
+    if getattr(type(value), "__cuda_array_interface__", None) is not None:
+        shape = value.__cuda_array_interface__.get("shape", ())
+        count = 1
+        for dim in shape:
+            count *= int(dim)
+        return count
+    return None
+
+
+def forget_device(device: int) -> int:
+    """Device reset (core/recovery.py, before the context is reset): forget the modules loaded on
+    ``device``, which died with its context, and every kernel's launch state; each kernel loads again,
+    from the kernel cache (memory or disk, no recompilation), on its next launch. Returns the number
+    of modules forgotten."""
+    with _modules_lock:
+        stale = [key for key in _modules if key[2] == device]
+        for key in stale:
+            del _modules[key]
+    for kernel in list(_kernels):
+        with kernel._lock:
+            kernel._loaded.pop(device, None)
+            kernel._launch_info = None
+            kernel._fast = None
+            kernel._fast_state = None
+    return len(stale)
 
 
 def jit(

@@ -4,6 +4,14 @@ Every device allocation goes through the Rust pool in the native module, so free
 per stream, cached blocks are released under pressure, and an :class:`OutOfMemoryError` names the
 requested, in-use, cached and limit bytes. On the CPU backend a host array stands in for the device
 memory and the same accounting is kept in Python.
+
+Live buffers are registered (weakly) so that :func:`pygpukit.reset_device` can invalidate every
+allocation of a reset device: they then raise :class:`DeviceResetError` and are never freed into the
+new context.
+
+(Over 600 lines because the buffer types, both backends' accounting, the address maps that check raw
+copies and the reset bookkeeping all work on the same private maps and registries; split, each part
+would reach into the others' internals.)
 """
 
 from __future__ import annotations
@@ -18,13 +26,13 @@ import os
 import threading
 import weakref
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from . import backend as _backend
 from .backend import backend_state
-from .errors import ArgumentError, InvalidPointerError, OutOfMemoryError, PyGPUkitError
+from .errors import ArgumentError, DeviceResetError, InvalidPointerError, OutOfMemoryError, PyGPUkitError
 from .stream import Stream, current_stream
 from .stream import _local as _thread_state
 from .stream import current_streams as _current_streams
@@ -48,7 +56,11 @@ __all__ = [
 ]
 
 
-def _native() -> Any:
+if TYPE_CHECKING:
+    from ._native import NativeModule
+
+
+def _native() -> NativeModule | None:
     state = backend_state()
     return state.native if state.name == "cuda" else None
 
@@ -169,6 +181,22 @@ _pinned_map = _AddressMap()
 _freed_device = _AddressMap()
 _freed_pinned = _AddressMap()
 
+# Every live allocation by address, weakly, for a device reset to invalidate (one dict store per
+# allocation); imported memory and pinned buffers likewise. Raw pinned_malloc blocks of the CUDA
+# backend: address -> device, and those a reset took: address -> device.
+_live_buffers: dict[int, weakref.ref[DeviceBuffer]] = {}
+_live_external: weakref.WeakSet[ExternalBuffer] = weakref.WeakSet()
+_live_pinned: weakref.WeakSet[PinnedBuffer] = weakref.WeakSet()
+_raw_pinned: dict[int, int] = {}
+_reset_raw_pinned: dict[int, int] = {}
+
+
+def reset_error(owner: Any, what: str) -> DeviceResetError | None:
+    """The :class:`DeviceResetError` for using ``what`` when ``owner`` (a buffer, stream, event, ...)
+    died with a device reset, else None."""
+    device = getattr(owner, "_reset", None)
+    return None if device is None else DeviceResetError.of(what, device)
+
 
 class AllocationScope(Protocol):
     """Something that accounts for the device memory allocated while it is the current scope (the
@@ -204,7 +232,9 @@ def current_allocation_scope() -> AllocationScope | None:
 class DeviceBuffer:
     """One pool allocation of ``nbytes`` bytes for work on ``stream``; returned to the pool on free/GC."""
 
-    __slots__ = ("__weakref__", "_host", "_live", "_native", "_scope", "device", "nbytes", "ptr")
+    # _reset: set (to the device ordinal) only when a device reset invalidated the buffer.
+    __slots__ = ("__weakref__", "_host", "_live", "_native", "_reset", "_scope", "device", "nbytes", "ptr")
+    _reset: int
 
     def __init__(self, nbytes: int, *, stream: Stream | None = None) -> None:
         if nbytes < 0:
@@ -219,6 +249,8 @@ class DeviceBuffer:
             native = state.native if state.name == "cuda" else None
             self._native = native
             if native is None:
+                if stream is not None:
+                    stream._handle  # noqa: B018 - the stream's checks, as on the GPU (a reset one raises)
                 self._host: np.ndarray[Any, Any] | None = _cpu_pool.allocate(nbytes)
                 self.ptr = int(self._host.ctypes.data)
                 self.device = -1
@@ -238,16 +270,19 @@ class DeviceBuffer:
                 scope.refund(nbytes)
             raise
         _device_map.add(self.ptr, nbytes)
+        _live_buffers[self.ptr] = weakref.ref(self)
         self._live = True
 
     @property
     def freed(self) -> bool:
+        """True once freed, or invalidated by a device reset."""
         return not self._live
 
     def free(self) -> None:
         """Return the memory to the pool now. Later use of arrays over it raises."""
         if not self._live:
-            raise InvalidPointerError(f"buffer at {self.ptr:#x} ({self.nbytes} bytes) was already freed")
+            what = f"buffer at {self.ptr:#x} ({self.nbytes} bytes)"
+            raise reset_error(self, what) or InvalidPointerError(f"{what} was already freed")
         self._release()
         if self._native is None:
             # The host bytes stay until this object goes (arrays over them may still be viewed by a
@@ -257,6 +292,7 @@ class DeviceBuffer:
     def _release(self) -> None:
         self._live = False
         _device_map.remove(self.ptr)
+        _live_buffers.pop(self.ptr, None)
         try:
             if self._native is None:
                 _cpu_pool.free(self.nbytes)
@@ -280,7 +316,8 @@ class DeviceBuffer:
         if self._host is None:
             raise PyGPUkitError("host_view() exists only on the CPU backend")
         if not self._live:
-            raise InvalidPointerError(f"buffer at {self.ptr:#x} ({self.nbytes} bytes) was freed")
+            what = f"buffer at {self.ptr:#x} ({self.nbytes} bytes)"
+            raise reset_error(self, what) or InvalidPointerError(f"{what} was freed")
         return self._host
 
     def __repr__(self) -> str:
@@ -295,8 +332,9 @@ class ExternalBuffer:
     memory through the pool.
     """
 
-    __slots__ = ("__weakref__", "_finalizer", "_live", "device", "nbytes", "owner", "ptr")
+    __slots__ = ("__weakref__", "_finalizer", "_live", "_reset", "device", "nbytes", "owner", "ptr")
     _finalizer: weakref.finalize[Any, Any]
+    _reset: int  # set only by a reset of the device
 
     def __init__(self, ptr: int, nbytes: int, device: int, owner: Any, release: Any = None) -> None:
         self._live = True
@@ -305,12 +343,18 @@ class ExternalBuffer:
         self.device = int(device)
         self.owner = owner
         self._finalizer = weakref.finalize(self, release or (lambda: None))
+        _live_external.add(self)
 
     @property
     def freed(self) -> bool:
-        return False
+        """False while the memory can be used (its owner frees it); True after a reset of its device,
+        whose context the memory lived in."""
+        return not self._live
 
     def free(self) -> None:
+        error = reset_error(self, f"imported memory at {self.ptr:#x} ({self.nbytes} bytes)")
+        if error is not None:
+            raise error
         raise InvalidPointerError("memory imported from another library is freed by its owner, not by pygpukit")
 
     def host_view(self) -> np.ndarray[Any, Any]:
@@ -378,13 +422,16 @@ class PinnedBuffer:
     """Page-locked host memory of ``nbytes`` bytes (fast, truly asynchronous copies), freed on GC or by
     :meth:`free`; use after free raises :class:`InvalidPointerError`."""
 
-    __slots__ = ("__weakref__", "_finalizer", "_keep", "_live", "nbytes", "ptr")
+    __slots__ = ("__weakref__", "_device", "_finalizer", "_keep", "_live", "_reset", "nbytes", "ptr")
     _finalizer: weakref.finalize[Any, Any]
+    _reset: int  # set only by a reset of the device
 
     def __init__(self, nbytes: int) -> None:
         self.nbytes = _byte_count(nbytes, "PinnedBuffer")
         self._live = False
         native = _native()
+        # The device whose context allocated it (a reset of that device frees it); -1: CPU backend.
+        self._device = -1 if native is None else _thread_state.device
         if native is None:
             try:
                 self._keep: np.ndarray[Any, Any] | None = np.empty(max(self.nbytes, 1), dtype=np.uint8)
@@ -399,6 +446,7 @@ class PinnedBuffer:
             self.ptr = int(native.pinned_alloc(self.nbytes))
             self._finalizer = weakref.finalize(self, _free_native_pinned, native, self.ptr)
         _pinned_map.add(self.ptr, self.nbytes)
+        _live_pinned.add(self)
         self._live = True
 
     @property
@@ -406,9 +454,11 @@ class PinnedBuffer:
         return not self._live
 
     def numpy(self, dtype: Any = np.uint8, count: int = -1) -> np.ndarray[Any, Any]:
-        """A NumPy view of the pinned bytes (valid while this buffer lives)."""
+        """A NumPy view of the pinned bytes (valid while this buffer lives, and not after a reset of the
+        device that allocated it: the reset frees the memory under the view)."""
         if not self._live:
-            raise InvalidPointerError(f"pinned buffer at {self.ptr:#x} ({self.nbytes} bytes) was freed")
+            what = f"pinned buffer at {self.ptr:#x} ({self.nbytes} bytes)"
+            raise reset_error(self, what) or InvalidPointerError(f"{what} was freed")
         if self._keep is not None:
             raw: Any = self._keep[: self.nbytes]  # a view that keeps the bytes alive, unlike an address
         else:
@@ -419,7 +469,8 @@ class PinnedBuffer:
     def free(self) -> None:
         """Release the memory now; a second free raises :class:`InvalidPointerError`."""
         if not self._live:
-            raise InvalidPointerError(f"pinned buffer at {self.ptr:#x} ({self.nbytes} bytes) was already freed")
+            what = f"pinned buffer at {self.ptr:#x} ({self.nbytes} bytes)"
+            raise reset_error(self, what) or InvalidPointerError(f"{what} was already freed")
         self._live = False
         if self._keep is None:
             self._finalizer()
@@ -437,7 +488,7 @@ def _forget_cpu_pinned(ptr: int) -> None:
     _freed_pinned.remove(ptr)
 
 
-def _free_native_pinned(native: Any, ptr: int) -> None:
+def _free_native_pinned(native: NativeModule, ptr: int) -> None:
     _pinned_map.remove(ptr)  # before the driver may hand the address out again
     native.pinned_free(ptr)
 
@@ -451,17 +502,28 @@ def pinned_malloc(nbytes: int) -> int:
         _cpu_pinned[buffer.ptr] = buffer
         return buffer.ptr
     ptr = int(native.pinned_alloc(count))
+    _reset_raw_pinned.pop(ptr, None)  # the address is live again
+    _raw_pinned[ptr] = _thread_state.device
     _pinned_map.add(ptr, count)
     return ptr
 
 
 def pinned_free(ptr: int) -> None:
-    """Free memory from :func:`pinned_malloc`."""
+    """Free memory from :func:`pinned_malloc`. Raises :class:`DeviceResetError` for memory that a
+    reset of its device already freed."""
     native = _native()
     if native is None:
-        if _cpu_pinned.pop(ptr, None) is None:
+        buffer = _cpu_pinned.pop(ptr, None)
+        if buffer is None:
             raise InvalidPointerError(f"{ptr:#x} was not allocated by pinned_malloc")
+        error = reset_error(buffer, f"pinned memory at {ptr:#x}")
+        if error is not None:
+            raise error
         return
+    device = _reset_raw_pinned.pop(ptr, None)
+    if device is not None:
+        raise DeviceResetError.of(f"pinned memory at {ptr:#x}", device)
+    _raw_pinned.pop(ptr, None)
     _pinned_map.remove(ptr)
     native.pinned_free(ptr)
 
@@ -537,10 +599,16 @@ def _copy(kind: str, dst: int, src: int, nbytes: int, stream: Stream | None) -> 
     cpu = native is None
     (_check_host if kind == "dtoh" else _check_device)(what, "dst", dst, count, cpu)
     (_check_host if kind == "htod" else _check_device)(what, "src", src, count, cpu)
-    if cpu:
+    if native is None:
         ctypes.memmove(dst, src, count)
         return
-    getattr(native, f"memcpy_{kind}")(dst, src, count, (stream or current_stream()).handle, True)
+    handle = (stream or current_stream()).handle
+    if kind == "htod":
+        native.memcpy_htod(dst, src, count, handle, True)
+    elif kind == "dtoh":
+        native.memcpy_dtoh(dst, src, count, handle, True)
+    else:
+        native.memcpy_dtod(dst, src, count, handle, True)
 
 
 def memcpy_host_to_device_async(dst: int, src: int, nbytes: int, stream: Stream | None = None) -> None:
@@ -571,3 +639,52 @@ def memcpy_device_to_device_async(dst: int, src: int, nbytes: int, stream: Strea
     """Copy ``nbytes`` between device addresses, ordered on ``stream``. The pointers are checked as in
     :func:`memcpy_host_to_device_async`."""
     _copy("dtod", dst, src, nbytes, stream)
+
+
+def invalidate_device(device: int) -> dict[str, int]:
+    """Device reset (:func:`pygpukit.reset_device`, before the context is reset): mark every live
+    allocation, imported buffer and pinned buffer of ``device`` (-1: the CPU backend) as gone with the
+    context, so that using one raises :class:`DeviceResetError` and nothing of the old context is ever
+    freed into the new one (their finalizers are dropped; the native pool forgets the blocks itself).
+    Returns what was invalidated: ``buffers`` and ``buffer_bytes``, ``external`` and ``pinned``."""
+    counts = dict.fromkeys(("buffers", "buffer_bytes", "external", "pinned"), 0)
+    for ptr, ref in list(_live_buffers.items()):
+        buffer = ref()
+        if buffer is None or buffer.device != device or not buffer._live:
+            continue
+        _live_buffers.pop(ptr, None)
+        _device_map.remove(ptr)
+        buffer._live = False
+        buffer._reset = device
+        counts["buffers"] += 1
+        counts["buffer_bytes"] += buffer.nbytes
+        if buffer._native is None:
+            _cpu_pool.free(buffer.nbytes)
+            _freed_device.add(ptr, buffer.nbytes)  # the host bytes stay until the object goes, as for free()
+        if buffer._scope is not None:
+            with contextlib.suppress(Exception):  # a scope's refund must not stop the reset
+                buffer._scope.refund(buffer.nbytes)
+    for external in list(_live_external):
+        if external.device == device and external._live:
+            external._live = False
+            external._reset = device
+            counts["external"] += 1
+    for pinned in list(_live_pinned):
+        if pinned._device != device or not pinned._live:
+            continue
+        pinned._live = False
+        pinned._reset = device
+        counts["pinned"] += 1
+        if pinned._keep is None:  # CUDA: the context frees it; never pass the address to the driver again
+            pinned._finalizer.detach()
+            _pinned_map.remove(pinned.ptr)
+        else:  # CPU: the bytes stay until the object goes, as for free()
+            _pinned_map.remove(pinned.ptr)
+            _freed_pinned.add(pinned.ptr, pinned.nbytes)
+    for ptr, owner in list(_raw_pinned.items()):
+        if owner == device:
+            del _raw_pinned[ptr]
+            _pinned_map.remove(ptr)
+            _reset_raw_pinned[ptr] = device
+            counts["pinned"] += 1
+    return counts

@@ -2,6 +2,12 @@
 
 On the CUDA backend these own driver streams and events. On the CPU backend work runs immediately,
 so streams are ordering-only tokens and events record host time.
+
+A reset of their device (:func:`pygpukit.reset_device`) invalidates streams and events: their handles
+died with the old context, so any later use raises :class:`DeviceResetError` (reading ``_handle``
+included, which is what the launch fast paths do) and they are never destroyed in the new context.
+The invalidated objects change class to a subclass whose ``__getattr__`` raises for the removed
+handle, so live ones keep plain slot access on the launch path.
 """
 
 from __future__ import annotations
@@ -12,10 +18,13 @@ import threading
 import time
 import weakref
 from contextlib import suppress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .backend import backend_state
-from .errors import PyGPUkitError
+from .errors import DeviceResetError, PyGPUkitError
+
+if TYPE_CHECKING:
+    from ._native import NativeModule
 
 __all__ = ["Event", "Stream", "current_stream", "synchronize", "thread_device"]
 
@@ -37,19 +46,34 @@ _local = _ThreadState()
 current_streams: contextvars.ContextVar[tuple[Stream, ...]] = contextvars.ContextVar("pygpukit_streams", default=())
 
 
-def _native() -> Any:
+def _native() -> NativeModule | None:
     state = backend_state()
     return state.native if state.name == "cuda" else None
 
 
-def _destroy_stream(native: Any, handle: int) -> None:
+def _destroy_stream(native: NativeModule, handle: int) -> None:
     with suppress(Exception):
         native.stream_destroy(handle)
 
 
-def _destroy_event(native: Any, handle: int) -> None:
+def _destroy_event(native: NativeModule, handle: int) -> None:
     with suppress(Exception):
         native.event_destroy(handle)
+
+
+# Every stream and event made here (Stream.null() aside: the legacy stream outlives a reset), weakly,
+# for a device reset to invalidate.
+_streams: weakref.WeakSet[Stream] = weakref.WeakSet()
+_events: weakref.WeakSet[Event] = weakref.WeakSet()
+
+
+def _reset_lookup(obj: Any, name: str, kind: str) -> Any:
+    """``__getattr__`` of invalidated streams and events (it runs only for an attribute that is not
+    set): a reset removes ``_handle``, so reading it raises :class:`DeviceResetError`, for the C
+    launcher too, which then takes the general path, reads ``_handle`` again and raises."""
+    if name == "_handle":
+        raise DeviceResetError.of(f"this {kind} (handle {obj._id:#x})", obj._reset)
+    raise AttributeError(f"{type(obj).__name__!r} object has no attribute {name!r}")
 
 
 class Stream:
@@ -60,24 +84,31 @@ class Stream:
     every operation without an explicit ``stream=`` uses.
     """
 
-    __slots__ = ("__weakref__", "_finalizer", "_handle", "_priority")
+    # _device: the device whose context owns it (-1: CPU backend); _id: the handle it was created with
+    # (kept after a reset, for hashing and messages); _reset: set only by a reset of its device.
+    __slots__ = ("__weakref__", "_device", "_finalizer", "_handle", "_id", "_priority", "_reset")
+    _reset: int
 
     def __init__(self, priority: int = 0, *, non_blocking: bool = True) -> None:
         native = _native()
         if native is None:
-            self._handle = next(_cpu_handles)
+            self._handle = self._id = next(_cpu_handles)
+            self._device = -1
             self._priority = priority
             self._finalizer: weakref.finalize[Any, Any] | None = None
-            return
-        self._handle = int(native.stream_create(priority, non_blocking))
-        self._priority = int(native.stream_priority(self._handle))
-        self._finalizer = weakref.finalize(self, _destroy_stream, native, self._handle)
+        else:
+            self._handle = self._id = int(native.stream_create(priority, non_blocking))
+            self._device = _local.device
+            self._priority = int(native.stream_priority(self._handle))
+            self._finalizer = weakref.finalize(self, _destroy_stream, native, self._handle)
+        _streams.add(self)
 
     @classmethod
     def null(cls) -> Stream:
         """The legacy default stream (handle 0)."""
         stream = cls.__new__(cls)
-        stream._handle = 0
+        stream._handle = stream._id = 0
+        stream._device = -1
         stream._priority = 0
         stream._finalizer = None
         return stream
@@ -94,9 +125,10 @@ class Stream:
     @property
     def handle(self) -> int:
         """The CUstream value (0 for the default stream)."""
+        handle: int = self._handle  # raises DeviceResetError after a reset of the stream's device
         if self._finalizer is not None and not self._finalizer.alive:
             raise PyGPUkitError("the stream was closed")
-        return self._handle
+        return handle
 
     @property
     def priority(self) -> int:
@@ -108,20 +140,23 @@ class Stream:
 
     def synchronize(self) -> None:
         """Wait until all work queued on the stream is done."""
+        handle = self.handle
         native = _native()
         if native is not None:
-            native.stream_synchronize(self.handle)
+            native.stream_synchronize(handle)
 
     def query(self) -> bool:
         """True when all work queued on the stream is done."""
+        handle = self.handle
         native = _native()
-        return True if native is None else bool(native.stream_query(self.handle))
+        return True if native is None else bool(native.stream_query(handle))
 
     def wait_event(self, event: Event) -> None:
         """Make later work on this stream wait for ``event``."""
+        handle, event_handle = self.handle, event.handle
         native = _native()
         if native is not None:
-            native.stream_wait_event(self.handle, event.handle)
+            native.stream_wait_event(handle, event_handle)
 
     def record_event(self, event: Event | None = None) -> Event:
         """Record ``event`` (a new one if None) on this stream and return it."""
@@ -135,6 +170,7 @@ class Stream:
             self._finalizer()
 
     def __enter__(self) -> Stream:
+        self.handle  # noqa: B018 - raises for a closed stream or one of a reset device
         current_streams.set((*current_streams.get(), self))
         return self
 
@@ -144,13 +180,18 @@ class Stream:
             current_streams.set(stack[:-1])
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Stream) and other._handle == self._handle
+        if not isinstance(other, Stream):
+            return False
+        if hasattr(self, "_reset") or hasattr(other, "_reset"):  # a reset stream equals only itself
+            return self is other
+        return other._id == self._id
 
     def __hash__(self) -> int:
-        return hash(self._handle)
+        return hash(self._id)
 
     def __repr__(self) -> str:
-        return f"Stream(handle={self._handle:#x}, priority={self._priority})"
+        reset = ", invalidated by reset_device" if hasattr(self, "_reset") else ""
+        return f"Stream(handle={self._id:#x}, priority={self._priority}{reset})"
 
 
 def thread_device() -> int:
@@ -181,51 +222,106 @@ def synchronize() -> None:
 class Event:
     """A CUDA event: record it on a stream, wait for it, or time the work between two events."""
 
-    __slots__ = ("__weakref__", "_finalizer", "_handle", "_host_time", "_timing")
+    # _device, _id and _reset as for Stream.
+    __slots__ = ("__weakref__", "_device", "_finalizer", "_handle", "_host_time", "_id", "_reset", "_timing")
+    _reset: int
 
     def __init__(self, *, timing: bool = True, blocking: bool = False) -> None:
         self._timing = timing
         self._host_time: float | None = None
         native = _native()
         if native is None:
-            self._handle = next(_cpu_handles)
+            self._handle = self._id = next(_cpu_handles)
+            self._device = -1
             self._finalizer: weakref.finalize[Any, Any] | None = None
-            return
-        self._handle = int(native.event_create(timing, blocking))
-        self._finalizer = weakref.finalize(self, _destroy_event, native, self._handle)
+        else:
+            self._handle = self._id = int(native.event_create(timing, blocking))
+            self._device = _local.device
+            self._finalizer = weakref.finalize(self, _destroy_event, native, self._handle)
+        _events.add(self)
 
     @property
     def handle(self) -> int:
-        return self._handle
+        """The CUevent value; raises :class:`DeviceResetError` after a reset of the event's device."""
+        handle: int = self._handle
+        return handle
 
     def record(self, stream: Stream | None = None) -> Event:
         """Record on ``stream`` (the current stream by default)."""
+        handle = self._handle
         native = _native()
         if native is None:
+            (stream or current_stream()).handle  # noqa: B018 - the same checks as on the GPU
             self._host_time = time.perf_counter()
         else:
-            native.event_record(self._handle, (stream or current_stream()).handle)
+            native.event_record(handle, (stream or current_stream()).handle)
         return self
 
     def synchronize(self) -> None:
+        handle = self._handle
         native = _native()
         if native is not None:
-            native.event_synchronize(self._handle)
+            native.event_synchronize(handle)
 
     def query(self) -> bool:
+        handle = self._handle
         native = _native()
-        return True if native is None else bool(native.event_query(self._handle))
+        return True if native is None else bool(native.event_query(handle))
 
     def elapsed_time(self, end: Event) -> float:
         """Milliseconds between this event and ``end`` (both recorded, both with timing)."""
         if not (self._timing and end._timing):
             raise PyGPUkitError("elapsed_time needs two events created with timing=True")
+        start_handle, end_handle = self._handle, end._handle
         native = _native()
         if native is None:
             if self._host_time is None or end._host_time is None:
                 raise PyGPUkitError("both events must be recorded before elapsed_time")
             return (end._host_time - self._host_time) * 1e3
-        return float(native.event_elapsed_ms(self._handle, end._handle))
+        return float(native.event_elapsed_ms(start_handle, end_handle))
 
     def __repr__(self) -> str:
-        return f"Event(handle={self._handle:#x}, timing={self._timing})"
+        reset = ", invalidated by reset_device" if hasattr(self, "_reset") else ""
+        return f"Event(handle={self._id:#x}, timing={self._timing}{reset})"
+
+
+class _ResetStream(Stream):
+    """A Stream of a reset device (see the module documentation)."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        return _reset_lookup(self, name, "stream")
+
+
+class _ResetEvent(Event):
+    """An Event of a reset device."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        return _reset_lookup(self, name, "event")
+
+
+def invalidate_device(device: int) -> tuple[int, int]:
+    """Device reset (:func:`pygpukit.reset_device`, before the context is reset): the streams and
+    events of ``device`` (-1: the CPU backend) lose their handles, which died with the context, and are
+    never destroyed. Returns (streams, events) invalidated."""
+    counts = []
+    groups: tuple[tuple[list[Stream] | list[Event], type], ...] = (
+        (list(_streams), _ResetStream),
+        (list(_events), _ResetEvent),
+    )
+    for group, reset_class in groups:
+        count = 0
+        for item in group:
+            if item._device != device or hasattr(item, "_reset"):
+                continue
+            if item._finalizer is not None:
+                item._finalizer.detach()
+            item._reset = device
+            del item._handle
+            item.__class__ = reset_class
+            count += 1
+        counts.append(count)
+    return counts[0], counts[1]

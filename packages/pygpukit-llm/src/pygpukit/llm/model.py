@@ -209,7 +209,7 @@ class CausalTransformerModel:
         assert layer.w_gate_up is not None
         assert layer.w_down is not None
         if self.spec.activation == "gelu_tanh":
-            hidden = ops.linear(x, layer.w_gate_up, layer.b_gate_up, activation="gelu")  # gelu_new: tanh form
+            hidden = ops.linear(x, layer.w_gate_up, layer.b_gate_up, activation="gelu_tanh")  # gelu_new
         else:
             hidden = ops.swiglu(ops.linear(x, layer.w_gate_up, layer.b_gate_up))
         return ops.linear(hidden, layer.w_down, layer.b_down)

@@ -4,15 +4,23 @@ are importable, and ratios printed (peer time / pygpukit time: above 1 pygpukit 
 
     python -m pygpukit.benchmark --quick
     python -m pygpukit.benchmark --gemm --dtypes bfloat16,float16 --sizes 4096,8192 --markdown
-    python -m pygpukit.benchmark --all --save run.json
+    python -m pygpukit.benchmark --gemv --dtypes bf16,fp8
+    python -m pygpukit.benchmark --attention --seq-lens 512,2048
+    python -m pygpukit.benchmark --all --fp8 --save run.json
     python -m pygpukit.benchmark --all --compare run.json --threshold 0.05 --fail-on-regression
 
-On the CPU simulation backend it still runs (to check the tool itself); its times are then host
-times of the simulation and peers are not measured.
+Suites: gemm, gemv, elementwise, reduction, attention (causal prefill ``sdpa_causal`` at each
+``--seq-lens`` length, against torch's default ``scaled_dot_product_attention``). ``--fp8`` adds the
+fp8 GEMM (``scaled_matmul``) cases, which need compute capability 8.9 or newer (on an older GPU they
+are skipped with a message saying so). ``--dtypes`` takes the full names or the aliases bf16, fp16,
+fp32, fp64, tf32 and fp8 (GEMM and GEMV: scaled_matmul). On the CPU simulation backend it still runs
+(to check the tool itself); its times are then host times of the simulation and peers are not
+measured.
 """
 
 from __future__ import annotations
 
+from ._options import parse_dtypes, parse_seq_lens
 from ._runner import Case, Result, compare, main, run_cases, select_cases
 
-__all__ = ["Case", "Result", "compare", "main", "run_cases", "select_cases"]
+__all__ = ["Case", "Result", "compare", "main", "parse_dtypes", "parse_seq_lens", "run_cases", "select_cases"]

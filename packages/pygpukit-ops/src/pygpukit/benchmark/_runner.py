@@ -18,9 +18,10 @@ import numpy as np
 import pygpukit as gp
 from pygpukit.core.backend import backend_state
 
-SUITES = ("gemm", "gemv", "elementwise", "reduction")
+from ._options import SUITE_DTYPES, TOLERANCE, parse_dtypes, parse_seq_lens, parse_size
+
+SUITES = ("gemm", "gemv", "elementwise", "reduction", "attention")
 GEMV_SHAPES = ((4096, 4096), (3584, 18944), (18944, 3584), (8192, 29568))
-TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "tf32": 5e-3, "float16": 2e-3, "bfloat16": 1e-2}
 
 
 @dataclass
@@ -44,6 +45,7 @@ class Case:
     flops: float = 0.0  # per iteration, for TFLOP/s
     nbytes: float = 0.0  # per iteration, for GB/s
     make: Callable[[], Bench] = field(repr=False, default=lambda: Bench(lambda: None, lambda _: None))
+    shape: tuple[int, ...] = ()  # (M, K, N) of the GEMM cases that check it (fp8)
 
     @property
     def key(self) -> str:
@@ -292,42 +294,82 @@ def _reduction_case(op: str, dtype: str, n: int) -> Case:
     return Case("reduction", op, dtype, f"{rows}x{cols}", nbytes=float(rows * cols * itemsize + out_bytes), make=make)
 
 
-def _parse_size(text: str) -> int:
-    text = text.strip()
-    if "^" in text:
-        base, exp = text.split("^")
-        value: int = int(base) ** int(exp)
-        return value
-    return int(text)
+def _suite_dtypes(suite: str, given: list[str] | None, default: list[str], notes: list[str]) -> list[str]:
+    if given is None:
+        return default
+    supported = SUITE_DTYPES[suite]
+    for dtype in given:
+        if dtype not in supported:
+            notes.append(f"the {suite} suite has no {dtype} case (it runs {', '.join(supported)}); skipped")
+    return [d for d in given if d in supported]
 
 
-def select_cases(args: argparse.Namespace) -> list[Case]:
-    suites = [s for s in SUITES if getattr(args, s)] or list(SUITES)
+def select_cases(args: argparse.Namespace, notes: list[str] | None = None) -> list[Case]:
+    """The cases the options ask for; ``notes`` collects what was skipped and why. ValueError for a
+    malformed --sizes, --dtypes or --seq-lens."""
+    from ._extra_cases import attention_case, fp8_gemm_case
+
+    notes = [] if notes is None else notes
+    fp8 = bool(getattr(args, "fp8", False))
+    named = [s for s in SUITES if getattr(args, s, False)]
+    suites = named or ([] if fp8 and not args.all else list(SUITES))
     quick = args.quick
-    sizes = [_parse_size(s) for s in args.sizes.split(",")] if args.sizes else None
+    sizes = [parse_size(s) for s in args.sizes.split(",")] if args.sizes else None
+    given = parse_dtypes(args.dtypes) if args.dtypes else None
+    seq_lens = parse_seq_lens(args.seq_lens) if getattr(args, "seq_lens", None) else None
+    gemm_sizes = sizes or ([1024] if quick else [4096, 8192])
     cases: list[Case] = []
     if "gemm" in suites:
-        dtypes = args.dtypes.split(",") if args.dtypes else (["bfloat16", "float32"] if quick else
-                                                             ["bfloat16", "float16", "tf32", "float32"])  # fmt: skip
-        for dtype in dtypes:
-            for n in sizes or ([1024] if quick else [4096, 8192]):
-                cases.append(_gemm_case(dtype, n))
+        default = ["bfloat16", "float32"] if quick else ["bfloat16", "float16", "tf32", "float32"]
+        for dtype in _suite_dtypes("gemm", given, default, notes):
+            for n in gemm_sizes:
+                cases.append(fp8_gemm_case(n, n, n) if dtype == "fp8" else _gemm_case(dtype, n))
+    if fp8 and not (given and "fp8" in given and "gemm" in suites):  # --fp8: the fp8 GEMM cases too
+        cases.extend(fp8_gemm_case(n, n, n) for n in gemm_sizes)
     if "gemv" in suites:
-        for dtype in args.dtypes.split(",") if args.dtypes else ["bfloat16"]:
+        for dtype in _suite_dtypes("gemv", given, ["bfloat16"], notes):
             for k, n in GEMV_SHAPES[:2] if quick else GEMV_SHAPES:
-                cases.append(_gemv_case(dtype, k, n))
+                cases.append(fp8_gemm_case(1, k, n) if dtype == "fp8" else _gemv_case(dtype, k, n))
     if "elementwise" in suites:
-        for dtype in args.dtypes.split(",") if args.dtypes else ["float32", "bfloat16"]:
+        for dtype in _suite_dtypes("elementwise", given, ["float32", "bfloat16"], notes):
             for n in sizes or ([2**22] if quick else [2**26]):
                 for op in ("copy", "add", "mul", "exp", "cast"):
                     cases.append(_elementwise_case(op, dtype, n))
             cases.append(_elementwise_case("add", dtype, 16))
     if "reduction" in suites:
-        for dtype in args.dtypes.split(",") if args.dtypes else ["float32", "bfloat16"]:
+        for dtype in _suite_dtypes("reduction", given, ["float32", "bfloat16"], notes):
             for n in sizes or ([2**22] if quick else [2**26]):
                 for op in ("sum", "sum rows", "max rows", "softmax rows"):
                     cases.append(_reduction_case(op, dtype, n))
-    return [c for c in cases if c.dtype in TOLERANCE]
+    if "attention" in suites:
+        for dtype in _suite_dtypes("attention", given, ["bfloat16"], notes):
+            for seq in seq_lens or ([512] if quick else [512, 2048, 8192]):
+                cases.append(attention_case(dtype, seq))
+    elif seq_lens is not None:
+        notes.append("--seq-lens applies to the attention suite only (add --attention)")
+    bad_fp8 = sorted({c.size for c in cases if c.dtype == "fp8" and not _fp8_shape_ok(c)})
+    if bad_fp8:
+        raise ValueError(f"fp8 GEMM needs K and N that are multiples of 16; not {', '.join(bad_fp8)}")
+    return cases
+
+
+def _fp8_shape_ok(case: Case) -> bool:
+    k, n = case.shape[1], case.shape[2]
+    return k % 16 == 0 and n % 16 == 0
+
+
+def fp8_problem() -> str | None:
+    """Why fp8 cases cannot run on this device (compute capability below 8.9), else None. The CPU
+    simulation runs them (scaled_matmul is simulated there)."""
+    state = backend_state()
+    if state.name != "cuda":
+        return None
+    caps = gp.get_device_capabilities()
+    if caps.fp8:
+        return None
+    major, minor = caps.compute_capability
+    return (f"fp8 GEMM (scaled_matmul) needs compute capability 8.9 or newer; this GPU ({caps.name}) is "
+            f"{major}.{minor}: the fp8 cases are skipped")  # fmt: skip
 
 
 # -- timing ----------------------------------------------------------------------------------------------
@@ -461,7 +503,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--all", action="store_true", help="every suite (the default when none is named)")
     parser.add_argument("--quick", action="store_true", help="small sizes, fewer cases")
     parser.add_argument("--sizes", help="comma-separated sizes: GEMM edge lengths or element counts (2^26 works)")
-    parser.add_argument("--dtypes", help="comma-separated: float32, tf32, float16, bfloat16, float64")
+    parser.add_argument("--dtypes", help="comma-separated: float32 (fp32), tf32, float16 (fp16), bfloat16 (bf16), "
+                        "float64 (fp64), fp8 (GEMM and GEMV: scaled_matmul)")  # fmt: skip
+    parser.add_argument("--seq-lens", help="comma-separated sequence lengths of the attention suite (512,2048)")
+    parser.add_argument("--fp8", action="store_true",
+                        help="add the fp8 GEMM cases (scaled_matmul; compute capability 8.9 or newer); alone, "
+                        "run only them")  # fmt: skip
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--save", type=Path, help="write the results as JSON")
@@ -482,11 +529,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if state.name != "cuda":
         print(f"note: CPU simulation backend ({state.reason}); times are host times, peers not measured",
               file=sys.stderr)  # fmt: skip
+    notes: list[str] = []
     try:
-        cases = select_cases(args)
+        cases = select_cases(args, notes)
     except ValueError as exc:
-        print(f"bad --sizes or --dtypes: {exc}", file=sys.stderr)
+        print(f"bad --sizes, --dtypes or --seq-lens: {exc}", file=sys.stderr)
         return 2
+    problem = fp8_problem() if any(c.dtype == "fp8" for c in cases) else None
+    if problem is not None:
+        notes.append(problem)
+        cases = [c for c in cases if c.dtype != "fp8"]
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     if not cases:
         print("no benchmark case matches the options", file=sys.stderr)
         return 2

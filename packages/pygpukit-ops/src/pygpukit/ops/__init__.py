@@ -20,9 +20,9 @@ check_siblings("pygpukit-ops", required=("pygpukit-core",))
 from . import (  # noqa: E402
     attention,
     elementwise,
+    gemm,
     gguf,
     kv_cache,
-    linalg,
     moe,
     nn,
     promotion,
@@ -34,9 +34,9 @@ from . import (  # noqa: E402
 from ._kernels import precompile  # noqa: E402
 from .attention import *  # noqa: E402,F403
 from .elementwise import *  # noqa: E402,F403
+from .gemm import *  # noqa: E402,F403
 from .gguf import *  # noqa: E402,F403
 from .kv_cache import *  # noqa: E402,F403
-from .linalg import *  # noqa: E402,F403
 from .moe import *  # noqa: E402,F403
 from .nn import *  # noqa: E402,F403
 from .promotion import *  # noqa: E402,F403
@@ -52,9 +52,9 @@ __all__ = [
     "precompile",
     *attention.__all__,
     *elementwise.__all__,
+    *gemm.__all__,
     *gguf.__all__,
     *kv_cache.__all__,
-    *linalg.__all__,
     *nn.__all__,
     *moe.__all__,
     *promotion.__all__,

@@ -100,13 +100,13 @@ def _abs(x: Array) -> Array:
     return result
 
 
-def _gelu_erf(x: Array) -> Array:
+def _gelu(x: Array) -> Array:  # the exact GELU (erf form)
     erf: Array = _erf(x * _typed(x, 0.7071067811865476)).astype(x.dtype)
     result: Array = _typed(x, 0.5) * x * (_typed(x, 1.0) + erf)
     return result
 
 
-def _gelu_tanh(x: Array) -> Array:
+def _gelu_tanh(x: Array) -> Array:  # its tanh approximation
     inner = _typed(x, 0.7978845608028654) * (x + _typed(x, 0.044715) * x * x * x)
     result: Array = _typed(x, 0.5) * x * (_typed(x, 1.0) + np.tanh(inner))
     return result
@@ -131,6 +131,6 @@ UNARY: dict[str, Callable[[Array], Array]] = {
     "tanh": np.tanh,
     "sigmoid": lambda x: _typed(x, 1.0) / (_typed(x, 1.0) + np.exp(-x)),
     "silu": lambda x: x / (_typed(x, 1.0) + np.exp(-x)),
-    "gelu_erf": _gelu_erf,
+    "gelu": _gelu,
     "gelu_tanh": _gelu_tanh,
 }

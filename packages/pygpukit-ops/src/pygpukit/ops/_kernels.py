@@ -3,7 +3,8 @@
 Every op kernel is a template instantiated through an NVRTC name expression. Instantiations are
 compiled in small groups (for example an op's contiguous, scalar and strided kernels for one dtype)
 by one NVRTC call, so the first use of an op costs one compilation rather than three. The sources ship
-in the pygpukit-ops wheel as ``pygpukit/ops/_kernels``; in a checkout they are read from native/kernels.
+in the pygpukit-ops wheel as ``pygpukit/ops/_kernels``; in a checkout they are read from native/kernels
+(:data:`SOURCES`, a :class:`~pygpukit.core.kernel_sources.KernelSources`).
 
 :func:`name_expressions` lists every instantiation the op library can launch, per kernel file, for the
 compile check of CI (``ci/compile_kernels.py``).
@@ -11,8 +12,6 @@ compile check of CI (``ci/compile_kernels.py``).
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -23,14 +22,16 @@ from pygpukit.core.array import GPUArray, zeros
 from pygpukit.core.compiler import parse_arch
 from pygpukit.core.device import get_device_info
 from pygpukit.core.dtypes import uint32
-from pygpukit.core.errors import PyGPUkitError
 from pygpukit.core.graph import is_capturing
 from pygpukit.core.jit import JITKernel, Param
+from pygpukit.core.kernel_sources import KernelSources
+from pygpukit.core.plans import PlanCache
 from pygpukit.core.stream import Stream, current_stream, thread_device
 
 __all__ = [
     "BLOCK",
     "SM90A_FILES",
+    "SOURCES",
     "TILE",
     "TILE_BLOCKS_PER_SM",
     "UNROLL",
@@ -63,33 +64,21 @@ _FORMATS = {
 }  # fmt: skip
 
 
-@functools.cache
+SOURCES = KernelSources(Path(__file__).parent, ("common/types.cuh", "elementwise/unary.cu"), "op")
+
+
 def kernel_root() -> Path:
     """Directory holding common/ and the op kernel family folders (elementwise/, gemm/, ...)."""
-    here = Path(__file__).resolve().parent
-    candidates = [here / "_kernels"]  # a wheel
-    if len(here.parents) > 4:  # a checkout: packages/pygpukit-ops/src/pygpukit/ops
-        candidates.append(here.parents[4] / "native" / "kernels")
-    for candidate in candidates:
-        if (candidate / "common" / "types.cuh").is_file() and (candidate / "elementwise" / "unary.cu").is_file():
-            return candidate
-    raise PyGPUkitError(f"op kernel sources not found (looked in {here / '_kernels'})")
+    return SOURCES.root
 
 
-@functools.cache
 def _headers_digest() -> str:
     """Hash of every shared header, part of each kernel's cache key: editing a header recompiles."""
-    root = kernel_root()
-    h = hashlib.sha256()
-    for path in sorted(root.rglob("*.cuh")):
-        h.update(path.relative_to(root).as_posix().encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()
+    return SOURCES.headers_digest()
 
 
-@functools.cache
 def _source(relative_path: str) -> str:
-    return (kernel_root() / relative_path).read_text()
+    return SOURCES.source(relative_path)
 
 
 def pointer(name: str) -> Param:
@@ -127,11 +116,11 @@ class KernelGroup:
     def _make(self, expression: str, params: Sequence[Param]) -> JITKernel:
         # Same source, options and expression list: one cache entry and one module for the group.
         return JITKernel(
-            _source(self.file),
+            SOURCES.source(self.file),
             expression,
             name_expressions=self.expressions,
-            include_dirs=[str((kernel_root() / self.file).parent)],
-            cache_salt=_headers_digest(),
+            include_dirs=SOURCES.include_dirs(self.file),
+            cache_salt=SOURCES.headers_digest(),
             params=params,
         )
 
@@ -187,7 +176,9 @@ def grid_for(work: int, per_block: int = BLOCK, per_sm: int = 16) -> int:
 
 # -- completion counters ----------------------------------------------------------------------------
 COUNTERS = 1 << 16  # per stream: the most blocks along grid.x of a launch that uses them
-_counters: dict[tuple[int, int], GPUArray] = {}
+# A PlanCache so that clear_plan_caches(), which pygpukit.reset_device() runs, drops the arrays: they
+# die with a device reset (core/recovery.py).
+_counters: PlanCache[GPUArray] = PlanCache("ops.completion_counters")
 _counters_lock = threading.Lock()
 
 
@@ -207,7 +198,7 @@ def completion_counters(device: int, stream: Stream | None, *, in_capture: bool 
         with _counters_lock:
             found = _counters.get(key)
             if found is None:
-                found = _counters[key] = zeros(COUNTERS, uint32, stream=target)
+                found = _counters.put(key, zeros(COUNTERS, uint32, stream=target))
     return found
 
 

@@ -1,21 +1,24 @@
 """Shapes, strides and devices of op operands: broadcasting, the strided Layout argument of the kernels
-(native/kernels/common/layout.cuh), dtype codes, and the checks every op makes before touching memory."""
+(native/kernels/common/layout.cuh, declared once here as :data:`LAYOUT`), dtype codes, and the checks
+every op makes before touching memory."""
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from pygpukit.core import backend as _backend
+from pygpukit.core.abi import KernelStruct
 from pygpukit.core.array import GPUArray
+from pygpukit.core.codes import DTYPE_CODES
 from pygpukit.core.dtypes import DType, all_dtypes
 from pygpukit.core.errors import DeviceError, ShapeError
 from pygpukit.core.stream import thread_device
 
 __all__ = [
+    "LAYOUT",
     "MAX_DIMS",
     "broadcast_shapes",
     "broadcast_strides",
@@ -30,12 +33,24 @@ __all__ = [
 
 MAX_DIMS = 8  # kMaxDims in layout.cuh
 MAX_OPERANDS = 4  # kMaxOperands
-_LAYOUT = struct.Struct(f"@i{MAX_DIMS}q{MAX_OPERANDS * MAX_DIMS}q")
-_CODES = {dtype: index for index, dtype in enumerate(all_dtypes())}  # the X-macro order of element_types.cuh
+# Passed by value to the strided kernels of these files (strides: [operand][dimension], row-major).
+LAYOUT = KernelStruct(
+    "pygpukit::ops::Layout",
+    (
+        "elementwise/unary.cu",
+        "elementwise/binary.cu",
+        "elementwise/ternary.cu",
+        "shape/copy.cu",
+        "reduction/softmax.cu",
+    ),
+    [("ndim", "int"), ("shape", f"long long[{MAX_DIMS}]"), ("strides", f"long long[{MAX_OPERANDS * MAX_DIMS}]")],
+)
+_pack_layout = LAYOUT.struct.pack  # every field in order, arrays flattened
+_CODES = {dtype: DTYPE_CODES[dtype.name] for dtype in all_dtypes()}  # enum DType of common/codes.cuh
 
 
 def dtype_code(dtype: DType) -> int:
-    """The run-time dtype code of ``dtype`` in the kernels (load_as in types.cuh)."""
+    """The run-time dtype code of ``dtype`` in the kernels (pygpukit::codes::DType; load_as in types.cuh)."""
     return _CODES[dtype]
 
 
@@ -112,7 +127,7 @@ def pack_layout(shape: Sequence[int], stride_sets: Sequence[Sequence[int]]) -> b
     flat: list[int] = []
     for k in range(MAX_OPERANDS):
         flat += (strides[k] + pad) if k < len(strides) else [0] * MAX_DIMS
-    return _LAYOUT.pack(len(dims), *(dims + pad), *flat)
+    return _pack_layout(len(dims), *(dims + pad), *flat)
 
 
 def check_devices(op: str, arrays: Iterable[GPUArray]) -> int:

@@ -21,28 +21,33 @@ length of every sequence from device memory so that one captured CUDA graph serv
 float32 runs on the CUDA cores. Every kernel is deterministic (no atomics on the data) and allocates
 nothing when ``out=`` (and for decode a :class:`DecodeWorkspace`) is given. On the CPU backend the
 same functions compute in float64 NumPy.
+
+Launches are planned once per call shape and device (kernel, tiling, grid and every non-pointer field
+of the AttentionArgs struct, a KernelStruct checked against attention_common.cuh) in a
+:class:`~pygpukit.core.plans.PlanCache`; a repeated call packs the addresses and launches. The module
+is over 600 lines because the five entry points share these checks and launch plans.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import struct
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from pygpukit.core.abi import KernelStruct
 from pygpukit.core.array import GPUArray, empty, from_numpy
 from pygpukit.core.device import get_device_info
 from pygpukit.core.dtypes import DType, bfloat16, float16, float32, int32
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel
+from pygpukit.core.plans import PlanCache
 from pygpukit.core.stream import thread_device
 
 from . import _cpu
-from ._kernels import NAMESPACE, Groups, group, layout_param, register_enumerator
+from ._kernels import NAMESPACE, Groups, group, register_enumerator
 from ._layout import check_devices, is_cuda, overlaps
 
 __all__ = [
@@ -62,9 +67,20 @@ _DECODE_FILE = "attention/attention_decode.cu"
 _NS = f"{NAMESPACE}attention::"
 _LOG2E = 1.4426950408889634
 _SPLIT_GRANULE = 64  # kSplitGranule in attention_common.cuh
-_PARAMS = [layout_param("args", f"{_NS}AttentionArgs")]
-# AttentionArgs: 7 pointers, 13 strides, 10 ints, the scale, min_chunk.
-_ARGS = struct.Struct("@7Q13q10ifii")
+# The one argument of every attention kernel (attention_common.cuh), declared once.
+_ARGS = KernelStruct(f"{_NS}AttentionArgs", (_PREFILL_FILE, _DECODE_FILE), [
+    ("q", "const void*"), ("k", "const void*"), ("v", "const void*"), ("out", "void*"), ("lens", "const int*"),
+    ("block_table", "const int*"), ("partial", "float*"),
+    ("q_batch", "long long"), ("q_seq", "long long"), ("q_head", "long long"),
+    ("k_batch", "long long"), ("k_seq", "long long"), ("k_head", "long long"),
+    ("v_batch", "long long"), ("v_seq", "long long"), ("v_head", "long long"),
+    ("o_batch", "long long"), ("o_seq", "long long"), ("o_head", "long long"), ("table_stride", "long long"),
+    ("batch", "int"), ("heads", "int"), ("kv_heads", "int"), ("seq_q", "int"), ("kv_capacity", "int"),
+    ("lens_add", "int"), ("causal", "int"), ("window", "int"), ("block_size", "int"), ("splits", "int"),
+    ("scale_log2", "float"), ("min_chunk", "int"), ("num_blocks", "int"),
+])  # fmt: skip
+_PARAMS = [_ARGS.param("args")]
+_PLANS: PlanCache[Any] = PlanCache("ops.attention")
 
 # Tensor-core prefill tilings per head dimension, (warps, m16 tiles per warp, keys per tile, Q in
 # registers), best first; the first whose shared memory fits the device runs.
@@ -129,17 +145,12 @@ def _device_limits(device: int) -> tuple[int, int, int]:
             int(info.max_shared_memory_per_multiprocessor))  # fmt: skip
 
 
-_shared_set: set[tuple[str, int]] = set()
-_shared_lock = threading.Lock()
-
-
 def _kernel(file: str, expressions: Sequence[str], expression: str, shared: int) -> JITKernel:
+    """The kernel, allowed ``shared`` bytes of dynamic shared memory on the current device (called when
+    a launch plan is made: once per call shape and device)."""
     kernel = group(file, expressions).kernel(expression, _PARAMS)
-    device = thread_device()
-    if shared > 48 * 1024 and (expression, device) not in _shared_set:
-        with _shared_lock:
-            kernel.set_max_dynamic_shared_memory(shared)
-            _shared_set.add((expression, device))
+    if shared > 48 * 1024:
+        kernel.set_max_dynamic_shared_memory(shared)
     return kernel
 
 
@@ -267,15 +278,35 @@ def _operand(x: GPUArray, dtype: DType, seq_axis: int = 1) -> GPUArray:
     return x if _aligned(x, dtype, seq_axis) else x.contiguous()
 
 
-def _args(q: GPUArray, k: GPUArray, v: GPUArray, out: GPUArray, q_strides: Sequence[int],
-          k_strides: Sequence[int], v_strides: Sequence[int], o_strides: Sequence[int], *, heads: int,
-          kv_heads: int, seq_q: int, kv_capacity: int, causal: bool, window: int, scale: float,
-          lens: GPUArray | None = None, lens_add: int = 0, table: GPUArray | None = None, block_size: int = 0,
-          partial: GPUArray | None = None, splits: int = 1, min_chunk: int = 0) -> bytes:  # fmt: skip
-    return _ARGS.pack(
-        q.device_ptr, k.device_ptr, v.device_ptr, out.device_ptr,
-        lens.device_ptr if lens is not None else 0, table.device_ptr if table is not None else 0,
-        partial.device_ptr if partial is not None else 0,
+class _Plan:
+    """One attention launch for a call shape: the kernel, its launch dimensions and the AttentionArgs
+    fields after the seven pointers (``fields``), so a call packs the addresses and launches."""
+
+    __slots__ = ("block", "fields", "grid", "kernel", "shared")
+
+    def __init__(self, kernel: JITKernel, fields: tuple[Any, ...], grid: int | tuple[int, int, int], block: int,
+                 shared: int) -> None:  # fmt: skip
+        self.kernel = kernel
+        self.fields = fields
+        self.grid = grid
+        self.block = block
+        self.shared = shared
+
+    def launch(self, q: GPUArray, k: GPUArray, v: GPUArray, out: GPUArray, lens: GPUArray | None,
+               table: GPUArray | None, partial: GPUArray | None) -> None:  # fmt: skip
+        args = _ARGS.pack_flat(
+            q.device_ptr, k.device_ptr, v.device_ptr, out.device_ptr, 0 if lens is None else lens.device_ptr,
+            0 if table is None else table.device_ptr, 0 if partial is None else partial.device_ptr, *self.fields,
+        )  # fmt: skip
+        self.kernel(args, grid=self.grid, block=self.block, shared_mem=self.shared)
+
+
+def _fields(q: GPUArray, k: GPUArray, q_strides: Sequence[int], k_strides: Sequence[int], v_strides: Sequence[int],
+            o_strides: Sequence[int], *, heads: int, kv_heads: int, seq_q: int, kv_capacity: int, causal: bool,
+            window: int, scale: float, lens_add: int = 0, table: GPUArray | None = None, block_size: int = 0,
+            splits: int = 1, min_chunk: int = 0) -> tuple[Any, ...]:  # fmt: skip
+    """AttentionArgs after its pointers (_ARGS, from q_batch on)."""
+    return (
         *q_strides, *k_strides, *v_strides, *o_strides, table._strides[0] if table is not None else 0,
         q.shape[0], heads, kv_heads, seq_q, kv_capacity, lens_add, int(causal), window, block_size, splits,
         scale * _LOG2E, min_chunk, k.shape[0] if table is not None else 0,  # paged: k is (num_blocks, ...)
@@ -289,30 +320,43 @@ def _result_target(out: GPUArray, dtype: DType, inputs: Sequence[GPUArray]) -> G
     return empty(out.shape, dtype)
 
 
+def _plan_rows(q: GPUArray, k: GPUArray, target: GPUArray, k_strides: Sequence[int], v_strides: Sequence[int], *,
+               kv_heads: int, kv_capacity: int, causal: bool, window: int, scale: float, lens_add: int,
+               table: GPUArray | None, block_size: int) -> _Plan:  # fmt: skip
+    batch, seq_q, heads, head_dim = q.shape
+    dtype = q.dtype
+    fields = _fields(q, k, q._strides[:3], k_strides, v_strides, target._strides[:3], heads=heads, kv_heads=kv_heads,
+                     seq_q=seq_q, kv_capacity=kv_capacity, causal=causal, window=window, scale=scale,
+                     lens_add=lens_add, table=table, block_size=block_size)  # fmt: skip
+    if dtype == float32:
+        expression = _simt_expression(head_dim, table is not None)
+        group_rows = seq_q * (heads // kv_heads)
+        kernel = _kernel(_PREFILL_FILE, [expression], expression, 0)
+        return _Plan(kernel, fields, (-(-group_rows // 4), kv_heads, batch), 128, 0)
+    config = _prefill_config(head_dim)
+    expression = _prefill_expression(dtype, head_dim, config)
+    shared = _prefill_shared(head_dim, config)
+    block_m = config[0] * 16 * config[1]
+    kernel = _kernel(_PREFILL_FILE, [expression], expression, shared)
+    return _Plan(kernel, fields, -(-seq_q // block_m) * batch * heads, config[0] * 32, shared)
+
+
 def _launch_rows(q: GPUArray, k: GPUArray, v: GPUArray, out: GPUArray, k_strides: Sequence[int],
                  v_strides: Sequence[int], *, kv_heads: int, kv_capacity: int, causal: bool, window: int,
                  scale: float, lens: GPUArray | None = None, lens_add: int = 0, table: GPUArray | None = None,
                  block_size: int = 0) -> None:  # fmt: skip
     """The attention kernels over q (batch, seq_q, heads, head_dim) into out, same layout; strided or
-    paged keys. fp16/bf16: flash_prefill; float32: attention_simt."""
-    batch, seq_q, heads, head_dim = q.shape
-    dtype = q.dtype
-    target = _result_target(out, dtype, [q, k, v])
-    args = _args(q, k, v, target, q._strides[:3], k_strides, v_strides, target._strides[:3], heads=heads,
-                 kv_heads=kv_heads, seq_q=seq_q, kv_capacity=kv_capacity, causal=causal, window=window,
-                 scale=scale, lens=lens, lens_add=lens_add, table=table, block_size=block_size)  # fmt: skip
-    if dtype == float32:
-        expression = _simt_expression(head_dim, table is not None)
-        group_rows = seq_q * (heads // kv_heads)
-        kernel = _kernel(_PREFILL_FILE, [expression], expression, 0)
-        kernel(args, grid=(-(-group_rows // 4), kv_heads, batch), block=128)
-    else:
-        config = _prefill_config(head_dim)
-        expression = _prefill_expression(dtype, head_dim, config)
-        shared = _prefill_shared(head_dim, config)
-        block_m = config[0] * 16 * config[1]
-        kernel = _kernel(_PREFILL_FILE, [expression], expression, shared)
-        kernel(args, grid=-(-seq_q // block_m) * batch * heads, block=config[0] * 32, shared_mem=shared)
+    paged keys. fp16/bf16: flash_prefill; float32: attention_simt. One plan lookup, then the launch."""
+    target = _result_target(out, q.dtype, [q, k, v])
+    key = ("rows", q._dtype, q._shape, q._strides, k._shape, tuple(k_strides), tuple(v_strides), target._strides,
+           kv_heads, kv_capacity, causal, window, scale, lens is not None, lens_add,
+           None if table is None else table._strides[0], block_size, thread_device())  # fmt: skip
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS.put(key, _plan_rows(q, k, target, k_strides, v_strides, kv_heads=kv_heads,
+                                          kv_capacity=kv_capacity, causal=causal, window=window, scale=scale,
+                                          lens_add=lens_add, table=table, block_size=block_size))  # fmt: skip
+    plan.launch(q, k, v, target, lens, table, None)
     if target is not out:
         out.copy_(target)
 
@@ -556,12 +600,28 @@ def _workspace(name: str, workspace: Any, batch: int, heads: int, kv_heads: int,
     return workspace
 
 
+def _plan_decode(q: GPUArray, k: GPUArray, target: GPUArray, k_strides: Sequence[int], v_strides: Sequence[int],
+                 splits: int, *, kv_heads: int, kv_capacity: int, window: int, scale: float, table: GPUArray | None,
+                 block_size: int) -> _Plan:  # fmt: skip
+    batch, heads, head_dim = q.shape
+    q_strides = (q._strides[0], 0, q._strides[1])
+    o_strides = (target._strides[0], 0, target._strides[1])
+    fields = _fields(q, k, q_strides, k_strides, v_strides, o_strides, heads=heads, kv_heads=kv_heads, seq_q=1,
+                     kv_capacity=kv_capacity, causal=True, window=window, scale=scale, table=table,
+                     block_size=block_size, splits=splits, min_chunk=_DECODE_MIN_CHUNK)  # fmt: skip
+    config = _decode_config(head_dim)
+    decode = _decode_expression(q.dtype, head_dim, config, table is not None)
+    shared = _decode_shared(head_dim, config)
+    chunks = -(-(heads // kv_heads) // 16)
+    kernel = _kernel(_DECODE_FILE, [decode], decode, shared)
+    return _Plan(kernel, fields, (splits, kv_heads * chunks, batch), config[0] * 32, shared)
+
+
 def _launch_decode(name: str, q: GPUArray, k: GPUArray, v: GPUArray, out: GPUArray, lens: GPUArray,
                    workspace: DecodeWorkspace, *, kv_heads: int, kv_capacity: int, window: int, scale: float,
                    table: GPUArray | None = None, block_size: int = 0) -> None:  # fmt: skip
     batch, heads, head_dim = q.shape
     dtype = q.dtype
-    paged = table is not None
     k_strides, v_strides = _bhsd(k), _bhsd(v)
     if dtype == float32:
         # (batch, 1, heads, dim) views: one query per sequence, at the last position.
@@ -571,19 +631,16 @@ def _launch_decode(name: str, q: GPUArray, k: GPUArray, v: GPUArray, out: GPUArr
                      window=window, scale=scale, lens=lens, table=table, block_size=block_size)  # fmt: skip
         return
     target = _result_target(out, dtype, [q, k, v])
-    q_strides = (q._strides[0], 0, q._strides[1])
-    o_strides = (target._strides[0], 0, target._strides[1])
     splits = workspace.splits
-    args = _args(q, k, v, target, q_strides, k_strides, v_strides, o_strides, heads=heads, kv_heads=kv_heads, seq_q=1,
-                 kv_capacity=kv_capacity, causal=True, window=window, scale=scale, lens=lens, table=table,
-                 block_size=block_size, partial=workspace.buffer, splits=splits,
-                 min_chunk=_DECODE_MIN_CHUNK)  # fmt: skip
-    config = _decode_config(head_dim)
-    decode = _decode_expression(dtype, head_dim, config, paged)
-    shared = _decode_shared(head_dim, config)
-    chunks = -(-(heads // kv_heads) // 16)
-    _kernel(_DECODE_FILE, [decode], decode, shared)(args, grid=(splits, kv_heads * chunks, batch),
-                                                    block=config[0] * 32, shared_mem=shared)  # fmt: skip
+    key = ("decode", dtype, q._shape, q._strides, k._shape, k_strides, v_strides, target._strides, kv_heads,
+           kv_capacity, window, scale, None if table is None else table._strides[0], block_size, splits,
+           thread_device())  # fmt: skip
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS.put(key, _plan_decode(q, k, target, k_strides, v_strides, splits, kv_heads=kv_heads,
+                                            kv_capacity=kv_capacity, window=window, scale=scale, table=table,
+                                            block_size=block_size))  # fmt: skip
+    plan.launch(q, k, v, target, lens, table, workspace.buffer)
     if target is not out:
         out.copy_(target)
 

@@ -30,6 +30,9 @@ import numpy as np
 from pygpukit.core.array import GPUArray, empty
 from pygpukit.core.dtypes import DType, as_dtype, bfloat16, float16, float32, uint8
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
+from pygpukit.core.jit import JITKernel
+from pygpukit.core.plans import PlanCache
+from pygpukit.core.stream import thread_device
 
 from . import _cpu
 from ._kernels import NAMESPACE, Groups, grid_for, group, pointer, register_enumerator, size_param
@@ -43,6 +46,7 @@ _TILE = 2048  # kTileElems: output elements per tile (one block of threads at a 
 _BLOCKS_PER_SM = 8  # resident blocks of 256 threads that fill an SM; the grid strides over the tiles
 _DTYPES = (float32, float16, bfloat16)
 _PARAMS = [pointer("data"), pointer("out"), size_param("blocks")]
+_PLANS: PlanCache[tuple[JITKernel, int]] = PlanCache("ops.gguf")  # (kernel, grid) per call shape and device
 
 Array = np.ndarray[Any, Any]
 
@@ -188,9 +192,13 @@ def dequantize_gguf(
     if not is_cuda():
         _cpu_dequantize(fmt, _cpu.host(data).reshape(blocks, fmt.nbytes), _cpu.host(result).reshape(-1))
         return result
-    kernel = group(_FILE, _expressions(target)).kernel(_expression(fmt, target), _PARAMS)
-    tiles = -(-count // _TILE)
-    kernel(data.device_ptr, result.device_ptr, blocks, grid=grid_for(tiles, 1, _BLOCKS_PER_SM), block=_THREADS)
+    key = (fmt.id, target, blocks, thread_device())
+    plan = _PLANS.get(key)
+    if plan is None:
+        kernel = group(_FILE, _expressions(target)).kernel(_expression(fmt, target), _PARAMS)
+        plan = _PLANS.put(key, (kernel, grid_for(-(-count // _TILE), 1, _BLOCKS_PER_SM)))
+    kernel, grid = plan
+    kernel(data.device_ptr, result.device_ptr, blocks, grid=grid, block=_THREADS)
     return result
 
 

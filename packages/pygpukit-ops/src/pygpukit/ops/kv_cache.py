@@ -16,16 +16,17 @@ copies k and v in one launch; the decode-step writes take their positions from d
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from pygpukit.core.abi import KernelStruct
 from pygpukit.core.array import GPUArray, empty, full
 from pygpukit.core.dtypes import DType, as_dtype, bfloat16, float16, float32, int32
 from pygpukit.core.errors import ArgumentError, DTypeError, OutOfMemoryError, ShapeError
 from pygpukit.core.jit import JITKernel
+from pygpukit.core.plans import PlanCache
 
 from . import _cpu
 from ._kernels import (
@@ -34,7 +35,6 @@ from ._kernels import (
     Groups,
     c_param,
     group,
-    layout_param,
     pointer,
     register_enumerator,
     size_param,
@@ -44,13 +44,18 @@ from ._layout import check_devices, is_cuda
 __all__ = ["BlockAllocator", "BlocksExhaustedError", "KVCache", "KVCacheSnapshot", "PagedKVCache"]
 
 _FILE = "attention/kv_cache.cu"
-_SHAPE = struct.Struct("@7q10i")  # KVWriteShape in kv_cache.cu
+# The shape argument of kv_write and paged_kv_write (kv_cache.cu), declared once.
+_SHAPE = KernelStruct(f"{NAMESPACE}KVWriteShape", _FILE, [
+    ("src_stride", "long long[6]"),  # index_t src_stride[2][3]: k and v, (batch, seq, head) each
+    ("pos_stride", "long long"), ("batch", "int"), ("seq", "int"), ("heads", "int"), ("head_dim", "int"),
+    ("max_seq", "int"), ("start", "int"), ("slot", "int"), ("max_blocks", "int"), ("num_blocks", "int"), ("pad", "int"),
+])  # fmt: skip
 _DTYPES = (float32, float16, bfloat16)
 _INT32_MAX = 2**31 - 1
 _WRITE_PARAMS = [pointer("k_cache"), pointer("v_cache"), pointer("k"), pointer("v"), pointer("positions"),
-                 size_param("units"), layout_param("shape", "KVWriteShape")]  # fmt: skip
+                 size_param("units"), _SHAPE.param("shape")]  # fmt: skip
 _PAGED_PARAMS = [pointer("k_blocks"), pointer("v_blocks"), pointer("k"), pointer("v"), pointer("block_table"),
-                 pointer("context_lens"), size_param("units"), layout_param("shape", "KVWriteShape")]  # fmt: skip
+                 pointer("context_lens"), size_param("units"), _SHAPE.param("shape")]  # fmt: skip
 _ADVANCE_PARAMS = [pointer("context_lens"), pointer("block_table"), c_param("n", "int"),
                    c_param("batch", "int"), c_param("block_size", "int"), c_param("max_blocks", "int"),
                    c_param("num_blocks", "int")]  # fmt: skip
@@ -137,23 +142,25 @@ def _write_expressions(dtype: DType) -> tuple[str, ...]:
                  for w in (width, 1))  # fmt: skip
 
 
-def _shape_bytes(k: GPUArray, v: GPUArray, pos_stride: int, max_seq: int, start: int, slot: int = 0,
-                 max_blocks: int = 0, num_blocks: int = 0) -> bytes:  # fmt: skip
-    batch, seq, heads, head_dim = k.shape
-    return _SHAPE.pack(*k._strides[:3], *v._strides[:3], pos_stride, batch, seq, heads, head_dim, max_seq, start,
-                       slot, max_blocks, num_blocks, 0)  # fmt: skip
+_PLANS: PlanCache[tuple[JITKernel, bytes, int, int]] = PlanCache("ops.kv_cache")
 
 
-_kernels: dict[tuple[str, str, int], JITKernel] = {}
-
-
-def _launch_write(kernel_name: str, params: Any, dtype: DType, width: int, args: Sequence[Any], units: int) -> None:
-    key = (kernel_name, dtype.name, width)
-    kernel = _kernels.get(key)
-    if kernel is None:
-        expression = f"{NAMESPACE}{kernel_name}<{dtype.ctype}, {width}>"
-        kernel = _kernels[key] = group(_FILE, _write_expressions(dtype)).kernel(expression, params)
-    kernel(*args, grid=max(1, min(-(-units // BLOCK), 1 << 20)), block=BLOCK)
+def _write_plan(kernel_name: str, params: Any, dtype: DType, width: int, k: GPUArray, v: GPUArray, pos_stride: int,
+                max_seq: int, start: int, slot: int = 0, max_blocks: int = 0,
+                num_blocks: int = 0) -> tuple[JITKernel, bytes, int, int]:  # fmt: skip
+    """(kernel, KVWriteShape bytes, units, grid) of one write, planned once per call shape."""
+    key = (kernel_name, dtype, width, k._shape, k._strides, v._strides, pos_stride, max_seq, start, slot, max_blocks,
+           num_blocks)  # fmt: skip
+    plan = _PLANS.get(key)
+    if plan is None:
+        batch, seq, heads, head_dim = k.shape
+        units = 2 * batch * seq * heads * (head_dim // width)
+        kernel = group(_FILE, _write_expressions(dtype)).kernel(f"{NAMESPACE}{kernel_name}<{dtype.ctype}, {width}>",
+                                                                params)  # fmt: skip
+        shape = _SHAPE.pack((*k._strides[:3], *v._strides[:3]), pos_stride, batch, seq, heads, head_dim, max_seq, start,
+                            slot, max_blocks, num_blocks, 0)  # fmt: skip
+        plan = _PLANS.put(key, (kernel, shape, units, max(1, min(-(-units // BLOCK), 1 << 20))))
+    return plan
 
 
 # -- fixed cache -----------------------------------------------------------------------------------
@@ -255,7 +262,7 @@ class KVCache:
 
     def _write(self, index: int, k: GPUArray, v: GPUArray, positions: GPUArray | None, start: int) -> None:
         k_cache, v_cache = self._k[index], self._v[index]
-        batch, seq, heads, head_dim = k.shape
+        batch, seq, _, head_dim = k.shape
         if not is_cuda():
             pos = (
                 np.full(batch, start, np.int64) if positions is None else _cpu.host(positions).astype(np.int64) + start
@@ -266,12 +273,11 @@ class KVCache:
                     view[b, :, pos[b] : pos[b] + seq, :] = values[b].transpose(1, 0, 2)
             return
         width = _vector_width(self.dtype, head_dim, [k, v, k_cache, v_cache])
-        units = 2 * batch * seq * heads * (head_dim // width)
         pos_ptr, pos_stride = (0, 0) if positions is None else (positions.device_ptr, positions._strides[0])
-        shape = _shape_bytes(k, v, pos_stride, self.max_seq_len, start)
-        _launch_write("kv_write", _WRITE_PARAMS, self.dtype, width,
-                      [k_cache.device_ptr, v_cache.device_ptr, k.device_ptr, v.device_ptr, pos_ptr, units, shape],
-                      units)  # fmt: skip
+        kernel, shape, units, grid = _write_plan("kv_write", _WRITE_PARAMS, self.dtype, width, k, v, pos_stride,
+                                                 self.max_seq_len, start)  # fmt: skip
+        kernel(k_cache.device_ptr, v_cache.device_ptr, k.device_ptr, v.device_ptr, pos_ptr, units, shape, grid=grid,
+               block=BLOCK)  # fmt: skip
 
     def snapshot(self, length: int | None = None) -> KVCacheSnapshot:
         """Device-to-device copies of positions [0, length) of every layer (default: ``self.length``),
@@ -531,7 +537,7 @@ class PagedKVCache:
 
     def _write(self, index: int, k: GPUArray, v: GPUArray, slot: int, start: int, lengths: bool) -> None:
         k_blocks, v_blocks = self._k[index], self._v[index]
-        batch, seq, heads, head_dim = k.shape
+        batch, seq, _, head_dim = k.shape
         if not is_cuda():
             table, lens = _cpu.host(self.block_table), _cpu.host(self.context_lens)
             for cache, source in ((k_blocks, k), (v_blocks, v)):
@@ -548,12 +554,12 @@ class PagedKVCache:
                             view[block, :, position - entry * self.block_size, :] = values[b, s]
             return
         width = _vector_width(self.dtype, head_dim, [k, v, k_blocks, v_blocks])
-        units = 2 * batch * seq * heads * (head_dim // width)
-        shape = _shape_bytes(k, v, 0, self.block_size, start, slot, self.max_blocks_per_seq, self.num_blocks)
+        kernel, shape, units, grid = _write_plan("paged_kv_write", _PAGED_PARAMS, self.dtype, width, k, v, 0,
+                                                 self.block_size, start, slot, self.max_blocks_per_seq,
+                                                 self.num_blocks)  # fmt: skip
         lens_ptr = self.context_lens.device_ptr if lengths else 0
-        _launch_write("paged_kv_write", _PAGED_PARAMS, self.dtype, width,
-                      [k_blocks.device_ptr, v_blocks.device_ptr, k.device_ptr, v.device_ptr,
-                       self.block_table.device_ptr, lens_ptr, units, shape], units)  # fmt: skip
+        kernel(k_blocks.device_ptr, v_blocks.device_ptr, k.device_ptr, v.device_ptr, self.block_table.device_ptr,
+               lens_ptr, units, shape, grid=grid, block=BLOCK)  # fmt: skip
 
     def advance(self, n: int = 1, batch: int | None = None) -> None:
         """``context_lens[b] += n`` on the device for slots b < batch (default max_batch) whose blocks

@@ -10,6 +10,9 @@ The pieces of a sparse MoE block (HF Mixtral, Qwen3-MoE), each usable alone:
 * :func:`moe_unpermute` -- the weighted sum of each token's k expert outputs, in slot order.
 * :func:`moe_mlp` -- all of them with a gated activation (SwiGLU) between the two grouped GEMMs.
 
+The module keeps the five ops and their shared checks together (about 780 lines): they share the
+argument checks, the workspace layout and the kernel enumeration, and each is short.
+
 The number of rows each expert receives is only known on the device, and no op reads it back: the
 kernels (native/kernels/moe/moe.cu and grouped_gemm.cu) read counts and offsets from device buffers,
 and the grouped GEMM's grid covers the worst case, its surplus blocks returning at once. So every op
@@ -29,6 +32,7 @@ from typing import Any, Literal
 import numpy as np
 
 from pygpukit.core.array import GPUArray, empty
+from pygpukit.core.codes import ACTIVATION_CODES
 from pygpukit.core.device import get_device_info
 from pygpukit.core.dtypes import DType, bfloat16, float16, float32, int32, uint8
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
@@ -59,7 +63,7 @@ _FLOATS = (float32, float16, bfloat16)
 _HALF = (float16, bfloat16)
 _VPL = (1, 2, 4, 8, 16, 32)  # router logits per lane of the gating kernel
 _SCORING = {"softmax": 0, "sigmoid": 1}
-_ACTIVATIONS = {"silu": 3, "gelu_tanh": 2, "gelu": 4}  # matmul_common.cuh's codes
+_ACTIVATIONS = {name: ACTIVATION_CODES[name] for name in ("silu", "gelu_tanh", "gelu")}  # common/codes.cuh
 _INT32_MAX = 2**31 - 1
 _ALIGN = 256
 _BLOCK = 256
@@ -127,7 +131,8 @@ class _Tile:
 
 # Decode (a few rows per expert): 16-row tiles; every live block streams a 64 x K slice of one
 # expert's weight through 8 stages (56 KiB in flight), so that even the few blocks of a down
-# projection keep the memory system busy. Prefill: the tiles of the built-in dense GEMM (gemm_mma.cu).
+# projection keep the memory system busy. Prefill: the tiles of the built-in dense GEMM
+# (pygpukit.ops.gemm.mma.GEMM_MMA_TILES; grouped_gemm.cu runs its main loop, mma_mainloop.cuh).
 _TILE_16 = _Tile(16, 64, 64, 1, 4, 8)
 _TILE_64 = _Tile(64, 128, 32, 2, 2, 4)
 _TILE_128 = _Tile(128, 128, 32, 2, 2, 4)
@@ -574,9 +579,9 @@ def grouped_gemm(
 def _activation_numpy(values: Array, code: int) -> Array:
     result: Array
     with np.errstate(all="ignore"):
-        if code == 3:
+        if code == ACTIVATION_CODES["silu"]:
             result = values / (np.float32(1.0) + np.exp(-values))
-        elif code == 2:
+        elif code == ACTIVATION_CODES["gelu_tanh"]:
             inner = np.float32(0.7978845608028654) * (values + np.float32(0.044715) * values * values * values)
             result = np.float32(0.5) * values * (np.float32(1.0) + np.tanh(inner))
         else:

@@ -13,22 +13,31 @@ sum is a blocked pairwise sum: short sequential runs (a chunk of at most about 6
 Accumulation: fp16, bf16 and fp8 in float32; float32 in float32; float64 in float64; sums and products
 of integers and bool in int64 (uint64 for unsigned types), as NumPy's ``sum`` does; mean, var and std of
 integers in float64. Result dtypes are NumPy's (``sum(int8)`` is int64, ``mean(int32)`` is float64).
+
+Launches are planned once per call shape (dtype, shape, strides, axes and options): the kernels, grids,
+chunking and packed layout structs (KernelStructs checked against reduction/*.cu) are kept in a
+:class:`~pygpukit.core.plans.PlanCache`, so a repeated call is one lookup and its launches. The module
+is over 600 lines because the reductions, cumsum and softmax share that launch machinery (softmax
+along a strided axis is a reduction followed by an elementwise pass, cumsum of long rows a reduction
+followed by two scans).
 """
 
 from __future__ import annotations
 
 import builtins
 import math
-import struct
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from pygpukit.core.abi import KernelStruct
 from pygpukit.core.array import GPUArray, empty, full
+from pygpukit.core.codes import enum_values
 from pygpukit.core.dtypes import DType, all_dtypes, bool_, float32, float64, int64, uint8, uint64
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel
+from pygpukit.core.plans import PlanCache
 
 from . import _cpu
 from ._kernels import (
@@ -38,12 +47,21 @@ from ._kernels import (
     completion_counters,
     grid_for,
     group,
-    layout_param,
     pointer,
     register_enumerator,
     size_param,
 )
-from ._layout import check_devices, collapse, contiguous_strides, dtype_code, is_cuda, normalize_axes, pack_layout
+from ._layout import (
+    LAYOUT,
+    MAX_DIMS,
+    check_devices,
+    collapse,
+    contiguous_strides,
+    dtype_code,
+    is_cuda,
+    normalize_axes,
+    pack_layout,
+)
 from .elementwise import compute_ctype
 
 __all__ = [
@@ -67,13 +85,25 @@ __all__ = [
 _REDUCE_FILE = "reduction/reduce.cu"
 _SCAN_FILE = "reduction/scan.cu"
 _SOFTMAX_FILE = "reduction/softmax.cu"
-_MAX_DIMS = 8
-_REDUCE_LAYOUT = struct.Struct(f"@ii{4 * _MAX_DIMS}q")
-_SCAN_LAYOUT = struct.Struct(f"@i{3 * _MAX_DIMS}qqq")
-_SOFTMAX_LAYOUT = struct.Struct(f"@i{3 * _MAX_DIMS}q")
+_MAX_DIMS = MAX_DIMS  # kMaxDims of common/layout.cuh
+_DIMS = f"long long[{_MAX_DIMS}]"
+# The layout structs of the kernels, declared once (the kernel compile check asserts them).
+_REDUCE_LAYOUT = KernelStruct(f"{NAMESPACE}ReduceLayout", _REDUCE_FILE, [
+    ("outer_ndim", "int"), ("inner_ndim", "int"), ("outer_shape", _DIMS), ("outer_strides", _DIMS),
+    ("inner_shape", _DIMS), ("inner_strides", _DIMS),
+])  # fmt: skip
+_SCAN_LAYOUT = KernelStruct(f"{NAMESPACE}ScanLayout", _SCAN_FILE, [
+    ("outer_ndim", "int"), ("outer_shape", _DIMS), ("in_outer_strides", _DIMS), ("out_outer_strides", _DIMS),
+    ("in_stride", "long long"), ("out_stride", "long long"),
+])  # fmt: skip
+_SOFTMAX_LAYOUT = KernelStruct(f"{NAMESPACE}SoftmaxLayout", _SOFTMAX_FILE, [
+    ("outer_ndim", "int"), ("outer_shape", _DIMS), ("in_outer_strides", _DIMS), ("out_outer_strides", _DIMS),
+])  # fmt: skip
 _BLOCK = 256
 _SPLIT_BLOCKS = 1024  # blocks of a split reduction over rows (H100 and H200 hold 1056 at once)
-_ACCUMULATOR_CODE = -3  # kCodeAccumulator in reduce.cu
+_MODES = enum_values("ReduceMode")  # common/codes.cuh
+_ACCUMULATOR_CODE = enum_values("ReduceOut")["kReduceOutAccumulator"]  # out_code: store the accumulator
+_PLANS: PlanCache[Any] = PlanCache("ops.reduction")
 _SIZES = {"float": 4, "double": 8, "long long": 8, "unsigned long long": 8, "bool": 1}
 _FLOAT_DTYPES = tuple(d for d in all_dtypes() if d.is_floating)
 
@@ -163,27 +193,27 @@ def _truth(dtype: DType) -> str:
     return "bool"
 
 
-_SUM = _Reducer("sum", "SumR", 0, _sum_accumulator, _sum_dtype, "sum", True)
-_MEAN = _Reducer("mean", "SumR", 1, _mean_accumulator, _mean_dtype, "mean", True)
-_PROD = _Reducer("prod", "ProdR", 0, _sum_accumulator, _sum_dtype, "prod", False)
-_MAX = _Reducer("max", "ExtremeR", 0, _order_accumulator, _same, "max", True)
-_MIN = _Reducer("min", "ExtremeR", 1, _order_accumulator, _same, "min", True)
-_ARGMAX = _Reducer("argmax", "ArgR", 0, _order_accumulator, _int64, "argmax", True)
-_ARGMIN = _Reducer("argmin", "ArgR", 1, _order_accumulator, _int64, "argmin", True)
-_ANY = _Reducer("any", "TruthR", 0, _truth, _bool, "any", False)
-_ALL = _Reducer("all", "TruthR", 1, _truth, _bool, "all", False)
-_VAR = _Reducer("var", "VarianceR", 0, _mean_accumulator, _mean_dtype, "var", False)
-_STD = _Reducer("std", "VarianceR", 1, _mean_accumulator, _mean_dtype, "std", False)
-_LSE = _Reducer("softmax", "LogSumExpR", 0, compute_ctype, _same, "", True)
+_SUM = _Reducer("sum", "SumR", _MODES["kReduceSum"], _sum_accumulator, _sum_dtype, "sum", True)
+_MEAN = _Reducer("mean", "SumR", _MODES["kReduceMean"], _mean_accumulator, _mean_dtype, "mean", True)
+_PROD = _Reducer("prod", "ProdR", 0, _sum_accumulator, _sum_dtype, "prod", False)  # ProdR has one form
+_MAX = _Reducer("max", "ExtremeR", _MODES["kReduceMax"], _order_accumulator, _same, "max", True)
+_MIN = _Reducer("min", "ExtremeR", _MODES["kReduceMin"], _order_accumulator, _same, "min", True)
+_ARGMAX = _Reducer("argmax", "ArgR", _MODES["kReduceArgmax"], _order_accumulator, _int64, "argmax", True)
+_ARGMIN = _Reducer("argmin", "ArgR", _MODES["kReduceArgmin"], _order_accumulator, _int64, "argmin", True)
+_ANY = _Reducer("any", "TruthR", _MODES["kReduceAny"], _truth, _bool, "any", False)
+_ALL = _Reducer("all", "TruthR", _MODES["kReduceAll"], _truth, _bool, "all", False)
+_VAR = _Reducer("var", "VarianceR", _MODES["kReduceVar"], _mean_accumulator, _mean_dtype, "var", False)
+_STD = _Reducer("std", "VarianceR", _MODES["kReduceStd"], _mean_accumulator, _mean_dtype, "std", False)
+_LSE = _Reducer("softmax", "LogSumExpR", _MODES["kReduceLogSumExp"], compute_ctype, _same, "", True)
 _REDUCERS = (_SUM, _MEAN, _PROD, _MAX, _MIN, _ARGMAX, _ARGMIN, _ANY, _ALL, _VAR, _STD)
 
 _ROWS_PARAMS = [pointer("x"), code_param("x_code"), pointer("out"), code_param("out_code"), size_param("rows"),
                 size_param("count"), size_param("chunk"), code_param("lanes"), size_param("total"),
-                size_param("ddof"), code_param("mode"), layout_param("layout", "ReduceLayout"), pointer("partial"),
+                size_param("ddof"), code_param("mode"), _REDUCE_LAYOUT.param("layout"), pointer("partial"),
                 pointer("counters")]  # fmt: skip
 _COLS_PARAMS = [pointer("x"), code_param("x_code"), pointer("out"), code_param("out_code"), size_param("rows"),
                 size_param("count"), size_param("chunk"), size_param("total"), size_param("ddof"), code_param("mode"),
-                layout_param("layout", "ReduceLayout")]  # fmt: skip
+                _REDUCE_LAYOUT.param("layout")]  # fmt: skip
 
 _PACKED_COLS_PARAMS = [pointer("x"), pointer("out"), code_param("out_code"), size_param("rows"), size_param("count"),
                        size_param("chunk"), size_param("total"), size_param("ddof"), code_param("mode"),
@@ -201,18 +231,15 @@ def _pow2_between(value: int, low: int, high: int) -> int:
     return result
 
 
-def _dims_bytes(dims: Sequence[int], strides: Sequence[int]) -> tuple[list[int], list[int]]:
+def _check_dims(dims: Sequence[int]) -> None:
     if len(dims) > _MAX_DIMS:
         raise ShapeError(f"reductions support up to {_MAX_DIMS} dimensions that cannot be merged, got {len(dims)}")
-    pad = [0] * (_MAX_DIMS - len(dims))
-    return list(dims) + pad, list(strides) + pad
 
 
 def _reduce_layout(outer: tuple[list[int], list[int]], inner: tuple[list[int], list[int]]) -> bytes:
-    outer_shape, outer_strides = _dims_bytes(*outer)
-    inner_shape, inner_strides = _dims_bytes(*inner)
-    return _REDUCE_LAYOUT.pack(len(outer[0]), len(inner[0]), *outer_shape, *outer_strides, *inner_shape,
-                               *inner_strides)  # fmt: skip
+    _check_dims(outer[0])
+    _check_dims(inner[0])
+    return _REDUCE_LAYOUT.pack(len(outer[0]), len(inner[0]), *outer, *inner)
 
 
 def _split(x: GPUArray, axes: tuple[int, ...]) -> tuple[tuple[list[int], list[int]], tuple[list[int], list[int]]]:
@@ -223,16 +250,68 @@ def _split(x: GPUArray, axes: tuple[int, ...]) -> tuple[tuple[list[int], list[in
     return (dims_out, strides_out), (dims_in, strides_in)
 
 
-def _launch_reduce(
-    reducer: _Reducer,
-    x: GPUArray,
-    axes: tuple[int, ...],
-    out: GPUArray,
-    out_code: int,
-    ddof: int,
-) -> None:
-    """Run ``reducer`` over ``axes`` of ``x`` into the contiguous ``out`` (rows in C order of the kept
-    axes), in one pass or two. ``out_code`` is the dtype code of ``out``, or the accumulator code."""
+class _ReducePlan:
+    """The launches of one reduction for one call shape (:func:`_plan_reduce`): ``kind`` is "rows"
+    (reduce_rows, split rows finished by their last block or, without counters, by a second pass),
+    "packed" or "cols" (one pass, then a second over the partials when split). ``args`` are the
+    kernel's arguments after the input and output pointers, without the partial/counters pointers."""
+
+    __slots__ = ("args", "block", "chunks", "finish", "finish_args", "finish_grid", "grid", "kernel", "kind",
+                 "partial_bytes")  # fmt: skip
+
+    def __init__(self, kind: str, kernel: JITKernel, args: tuple[Any, ...], grid: tuple[int, int],
+                 block: int | tuple[int, int], chunks: int, partial_bytes: int, finish: JITKernel,
+                 finish_args: tuple[Any, ...], finish_grid: int) -> None:  # fmt: skip
+        self.kind = kind
+        self.kernel = kernel
+        self.args = args
+        self.grid = grid
+        self.block = block
+        self.chunks = chunks
+        self.partial_bytes = partial_bytes
+        self.finish = finish
+        self.finish_args = finish_args
+        self.finish_grid = finish_grid
+
+    def run(self, x: GPUArray, out: GPUArray) -> None:
+        x_ptr, out_ptr = x.device_ptr, out.device_ptr
+        if self.kind == "rows":
+            if self.chunks == 1:
+                self.kernel(x_ptr, self.args[0], out_ptr, *self.args[1:], 0, 0, grid=self.grid, block=self.block)
+                return
+            partial = empty(self.partial_bytes, uint8)
+            counters = completion_counters(x._buffer.device, None, in_capture=False)
+            self.kernel(x_ptr, self.args[0], out_ptr, *self.args[1:], partial.device_ptr,
+                        0 if counters is None else counters.device_ptr, grid=self.grid, block=self.block)  # fmt: skip
+            if counters is None:  # a capture before the stream had counters: a second pass finishes
+                self._finish(partial, out_ptr)
+            return
+        target = None if self.chunks == 1 else empty(self.partial_bytes, uint8)
+        target_ptr = out_ptr if target is None else target.device_ptr
+        if self.kind == "packed":
+            self.kernel(x_ptr, target_ptr, *self.args, grid=self.grid, block=self.block)
+        else:
+            self.kernel(x_ptr, self.args[0], target_ptr, *self.args[1:], grid=self.grid, block=self.block)
+        if target is not None:
+            self._finish(target, out_ptr)
+
+    def _finish(self, partial: GPUArray, out_ptr: int) -> None:
+        """The second pass over split rows: fold each row's accumulators in ``partial`` into ``out``."""
+        self.finish(partial.device_ptr, 0, out_ptr, *self.finish_args, 0, 0, grid=self.finish_grid, block=_BLOCK)
+
+
+def _finish_args(reducer: _Reducer, out_code: int, rows: int, chunks: int, lanes: int, count: int,
+                 ddof: int) -> tuple[Any, ...]:  # fmt: skip
+    """reduce_rows<R, Partial>'s arguments after out: with lanes = _BLOCK it folds each row's
+    ``chunks`` partials in the order of reduce_rows' own last-block finish."""
+    layout = _reduce_layout(([rows], [chunks]), ([chunks], [1]))
+    return (out_code, rows, chunks, chunks, lanes, count, ddof, reducer.mode, layout)
+
+
+def _plan_reduce(reducer: _Reducer, x: GPUArray, axes: tuple[int, ...], out_code: int, ddof: int) -> _ReducePlan:
+    """How to run ``reducer`` over ``axes`` of ``x`` into a contiguous output (rows in C order of the
+    kept axes), in one pass or two. ``out_code`` is the dtype code of the output, or the accumulator
+    code."""
     dtype = x.dtype
     outer, inner = _split(x, axes)
     rows = math.prod(outer[0])
@@ -240,8 +319,10 @@ def _launch_reduce(
     expressions = reducer.expressions(dtype)
     rows_kernel, partial_kernel, cols_kernel = expressions[:3]
     kernels = group(_REDUCE_FILE, expressions)
+    finish = kernels.kernel(partial_kernel, _ROWS_PARAMS)
     layout = _reduce_layout(outer, inner)
     code = dtype_code(dtype)
+    acc_bytes = reducer.acc_bytes(dtype)
     # This module's max/min/sum shadow the builtins.
     smallest_kept = builtins.min((builtins.abs(s) for s in outer[1]), default=None)
     smallest_reduced = builtins.min((builtins.abs(s) for s in inner[1]), default=0)
@@ -260,56 +341,47 @@ def _launch_reduce(
         step = _BLOCK * width
         chunk = _ceil(_ceil(count, chunks), step) * step
         chunks = _ceil(count, chunk)
-        partial = counters = None
-        if chunks > 1:  # one row per block; the last block of a row finishes it (reduce.cu)
-            partial = empty(rows * chunks * reducer.acc_bytes(dtype), uint8)
-            counters = completion_counters(x._buffer.device, None, in_capture=False)
-        kernels.kernel(rows_kernel, _ROWS_PARAMS)(
-            x.device_ptr, code, out.device_ptr, out_code, rows, count, chunk, lanes, count, ddof, reducer.mode,
-            layout, 0 if partial is None else partial.device_ptr, 0 if counters is None else counters.device_ptr,
-            grid=(row_blocks, chunks), block=_BLOCK,
-        )  # fmt: skip
-        if partial is not None and counters is None:  # a capture before the stream had counters
-            _finish_partials(kernels.kernel(partial_kernel, _ROWS_PARAMS), reducer, partial, out, out_code, rows,
-                             chunks, _BLOCK, count, ddof)  # fmt: skip
-        return
-    if _packed_columns(expressions, x, outer, inner):
-        width = 16 // dtype.itemsize
-        col_blocks = -(-rows // (32 * width))
-        chunks = 1
-        if col_blocks < 1024:
-            chunks = builtins.max(1, builtins.min(_ceil(count, 64), _ceil(2048, col_blocks), 4096))
-        chunk = _ceil(_ceil(count, chunks), 8) * 8
-        chunks = _ceil(count, chunk)
-        target = out if chunks == 1 else empty(rows * chunks * reducer.acc_bytes(dtype), uint8)
-        kernels.kernel(expressions[3], _PACKED_COLS_PARAMS)(
-            x.device_ptr, target.device_ptr, out_code, rows, count, chunk, count, ddof, reducer.mode, inner[1][0],
-            grid=(col_blocks, chunks), block=(32, 8),
-        )  # fmt: skip
-    else:
-        col_blocks = -(-rows // 32)
-        chunks = 1
-        if col_blocks < 1024:
-            chunks = builtins.max(1, builtins.min(_ceil(count, 64), _ceil(2048, col_blocks), 4096))
-        chunk = _ceil(_ceil(count, chunks), 8) * 8
-        chunks = _ceil(count, chunk)
-        target = out if chunks == 1 else empty(rows * chunks * reducer.acc_bytes(dtype), uint8)
-        kernels.kernel(cols_kernel, _COLS_PARAMS)(
-            x.device_ptr, code, target.device_ptr, out_code, rows, count, chunk, count, ddof, reducer.mode, layout,
-            grid=(col_blocks, chunks), block=(32, 8),
-        )  # fmt: skip
-    if chunks > 1:
-        _finish_partials(kernels.kernel(partial_kernel, _ROWS_PARAMS), reducer, target, out, out_code, rows, chunks,
-                         _pow2_between(-(-chunks // 4), 4, _BLOCK), count, ddof)  # fmt: skip
+        # Split: one row per block; the last block of a row finishes it (reduce.cu).
+        return _ReducePlan("rows", kernels.kernel(rows_kernel, _ROWS_PARAMS),
+                           (code, out_code, rows, count, chunk, lanes, count, ddof, reducer.mode, layout),
+                           (row_blocks, chunks), _BLOCK, chunks, rows * chunks * acc_bytes, finish,
+                           _finish_args(reducer, out_code, rows, chunks, _BLOCK, count, ddof),
+                           rows)  # fmt: skip
+    packed = _packed_columns(expressions, x, outer, inner)
+    width = 16 // dtype.itemsize if packed else 1
+    col_blocks = -(-rows // (32 * width))
+    chunks = 1
+    if col_blocks < 1024:
+        chunks = builtins.max(1, builtins.min(_ceil(count, 64), _ceil(2048, col_blocks), 4096))
+    chunk = _ceil(_ceil(count, chunks), 8) * 8
+    chunks = _ceil(count, chunk)
+    lanes = _pow2_between(-(-chunks // 4), 4, _BLOCK)
+    finish_args = _finish_args(reducer, out_code, rows, chunks, lanes, count, ddof)
+    finish_grid = -(-rows // (_BLOCK // lanes))
+    if packed:
+        return _ReducePlan("packed", kernels.kernel(expressions[3], _PACKED_COLS_PARAMS),
+                           (out_code, rows, count, chunk, count, ddof, reducer.mode, inner[1][0]), (col_blocks, chunks),
+                           (32, 8), chunks, rows * chunks * acc_bytes, finish, finish_args, finish_grid)  # fmt: skip
+    return _ReducePlan("cols", kernels.kernel(cols_kernel, _COLS_PARAMS),
+                       (code, out_code, rows, count, chunk, count, ddof, reducer.mode, layout), (col_blocks, chunks),
+                       (32, 8), chunks, rows * chunks * acc_bytes, finish, finish_args, finish_grid)  # fmt: skip
 
 
-def _finish_partials(kernel: JITKernel, reducer: _Reducer, partial: GPUArray, out: GPUArray, out_code: int, rows: int,
-                     chunks: int, lanes: int, count: int, ddof: int) -> None:  # fmt: skip
-    """The second pass over split rows: fold each row's ``chunks`` accumulators in ``partial`` into
-    ``out``. With lanes = _BLOCK it folds in the order of reduce_rows' own last-block finish."""
-    layout = _reduce_layout(([rows], [chunks]), ([chunks], [1]))
-    kernel(partial.device_ptr, 0, out.device_ptr, out_code, rows, chunks, chunks, lanes, count, ddof, reducer.mode,
-           layout, 0, 0, grid=-(-rows // (_BLOCK // lanes)), block=_BLOCK)  # fmt: skip
+def _launch_reduce(
+    reducer: _Reducer,
+    x: GPUArray,
+    axes: tuple[int, ...],
+    out: GPUArray,
+    out_code: int,
+    ddof: int,
+) -> None:
+    """Run ``reducer`` over ``axes`` of ``x`` into the contiguous ``out``: one plan lookup (per call
+    shape, input alignment and the split setting) and its launches."""
+    key = (reducer.name, x._dtype, x._shape, x._strides, axes, out_code, ddof, x.device_ptr % 16 == 0, _SPLIT_BLOCKS)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS.put(key, _plan_reduce(reducer, x, axes, out_code, ddof))
+    plan.run(x, out)
 
 
 def _packed_columns(
@@ -478,16 +550,86 @@ def _scan_expression(accumulator: str) -> str:
 
 _SCAN_PARAMS = [pointer("x"), code_param("x_code"), pointer("out"), code_param("out_code"), size_param("rows"),
                 size_param("count"), size_param("chunk"), pointer("carry"), code_param("exclusive"),
-                layout_param("layout", "ScanLayout")]  # fmt: skip
+                _SCAN_LAYOUT.param("layout")]  # fmt: skip
 _ACCUMULATOR_DTYPES = {"float": float32, "double": float64, "long long": int64, "unsigned long long": uint64}
 _SCAN_CHUNK = 8192
 
 
 def _scan_layout(outer: Sequence[int], in_outer: Sequence[int], out_outer: Sequence[int], in_stride: int,
                  out_stride: int) -> bytes:  # fmt: skip
-    shape, in_strides = _dims_bytes(outer, in_outer)
-    _, out_strides = _dims_bytes(outer, out_outer)
-    return _SCAN_LAYOUT.pack(len(outer), *shape, *in_strides, *out_strides, in_stride, out_stride)
+    _check_dims(outer)
+    return _SCAN_LAYOUT.pack(len(outer), outer, in_outer, out_outer, in_stride, out_stride)
+
+
+class _ScanPlan:
+    """The launches of one cumsum call shape: scan_rows over ``chunks`` chunks per row; with more than
+    one, first reduce_rows sums every chunk into ``totals`` and scan_rows scans those exclusively into
+    the chunks' carries."""
+
+    __slots__ = ("acc_dtype", "args", "block", "carry_args", "carry_block", "chunks", "grid", "kernel", "shape",
+                 "sum_args", "sum_grid", "sum_kernel")  # fmt: skip
+
+    def __init__(self, kernel: JITKernel, args: tuple[Any, ...], grid: tuple[int, int], block: int) -> None:
+        self.kernel = kernel
+        self.args = args  # x_code, out_code, rows, count, chunk; then carry, exclusive = 0, layout
+        self.grid = grid
+        self.block = block
+        self.chunks = grid[1]
+        self.sum_kernel: JITKernel | None = None
+        self.sum_args: tuple[Any, ...] = ()
+        self.sum_grid = (0, 0)
+        self.carry_args: tuple[Any, ...] = ()
+        self.carry_block = 0
+        self.acc_dtype = int64
+        self.shape = (0, 0)
+
+    def run(self, x: GPUArray, out: GPUArray) -> None:
+        x_ptr = x.device_ptr
+        carry = 0
+        if self.sum_kernel is not None:
+            # Sum each chunk, scan those sums exclusively per row, then scan the chunks from them.
+            totals = empty(self.shape, self.acc_dtype)
+            self.sum_kernel(x_ptr, self.args[0], totals.device_ptr, *self.sum_args, totals.device_ptr, 0,
+                            grid=self.sum_grid, block=_BLOCK)  # fmt: skip
+            carries = empty(self.shape, self.acc_dtype)
+            code, rows, chunks, layout = self.carry_args
+            self.kernel(totals.device_ptr, code, carries.device_ptr, code, rows, chunks, chunks, 0, 1, layout,
+                        grid=(rows, 1), block=self.carry_block)  # fmt: skip
+            carry = carries.device_ptr
+        code, out_code, rows, count, chunk, layout = self.args
+        self.kernel(x_ptr, code, out.device_ptr, out_code, rows, count, chunk, carry, 0, layout, grid=self.grid,
+                    block=self.block)  # fmt: skip
+
+
+def _plan_scan(x: GPUArray, ax: int, result_dtype: DType, accumulator: str) -> _ScanPlan:
+    kept = [a for a in range(x.ndim) if a != ax]
+    out_strides = contiguous_strides(x.shape)
+    dims, (in_outer, out_outer) = collapse([x._shape[a] for a in kept],
+                                           [[x._strides[a] for a in kept], [out_strides[a] for a in kept]])  # fmt: skip
+    rows, count = math.prod(dims), x._shape[ax]
+    layout = _scan_layout(dims, in_outer, out_outer, x._strides[ax], out_strides[ax])
+    scan = _scan_expression(accumulator)
+    kernel = group(_SCAN_FILE, [scan]).kernel(scan, _SCAN_PARAMS)
+    block = _pow2_between(-(-count // 4), 32, _BLOCK)
+    chunks = -(-count // _SCAN_CHUNK) if rows < 1024 else 1
+    chunk = -(-count // chunks) if chunks == 1 else _SCAN_CHUNK
+    chunks = -(-count // chunk)
+    code = dtype_code(x.dtype)
+    plan = _ScanPlan(kernel, (code, dtype_code(result_dtype), rows, count, chunk, layout), (rows, chunks), block)
+    if chunks > 1:
+        plan.acc_dtype = _ACCUMULATOR_DTYPES[accumulator]
+        plan.shape = (rows, chunks)
+        sum_expressions = _SUM.expressions(x.dtype)
+        plan.sum_kernel = group(_REDUCE_FILE, sum_expressions).kernel(sum_expressions[0], _ROWS_PARAMS)
+        inner = ([count], [x._strides[ax]])
+        width = 16 // x.dtype.itemsize if x._strides[ax] == 1 and x.dtype.is_floating else 1
+        lanes = _pow2_between(-(-chunk // (4 * width)), 4, _BLOCK)
+        plan.sum_args = (_ACCUMULATOR_CODE, rows, count, chunk, lanes, count, 0, _SUM.mode,
+                         _reduce_layout((dims, in_outer), inner))  # fmt: skip
+        plan.sum_grid = (-(-rows // (_BLOCK // lanes)), chunks)
+        plan.carry_args = (dtype_code(plan.acc_dtype), rows, chunks, _scan_layout([rows], [chunks], [chunks], 1, 1))
+        plan.carry_block = _pow2_between(-(-chunks // 4), 32, _BLOCK)
+    return plan
 
 
 def cumsum(x: GPUArray, axis: int | None = None) -> GPUArray:
@@ -508,43 +650,11 @@ def cumsum(x: GPUArray, axis: int | None = None) -> GPUArray:
     if not is_cuda():
         _cpu.store(out, np.cumsum(_cpu_numbers(x, accumulator), axis=ax))
         return out
-    kept = [a for a in range(x.ndim) if a != ax]
-    out_strides = contiguous_strides(x.shape)
-    dims, (in_outer, out_outer) = collapse([x._shape[a] for a in kept],
-                                           [[x._strides[a] for a in kept], [out_strides[a] for a in kept]])  # fmt: skip
-    rows, count = math.prod(dims), x._shape[ax]
-    layout = _scan_layout(dims, in_outer, out_outer, x._strides[ax], out_strides[ax])
-    scan = _scan_expression(accumulator)
-    scan_group = group(_SCAN_FILE, [scan])
-    kernel = scan_group.kernel(scan, _SCAN_PARAMS)
-    block = _pow2_between(-(-count // 4), 32, _BLOCK)
-    chunks = -(-count // _SCAN_CHUNK) if rows < 1024 else 1
-    chunk = -(-count // chunks) if chunks == 1 else _SCAN_CHUNK
-    chunks = -(-count // chunk)
-    carry = 0
-    if chunks > 1:
-        # Sum each chunk, scan those sums exclusively per row, then scan the chunks from them.
-        acc_dtype = _ACCUMULATOR_DTYPES[accumulator]
-        totals = empty((rows, chunks), acc_dtype)
-        sum_expressions = _SUM.expressions(x.dtype)
-        rows_kernel = sum_expressions[0]
-        kernels = group(_REDUCE_FILE, sum_expressions)
-        inner = ([count], [x._strides[ax]])
-        width = 16 // x.dtype.itemsize if x._strides[ax] == 1 and x.dtype.is_floating else 1
-        lanes = _pow2_between(-(-chunk // (4 * width)), 4, _BLOCK)
-        kernels.kernel(rows_kernel, _ROWS_PARAMS)(
-            x.device_ptr, dtype_code(x.dtype), totals.device_ptr, _ACCUMULATOR_CODE, rows, count, chunk, lanes, count,
-            0, 0, _reduce_layout((dims, in_outer), inner), totals.device_ptr, 0,
-            grid=(-(-rows // (_BLOCK // lanes)), chunks), block=_BLOCK,
-        )  # fmt: skip
-        carries = empty((rows, chunks), acc_dtype)
-        code = dtype_code(acc_dtype)
-        kernel(totals.device_ptr, code, carries.device_ptr, code, rows, chunks, chunks, 0, 1,
-               _scan_layout([rows], [chunks], [chunks], 1, 1), grid=(rows, 1), block=_pow2_between(-(-chunks // 4), 32,
-               _BLOCK))  # fmt: skip
-        carry = carries.device_ptr
-    kernel(x.device_ptr, dtype_code(x.dtype), out.device_ptr, dtype_code(result_dtype), rows, count, chunk, carry, 0,
-           layout, grid=(rows, chunks), block=block)  # fmt: skip
+    key = ("cumsum", x._dtype, x._shape, x._strides, ax)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS.put(key, _plan_scan(x, ax, result_dtype, accumulator))
+    plan.run(x, out)
     return out
 
 
@@ -557,8 +667,9 @@ def _copy_convert(out: GPUArray, x: GPUArray) -> GPUArray:
 
 # -- softmax ----------------------------------------------------------------------------------------
 _SOFTMAX_PARAMS = [pointer("x"), pointer("out"), size_param("rows"), size_param("count"), code_param("lanes"),
-                   code_param("log"), layout_param("layout", "SoftmaxLayout")]  # fmt: skip
-_APPLY_PARAMS = [pointer("out"), pointer("x"), pointer("stats"), size_param("n"), layout_param(), code_param("log")]
+                   code_param("log"), _SOFTMAX_LAYOUT.param("layout")]  # fmt: skip
+_APPLY_PARAMS = [pointer("out"), pointer("x"), pointer("stats"), size_param("n"), LAYOUT.param("layout"),
+                 code_param("log")]  # fmt: skip
 
 
 _HELD_PACKS = (1, 2, 4, 8)  # softmax_rows_held's P: 16-byte packs of its row each thread holds
@@ -587,6 +698,63 @@ def _held_plan(count: int, width: int) -> tuple[int, int] | None:
     return lanes, packs
 
 
+class _SoftmaxPlan:
+    """The launches of one softmax call shape: a row kernel (``stats`` None), or the statistics of
+    every row by a reduction plan, then softmax_apply."""
+
+    __slots__ = ("args", "block", "grid", "kernel", "stats", "stats_bytes")
+
+    def __init__(self, kernel: JITKernel, args: tuple[Any, ...], grid: int, block: int,
+                 stats: _ReducePlan | None = None, stats_bytes: int = 0) -> None:  # fmt: skip
+        self.kernel = kernel
+        self.args = args
+        self.grid = grid
+        self.block = block
+        self.stats = stats
+        self.stats_bytes = stats_bytes
+
+    def run(self, x: GPUArray, out: GPUArray) -> None:
+        if self.stats is None:
+            self.kernel(x.device_ptr, out.device_ptr, *self.args, grid=self.grid, block=self.block)
+            return
+        stats = empty(self.stats_bytes, uint8)
+        self.stats.run(x, stats)
+        self.kernel(out.device_ptr, x.device_ptr, stats.device_ptr, *self.args, grid=self.grid, block=self.block)
+
+
+def _plan_softmax(x: GPUArray, out_strides: tuple[int, ...], ax: int, log: bool) -> _SoftmaxPlan:
+    kept = [a for a in range(x.ndim) if a != ax]
+    rows, count = math.prod(x._shape[a] for a in kept), x._shape[ax]
+    expressions = _softmax_expressions(x.dtype)
+    rows_expr, apply_expr = expressions[:2]
+    kernels = group(_SOFTMAX_FILE, expressions)
+    rows_along_axis = (x._strides[ax] == 1 and out_strides[ax] == 1) or count == 1
+    if rows_along_axis and (rows >= 256 or count <= 16384):
+        kept_strides = [[x._strides[a] for a in kept], [out_strides[a] for a in kept]]
+        dims, (in_outer, out_outer) = collapse([x._shape[a] for a in kept], kept_strides)
+        _check_dims(dims)
+        layout = _SOFTMAX_LAYOUT.pack(len(dims), dims, in_outer, out_outer)
+        width = 16 // x.dtype.itemsize
+        held = _held_plan(count, width)
+        if held is not None:
+            lanes, packs = held
+            block = builtins.max(_BLOCK, lanes)
+            expression = f"{NAMESPACE}softmax_rows_held<{x.dtype.ctype}, {compute_ctype(x.dtype)}, {packs}>"
+            return _SoftmaxPlan(kernels.kernel(expression, _SOFTMAX_PARAMS), (rows, count, lanes, int(log), layout),
+                                -(-rows // (block // lanes)), block)  # fmt: skip
+        lanes = _pow2_between(-(-count // (8 * width)), 4, _BLOCK)  # about 8 packs per thread
+        return _SoftmaxPlan(kernels.kernel(rows_expr, _SOFTMAX_PARAMS), (rows, count, lanes, int(log), layout),
+                            -(-rows // (_BLOCK // lanes)), _BLOCK)  # fmt: skip
+    # Statistics per row by the reduction kernels (one or two passes), then an elementwise pass.
+    stats = _plan_reduce(_LSE, x, (ax,), _ACCUMULATOR_CODE, 0)
+    stats_strides = list(contiguous_strides([x._shape[a] for a in kept]))
+    for_axes = [*stats_strides[:ax], 0, *stats_strides[ax:]]
+    layout_bytes = pack_layout(x.shape, [out_strides, x._strides, for_axes])
+    size = math.prod(x._shape)
+    return _SoftmaxPlan(kernels.kernel(apply_expr, _APPLY_PARAMS), (size, layout_bytes, int(log)), grid_for(size),
+                        _BLOCK, stats, rows * _LSE.acc_bytes(x.dtype))  # fmt: skip
+
+
 def _softmax(name: str, x: Any, axis: int, log: bool) -> GPUArray:
     x = _check_array(name, x)
     if not x.dtype.is_floating:
@@ -605,41 +773,12 @@ def _softmax(name: str, x: Any, axis: int, log: bool) -> GPUArray:
             total = exp.sum(axis=ax, keepdims=True)
             _cpu.store(out, shifted - np.log(total) if log else exp / total)
         return out
-    kept = [a for a in range(x.ndim) if a != ax]
-    rows, count = math.prod(x._shape[a] for a in kept), x._shape[ax]
-    expressions = _softmax_expressions(x.dtype)
-    rows_expr, apply_expr = expressions[:2]
-    kernels = group(_SOFTMAX_FILE, expressions)
-    out_strides = out._strides
-    rows_along_axis = (x._strides[ax] == 1 and out_strides[ax] == 1) or count == 1
-    if rows_along_axis and (rows >= 256 or count <= 16384):
-        kept_strides = [[x._strides[a] for a in kept], [out_strides[a] for a in kept]]
-        dims, (in_outer, out_outer) = collapse([x._shape[a] for a in kept], kept_strides)
-        shape, in_strides = _dims_bytes(dims, in_outer)
-        _, outs = _dims_bytes(dims, out_outer)
-        layout = _SOFTMAX_LAYOUT.pack(len(dims), *shape, *in_strides, *outs)
-        width = 16 // x.dtype.itemsize
-        held = _held_plan(count, width)
-        if held is not None:
-            lanes, packs = held
-            block = builtins.max(_BLOCK, lanes)
-            expression = f"{NAMESPACE}softmax_rows_held<{x.dtype.ctype}, {compute_ctype(x.dtype)}, {packs}>"
-            held_kernel = kernels.kernel(expression, _SOFTMAX_PARAMS)
-            held_kernel(x.device_ptr, out.device_ptr, rows, count, lanes, int(log), layout,
-                        grid=-(-rows // (block // lanes)), block=block)  # fmt: skip
-            return out
-        lanes = _pow2_between(-(-count // (8 * width)), 4, _BLOCK)  # about 8 packs per thread
-        kernels.kernel(rows_expr, _SOFTMAX_PARAMS)(x.device_ptr, out.device_ptr, rows, count, lanes, int(log), layout,
-                                                   grid=-(-rows // (_BLOCK // lanes)), block=_BLOCK)  # fmt: skip
-        return out
-    # Statistics per row by the reduction kernels (one or two passes), then an elementwise pass.
-    stats = empty(rows * _LSE.acc_bytes(x.dtype), uint8)
-    _launch_reduce(_LSE, x, (ax,), stats, _ACCUMULATOR_CODE, 0)
-    stats_strides = list(contiguous_strides([x._shape[a] for a in kept]))
-    for_axes = [*stats_strides[:ax], 0, *stats_strides[ax:]]
-    layout_bytes = pack_layout(x.shape, [out_strides, x._strides, for_axes])
-    kernels.kernel(apply_expr, _APPLY_PARAMS)(out.device_ptr, x.device_ptr, stats.device_ptr, out.size, layout_bytes,
-                                              int(log), grid=grid_for(out.size), block=_BLOCK)  # fmt: skip
+    # The input's alignment picks reduce_cols_packed for the statistics of some strided layouts.
+    key = ("softmax", x._dtype, x._shape, x._strides, ax, log, x.device_ptr % 16 == 0, _SPLIT_BLOCKS)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS.put(key, _plan_softmax(x, out._strides, ax, log))
+    plan.run(x, out)
     return out
 
 

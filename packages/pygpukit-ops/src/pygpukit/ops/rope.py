@@ -1,5 +1,7 @@
 """Rotary position embeddings (RoPE): cos/sin tables with Hugging Face's rope scaling types, and
-:func:`apply_rope`, which rotates q and k in place in one kernel launch (native/kernels/nn/rope.cu).
+:func:`apply_rope`, which rotates q and k in place in one kernel launch (native/kernels/nn/rope.cu);
+:func:`rope_inplace` is its short form, ``rope_inplace(x, freqs)``, with the tables of a
+:class:`RotaryEmbedding` (or a ``(cos, sin)`` pair) and positions 0, 1, ... by default.
 
 Tables are computed in float64 on the host, once, and uploaded: ``cos[p, i] = cos(p * inv_freq[i]) *
 attention_factor`` for positions ``p < max_positions`` and the ``rotary_dim // 2`` frequencies
@@ -24,12 +26,13 @@ from pygpukit.core.array import GPUArray, from_numpy
 from pygpukit.core.dtypes import DType, as_dtype, bfloat16, float16, float32
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel
+from pygpukit.core.plans import PlanCache
 
 from . import _cpu
 from ._kernels import BLOCK, NAMESPACE, Groups, group, layout_param, pointer, register_enumerator, size_param
 from ._layout import check_devices, is_cuda
 
-__all__ = ["RotaryEmbedding", "apply_rope", "rope_cos_sin", "rope_inv_freq"]
+__all__ = ["RotaryEmbedding", "apply_rope", "rope_cos_sin", "rope_inplace", "rope_inv_freq"]
 
 _FILE = "nn/rope.cu"
 _SHAPE = struct.Struct("@8q8i")  # RopeShape in rope.cu
@@ -406,6 +409,73 @@ class RotaryEmbedding:
     def __repr__(self) -> str:
         return (f"RotaryEmbedding(head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, "
                 f"max_positions={self.max_positions}, style={self.style!r}, dtype={self.cos.dtype})")  # fmt: skip
+
+
+# -- rope_inplace -----------------------------------------------------------------------------------
+# Device tables 0, 1, ..., capacity - 1 (int32) by (device, capacity), capacity a power of two: the
+# default positions of rope_inplace are a prefix of one.
+_positions: PlanCache[GPUArray] = PlanCache("rope_inplace positions", maxsize=64)
+
+
+def _default_positions(seq: int, device: int) -> GPUArray:
+    """int32 positions 0 .. seq - 1 on the device (uploaded once per power-of-two length: make the
+    first call for a length before capturing a CUDA graph)."""
+    capacity = 1 << max(seq - 1, 0).bit_length()
+    key = (device, capacity)
+    table = _positions.get(key)
+    if table is None or table.buffer.freed:
+        table = _positions.put(key, from_numpy(np.arange(capacity, dtype=np.int32)))
+    return table[:seq]
+
+
+def _tables(freqs: Any) -> tuple[GPUArray, GPUArray, str | None, int | None]:
+    if isinstance(freqs, RotaryEmbedding):
+        return freqs.cos, freqs.sin, freqs.style, freqs.rotary_dim
+    if isinstance(freqs, (tuple, list)) and len(freqs) == 2 and all(isinstance(t, GPUArray) for t in freqs):
+        return freqs[0], freqs[1], None, None
+    raise DTypeError(f"rope_inplace: freqs must be a RotaryEmbedding or a (cos, sin) pair of tables from "
+                     f"rope_cos_sin, got {type(freqs).__name__}")  # fmt: skip
+
+
+def _as_4d(name: str, x: Any) -> GPUArray:
+    if not isinstance(x, GPUArray):
+        raise DTypeError(f"rope_inplace: {name} must be a GPUArray, got {type(x).__name__}")
+    if x.ndim == 3:
+        return x[None]  # (1, seq, heads, head_dim): a view, written in place
+    if x.ndim != 4:
+        raise ShapeError(f"rope_inplace: {name} must be (seq, heads, head_dim) or (batch, seq, heads, head_dim), "
+                         f"got shape {x.shape}")  # fmt: skip
+    return x
+
+
+def rope_inplace(
+    x: GPUArray,
+    freqs: RotaryEmbedding | tuple[GPUArray, GPUArray],
+    positions: GPUArray | None = None,
+    *,
+    k: GPUArray | None = None,
+    style: str | None = None,
+    position_offset: int = 0,
+) -> None:
+    """Rotate ``x`` (and ``k``, if given) in place by rotary position embeddings: :func:`apply_rope`
+    with the tables of ``freqs``, a :class:`RotaryEmbedding` (its tables, style and rotary_dim) or a
+    ``(cos, sin)`` pair from :func:`rope_cos_sin` (style "neox" unless ``style`` says otherwise).
+
+    ``x`` and ``k`` are (seq, heads, head_dim) or (batch, seq, heads, head_dim), float32, float16 or
+    bfloat16, with a contiguous last dimension (other strides are free: views into a fused qkv buffer
+    work). ``positions`` is as for apply_rope; None means 0, 1, ..., seq - 1 for every sequence, plus
+    ``position_offset``. Errors are apply_rope's (raised before anything is written), and
+    :class:`DTypeError` for ``freqs`` that is neither, :class:`ShapeError` for another rank or x and k
+    of different ranks."""
+    cos, sin, table_style, rotary_dim = _tables(freqs)
+    q4 = _as_4d("x", x)
+    k4 = None if k is None else _as_4d("k", k)
+    if k is not None and k.ndim != x.ndim:
+        raise ShapeError(f"rope_inplace: x {x.shape} and k {k.shape} must have the same rank")
+    if positions is None:
+        positions = _default_positions(q4.shape[1], q4.buffer.device)
+    chosen = style if style is not None else (table_style or "neox")
+    apply_rope(q4, k4, cos, sin, positions, chosen, rotary_dim, position_offset)
 
 
 # -- compile-check enumeration ----------------------------------------------------------------------

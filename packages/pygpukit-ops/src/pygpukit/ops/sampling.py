@@ -42,9 +42,14 @@ from typing import Any
 
 import numpy as np
 
+from pygpukit.core.abi import KernelStruct
 from pygpukit.core.array import GPUArray, empty, from_numpy
+from pygpukit.core.codes import enum_values
 from pygpukit.core.dtypes import DType, as_dtype, bfloat16, float16, float32, int32
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
+from pygpukit.core.jit import JITKernel
+from pygpukit.core.plans import PlanCache
+from pygpukit.core.stream import thread_device
 
 from . import _cpu
 from ._kernels import (
@@ -52,7 +57,6 @@ from ._kernels import (
     Groups,
     grid_for,
     group,
-    layout_param,
     pointer,
     register_enumerator,
     size_param,
@@ -77,16 +81,31 @@ _SCALE = np.float32(2.0**44)
 _F32_MAX = float(np.finfo(np.float32).max)
 _MASK32 = 0xFFFFFFFF
 
-# Passes and flags of sample_pass (sampling.cu).
-_STATS, _TOPK1, _TOPK2, _TOPP0, _TOPP1, _TOPP2, _DRAW, _PROBS = range(8)
-_FINAL, _ADVANCE, _PENALTY, _TOKEN = 1, 2, 4, 8
+# Passes and flags of sample_pass (common/codes.cuh).
+_PASSES = enum_values("SamplePass")
+_STATS, _TOPK1, _TOPK2 = _PASSES["kSampleStats"], _PASSES["kSampleTopK1"], _PASSES["kSampleTopK2"]
+_TOPP0, _TOPP1, _TOPP2 = _PASSES["kSampleTopP0"], _PASSES["kSampleTopP1"], _PASSES["kSampleTopP2"]
+_DRAW, _PROBS = _PASSES["kSampleDraw"], _PASSES["kSampleProbs"]
+_FLAGS = enum_values("SampleFlag")
+_FINAL, _ADVANCE = _FLAGS["kSampleFinal"], _FLAGS["kSampleAdvance"]
+_PENALTY, _TOKEN = _FLAGS["kSamplePenalty"], _FLAGS["kSampleToken"]
 
-# struct SampleArgs: 10 pointers, 6 long long, 4 float, 4 int.
-_ARGS = struct.Struct("@10Q6q4f4i")
-_PASS_FLAGS = struct.Struct("@ii")
-_PASS_OFFSET = 10 * 8 + 6 * 8 + 4 * 4 + 4  # SampleArgs::pass, then flags
-_PASS_PARAMS = [pointer("logits"), layout_param("args", "SampleArgs")]
-_MARK_PARAMS = [layout_param("args", "SampleArgs")]
+# The argument of sample_pass and sample_mark (sampling.cu), declared once.
+_ARGS = KernelStruct(f"{NAMESPACE}SampleArgs", _FILE, [
+    ("temperature", "const float*"), ("top_k", "const int*"), ("top_p", "const float*"), ("min_p", "const float*"),
+    ("penalty", "const float*"), ("history", "const int*"), ("out", "int*"), ("probs", "float*"),
+    ("state", "unsigned long long*"), ("bitmap", "unsigned int*"),
+    ("row_stride", "long long"), ("vocab", "long long"), ("chunk", "long long"), ("history_len", "long long"),
+    ("history_stride", "long long"), ("bitmap_words", "long long"),
+    ("temperature_value", "float"), ("top_p_value", "float"), ("min_p_value", "float"), ("penalty_value", "float"),
+    ("top_k_value", "int"), ("pass", "int"), ("flags", "int"), ("rows", "int"),
+])  # fmt: skip
+# Every field is a scalar, so a field's index is its place among pack_flat's values.
+_PASS_AT = [name for name, _, _ in _ARGS.fields].index("pass")
+_FLAGS_AT = [name for name, _, _ in _ARGS.fields].index("flags")
+_PASS_PARAMS = [pointer("logits"), _ARGS.param("args")]
+_MARK_PARAMS = [_ARGS.param("args")]
+_PLANS: PlanCache[tuple[JITKernel, JITKernel, int, int]] = PlanCache("ops.sampling")
 _ARGMAX_PARAMS = [pointer("logits"), pointer("out"), size_param("row_stride"), size_param("vocab")]
 
 
@@ -428,14 +447,19 @@ class Sampler:
             self._run_cpu(logits, s, out, probs)
             return
         batch, vocab = logits.shape
-        chunks, chunk = _chunking(batch, vocab)
+        key = (self.dtype, batch, vocab, thread_device())
+        plan = _PLANS.get(key)
+        if plan is None:
+            pass_expr, _, mark_expr = _expressions(self.dtype)
+            kernels = group(_FILE, _expressions(self.dtype))
+            plan = _PLANS.put(key, (kernels.kernel(pass_expr, _PASS_PARAMS), kernels.kernel(mark_expr, _MARK_PARAMS),
+                                    *_chunking(batch, vocab)))  # fmt: skip
+        launch, mark, chunks, chunk = plan
         history = s.history
-        pass_expr, _, mark_expr = _expressions(self.dtype)
-        kernels = group(_FILE, _expressions(self.dtype))
         base = _PENALTY if s.penalised else 0
         token = out is not None
 
-        template = _ARGS.pack(
+        values = [
             s.temperature.pointer(), s.top_k.pointer(), s.top_p.pointer(), s.min_p.pointer(), s.penalty.pointer(),
             history.device_ptr if history is not None else 0, out.device_ptr if out is not None else 0,
             probs.device_ptr if probs is not None else 0, self._state.device_ptr, self._bitmap.device_ptr,
@@ -443,21 +467,19 @@ class Sampler:
             history.strides[0] // history.itemsize if history is not None else 0, self._bitmap_words,
             float(s.temperature.value), float(s.top_p.value), float(s.min_p.value), float(s.penalty.value),
             min(int(s.top_k.value), vocab), _STATS, base, batch,
-        )  # fmt: skip
+        ]  # fmt: skip
         if s.penalised:
             assert history is not None
-            kernels.kernel(mark_expr, _MARK_PARAMS)(template, grid=grid_for(batch * history.shape[1]),
-                                                    block=_THREADS)  # fmt: skip
+            mark(_ARGS.pack_flat(*values), grid=grid_for(batch * history.shape[1]), block=_THREADS)
         passes = s.passes(vocab, probs is not None)
-        launch = kernels.kernel(pass_expr, _PASS_PARAMS)
-        args = bytearray(template)
         for index, pass_ in enumerate(passes):
             flags = base | (_TOKEN if token else 0)
             if index == len(passes) - 1:
                 flags |= _FINAL | (_ADVANCE if token else 0)
-            _PASS_FLAGS.pack_into(args, _PASS_OFFSET, pass_, flags)
+            values[_PASS_AT] = pass_
+            values[_FLAGS_AT] = flags
             # The raw address: rows may lie at any stride (SampleArgs::row_stride), no copy.
-            launch(logits.device_ptr, bytes(args), grid=(chunks, batch), block=_THREADS)
+            launch(logits.device_ptr, _ARGS.pack_flat(*values), grid=(chunks, batch), block=_THREADS)
 
     def _run_cpu(self, logits: GPUArray, s: _Settings, out: GPUArray | None, probs: GPUArray | None) -> None:
         batch, vocab = logits.shape

@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import itertools
 import math
-import struct
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from pygpukit.core.abi import KernelStruct
 from pygpukit.core.array import GPUArray, empty
 from pygpukit.core.errors import DTypeError, ShapeError
 
 from . import _cpu
-from ._kernels import BLOCK, NAMESPACE, Groups, grid_for, group, layout_param, pointer, register_enumerator, size_param
-from ._layout import broadcast_shapes, check_devices, collapse, is_cuda, pack_layout
+from ._kernels import BLOCK, NAMESPACE, Groups, grid_for, group, pointer, register_enumerator, size_param
+from ._layout import LAYOUT, MAX_DIMS, broadcast_shapes, check_devices, collapse, is_cuda, pack_layout
 from .elementwise import copy_into
 from .promotion import result_type
 
@@ -38,9 +38,13 @@ __all__ = [
 
 _FILE = "shape/copy.cu"
 _ELEMENTS = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
-_MAX_DIMS = 8
-_TILE_LAYOUT = struct.Struct(f"@{2 * _MAX_DIMS}qiqqqq")
-_TILE = 32
+_TILE_LAYOUT = KernelStruct("pygpukit::ops::TileLayout", _FILE, [
+    ("batch_shape", f"long long[{MAX_DIMS}]"), ("batch_strides", f"long long[{MAX_DIMS}]"), ("batch_ndim", "int"),
+    ("rows", "long long"), ("cols", "long long"), ("row_stride", "long long"), ("col_stride", "long long"),
+])  # fmt: skip
+_TILE_PARAMS = [pointer("out"), pointer("x"), _TILE_LAYOUT.param("layout")]
+_GATHER_PARAMS = [pointer("out"), pointer("x"), size_param("n"), LAYOUT.param("layout")]
+_TILE = 32  # kTile of copy.cu
 
 
 def _expressions(itemsize: int) -> tuple[str, str]:
@@ -70,19 +74,16 @@ def _materialize(view: GPUArray) -> GPUArray:
     tiles, gather = _expressions(view.dtype.itemsize)
     kernels = group(_FILE, [tiles, gather])
     batch = math.prod(dims[:-2])
-    tiled = 2 <= len(dims) <= _MAX_DIMS + 2 and in_strides[-2] == 1 and in_strides[-1] != 1
+    tiled = 2 <= len(dims) <= MAX_DIMS + 2 and in_strides[-2] == 1 and in_strides[-1] != 1
     if tiled and batch <= 65535 and -(-dims[-1] // _TILE) <= 65535:
         rows, cols = dims[-1], dims[-2]  # the output's last axis, and the input's fastest one
-        pad = [0] * (_MAX_DIMS - (len(dims) - 2))
-        layout = _TILE_LAYOUT.pack(*(dims[:-2] + pad), *(in_strides[:-2] + pad), len(dims) - 2, rows, cols,
-                                   in_strides[-1], in_strides[-2])  # fmt: skip
-        params = [pointer("out"), pointer("x"), layout_param("layout", "TileLayout")]
-        kernels.kernel(tiles, params)(out.device_ptr, view.device_ptr, layout,
-                                      grid=(-(-cols // _TILE), -(-rows // _TILE), batch), block=(_TILE, 8))  # fmt: skip
+        layout = _TILE_LAYOUT.pack(dims[:-2], in_strides[:-2], len(dims) - 2, rows, cols, in_strides[-1],
+                                   in_strides[-2])  # fmt: skip
+        grid = (-(-cols // _TILE), -(-rows // _TILE), batch)
+        kernels.kernel(tiles, _TILE_PARAMS)(out.device_ptr, view.device_ptr, layout, grid=grid, block=(_TILE, 8))
         return out
-    params = [pointer("out"), pointer("x"), size_param("n"), layout_param()]
-    layout_bytes = pack_layout(view.shape, [out._strides, view._strides])
-    kernels.kernel(gather, params)(out.device_ptr, view.device_ptr, n, layout_bytes, grid=grid_for(n), block=BLOCK)
+    layout = pack_layout(view.shape, [out._strides, view._strides])
+    kernels.kernel(gather, _GATHER_PARAMS)(out.device_ptr, view.device_ptr, n, layout, grid=grid_for(n), block=BLOCK)
     return out
 
 

@@ -18,8 +18,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pygpukit.core import errors as _core_errors
 from pygpukit.core.backend import backend_state
-from pygpukit.core.errors import ArgumentError, OutOfMemoryError, PyGPUkitError
+from pygpukit.core.errors import ArgumentError, PyGPUkitError
 from pygpukit.core.memory import allocation_scope, get_memory_info
 from pygpukit.core.stream import Event, Stream
 
@@ -65,8 +66,9 @@ class AdmissionError(ContextError):
         self.reason = reason
 
 
-class QuotaExceededError(OutOfMemoryError):
-    """An allocation inside a context session would exceed the context's budget. ``context`` names it;
+class QuotaExceededError(_core_errors.QuotaExceededError):
+    """An allocation inside a context session would exceed the context's budget (a
+    ``pygpukit.QuotaExceededError`` with the context's name). ``context`` names it;
     ``requested``, ``in_use`` and ``limit`` are in bytes."""
 
     def __init__(self, message: str, *, context: str, requested: int, in_use: int, limit: int) -> None:

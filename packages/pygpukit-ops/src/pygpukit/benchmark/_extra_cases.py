@@ -1,0 +1,129 @@
+"""The attention and fp8 GEMM cases of ``python -m pygpukit.benchmark`` (``--attention``, ``--fp8``).
+
+Attention: causal prefill (``sdpa_causal``) of one sequence of each ``--seq-lens`` length with
+Llama-3-8B's heads (32 query heads, 8 kv heads, head_dim 128), checked on two heads against a float64
+NumPy softmax attention; the peer is torch's default ``scaled_dot_product_attention`` (its own backend
+choice) on the same values in torch's (batch, heads, seq, head_dim) layout. fp8: ``scaled_matmul`` of
+float8_e4m3fn operands (a row-major, b the transpose of a contiguous weight, scales 1) into bfloat16,
+checked against the float64 product of the same fp8 values; the peer is ``torch._scaled_mm`` where it
+exists.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import pygpukit as gp
+
+from ._runner import Bench, Case, _host, _relative_error, _storage
+
+__all__ = ["ATTENTION_SHAPE", "attention_case", "fp8_gemm_case"]
+
+# (batch, query heads, kv heads, head_dim): Llama-3-8B
+ATTENTION_SHAPE = (1, 32, 8, 128)
+ATTENTION_TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}
+FP8_TOLERANCE = 1e-2  # one bfloat16 rounding of an exact product of fp8 values
+
+
+def _reference_attention(q: np.ndarray[Any, Any], k: np.ndarray[Any, Any], v: np.ndarray[Any, Any],
+                         heads: int) -> np.ndarray[Any, Any]:  # fmt: skip
+    """float64 causal attention of the first ``heads`` query heads of batch 0 (seq_q == seq_kv)."""
+    seq, num_heads, head_dim = q.shape[1], q.shape[2], q.shape[3]
+    group = num_heads // k.shape[2]
+    mask = np.triu(np.ones((seq, seq), dtype=bool), 1)
+    out = np.empty((seq, heads, head_dim))
+    for h in range(heads):
+        qh, kh, vh = q[0, :, h].astype(np.float64), k[0, :, h // group], v[0, :, h // group]
+        scores = qh @ kh.astype(np.float64).T / math.sqrt(head_dim)
+        scores[mask] = -np.inf
+        weights = np.exp(scores - scores.max(axis=1, keepdims=True))
+        weights /= weights.sum(axis=1, keepdims=True)
+        out[:, h] = weights @ vh.astype(np.float64)
+    return out
+
+
+def attention_case(dtype: str, seq: int) -> Case:
+    batch, heads, kv_heads, head_dim = ATTENTION_SHAPE
+
+    def make() -> Bench:
+        rng = np.random.default_rng(seq)
+
+        def device(shape: tuple[int, ...]) -> gp.GPUArray:
+            return gp.from_numpy(_host(rng, shape)).astype(dtype)
+
+        q = device((batch, seq, heads, head_dim))
+        k, v = device((batch, seq, kv_heads, head_dim)), device((batch, seq, kv_heads, head_dim))
+        out = gp.empty(q.shape, q.dtype)
+
+        def ours() -> gp.GPUArray:
+            return gp.ops.sdpa_causal(q, k, v, out=out)
+
+        def check(result: gp.GPUArray) -> str | None:
+            checked = 2
+            ref = _reference_attention(q.to_numpy(), k.to_numpy(), v.to_numpy(), checked)
+            got = result.to_numpy()[0, :, :checked].astype(np.float64)
+            error = _relative_error(got, ref)
+            bound = ATTENTION_TOLERANCE[dtype]
+            return None if error <= bound else f"relative error {error:.3g} > {bound:.0e}"
+
+        def torch_run(torch: Any) -> Callable[[], Any] | None:
+            sdpa = torch.nn.functional.scaled_dot_product_attention
+
+            def layout(x: gp.GPUArray) -> Any:
+                return torch.from_dlpack(x).transpose(1, 2).contiguous()  # (batch, heads, seq, head_dim)
+
+            tq, tk, tv = layout(q), layout(k), layout(v)
+            try:
+                sdpa(tq[:, :, :1], tk[:, :, :1], tv[:, :, :1], is_causal=True, enable_gqa=True)
+            except TypeError:  # torch before 2.5: no enable_gqa, so repeat the kv heads
+                tk = tk.repeat_interleave(heads // kv_heads, dim=1)
+                tv = tv.repeat_interleave(heads // kv_heads, dim=1)
+                return lambda: sdpa(tq, tk, tv, is_causal=True)
+            return lambda: sdpa(tq, tk, tv, is_causal=True, enable_gqa=True)
+
+        return Bench(ours, check, torch_run)
+
+    flops = 2.0 * batch * heads * seq * seq * head_dim  # causal: half of 4 * b * h * s^2 * d
+    return Case("attention", "sdpa_causal", dtype, f"s{seq} h{heads}/{kv_heads} d{head_dim}", flops=flops, make=make)
+
+
+def fp8_gemm_case(m: int, k: int, n: int) -> Case:
+    """(M, K) @ (K, N) in fp8; M = 1 is the GEMV suite's form."""
+
+    def make() -> Bench:
+        rng = np.random.default_rng(m + k + n + 8)
+        a = gp.from_numpy(_host(rng, (m, k))).astype("float8_e4m3fn")
+        w = gp.from_numpy(_host(rng, (n, k)) / math.sqrt(k)).astype("float8_e4m3fn")  # (N, K), contiguous
+        b = w.T  # (K, N), column-major: what scaled_matmul and cuBLASLt's fp8 kernels take
+        one = gp.from_numpy(np.ones(1, np.float32))
+
+        def ours() -> gp.GPUArray:
+            return gp.ops.scaled_matmul(a, b, one, one, out_dtype="bfloat16")
+
+        def check(result: gp.GPUArray) -> str | None:
+            rows = min(m, 16)
+            ref = a[:rows].to_numpy().astype(np.float64) @ w.to_numpy().astype(np.float64).T
+            error = _relative_error(result[:rows].to_numpy(), ref)
+            return None if error <= FP8_TOLERANCE else f"relative error {error:.3g} > {FP8_TOLERANCE:.0e}"
+
+        def torch_run(torch: Any) -> Callable[[], Any] | None:
+            scaled_mm = getattr(torch, "_scaled_mm", None)
+            if scaled_mm is None or not hasattr(torch, "float8_e4m3fn"):
+                return None
+            # DLPack carries no fp8: through bfloat16, which holds every fp8 value exactly.
+            ta = torch.from_dlpack(a.astype(_storage("bfloat16"))).to(torch.float8_e4m3fn)
+            tw = torch.from_dlpack(w.astype(_storage("bfloat16"))).to(torch.float8_e4m3fn)
+            tone = torch.ones((), dtype=torch.float32, device=ta.device)
+            return lambda: scaled_mm(ta, tw.t(), scale_a=tone, scale_b=tone, out_dtype=torch.bfloat16)
+
+        return Bench(ours, check, torch_run)
+
+    if m == 1:
+        return Case("gemv", "scaled_matmul M=1", "fp8", f"{k}x{n}", flops=2.0 * k * n, nbytes=float(k * n),
+                    make=make, shape=(m, k, n))  # fmt: skip
+    size = f"{n}^3" if m == k == n else f"{m}x{k}x{n}"
+    return Case("gemm", "scaled_matmul", "fp8", size, flops=2.0 * m * k * n, make=make, shape=(m, k, n))

@@ -1,0 +1,340 @@
+"""Matrix products: ``matmul`` (2-D, batched, broadcasting), ``linear`` with fused epilogues, fp8
+``scaled_matmul``, the TF32 switch and ``bias_add_inplace``.
+
+Each call shape is checked and planned once (dispatch.py: GEMV, cuBLASLt, wgmma, mma.sync or the
+CUDA-core kernel); the plan is kept in the family's plan cache, so a repeated call does one lookup
+and its launch. Transposed views reach the kernels as transposed operands, never copied.
+
+Precision: float32 is exact IEEE fp32 by default; TF32 tensor cores only when asked
+(``use_tf32=True``, :func:`set_tf32` or ``PYGPUKIT_ALLOW_TF32=1``; ``PYGPUKIT_NO_TF32=1`` forbids them
+whatever else says). float16 and bfloat16 accumulate in fp32. int8 accumulates in int32 and returns
+int32. fp8 needs scales: :func:`scaled_matmul`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from pygpukit.core import array as _array
+from pygpukit.core.array import GPUArray
+from pygpukit.core.backend import backend_state, env_flag
+from pygpukit.core.dtypes import DType, as_dtype
+from pygpukit.core.errors import DeviceError, DTypeError, PyGPUkitError, ShapeError
+from pygpukit.core.stream import Stream, thread_device
+
+from . import cublaslt, host
+from ._base import PLANS, check_activation, device_props
+from .dispatch import DirectPlan, Problem, plan_for
+
+__all__ = [
+    "bias_add_inplace",
+    "get_tf32",
+    "linear",
+    "linear_bias_gelu",
+    "matmul",
+    "scaled_matmul",
+    "set_tf32",
+]
+
+_MATMUL_DTYPES = ("float64", "float32", "float16", "bfloat16", "int8")
+_LINEAR_DTYPES = ("float32", "float16", "bfloat16", "float64")
+
+_tf32: bool | None = None
+
+
+def set_tf32(enabled: bool) -> None:
+    """Allow (True) or forbid (False) TF32 tensor cores for float32 matmuls in this process."""
+    global _tf32
+    _tf32 = bool(enabled)
+
+
+def get_tf32() -> bool:
+    """Whether float32 matmuls may use TF32: never with ``PYGPUKIT_NO_TF32=1`` (an alias that forbids
+    TF32 whatever else says); else what :func:`set_tf32` set; else ``PYGPUKIT_ALLOW_TF32=1``. The
+    environment variables are read when a call shape is first planned (a call passing ``use_tf32``
+    explicitly is bound by ``PYGPUKIT_NO_TF32`` too)."""
+    if env_flag("PYGPUKIT_NO_TF32", False):
+        return False
+    if _tf32 is not None:
+        return _tf32
+    return env_flag("PYGPUKIT_ALLOW_TF32", False)
+
+
+def _tf32_for(use_tf32: bool | None) -> bool:
+    if use_tf32 is None:
+        return get_tf32()
+    return bool(use_tf32) and not env_flag("PYGPUKIT_NO_TF32", False)
+
+
+def _broadcast_batch(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tuple[int, ...]:
+    if a_shape == b_shape:  # the common cases (2-D operands, equal batches) without NumPy's machinery
+        return a_shape
+    try:
+        return tuple(np.broadcast_shapes(a_shape, b_shape))
+    except ValueError:
+        raise ShapeError(f"matmul: batch dimensions {a_shape} and {b_shape} do not broadcast") from None
+
+
+def _check_pair(a: Any, b: Any, what: str) -> None:
+    for name, x in (("a", a), ("b", b)):
+        if not isinstance(x, GPUArray):
+            raise DTypeError(f"{what}: {name} must be a GPUArray, got {type(x).__name__}")
+        if x.ndim == 0:
+            raise ShapeError(f"{what}: {name} must have at least 1 dimension, got a scalar")
+    if a.buffer.device != b.buffer.device:
+        raise DeviceError(f"{what}: a is on device {a.buffer.device}, b on device {b.buffer.device}")
+
+
+def _check_out(out: Any, shape: tuple[int, ...], dtype: DType, what: str) -> None:
+    if not isinstance(out, GPUArray):
+        raise DTypeError(f"{what}: out must be a GPUArray, got {type(out).__name__}")
+    if out.shape != shape or out.dtype != dtype:
+        raise ShapeError(
+            f"{what}: out must have shape {shape} and dtype {dtype.name}, got {out.shape} {out.dtype.name}"
+        )
+    if not out.is_contiguous:
+        raise ShapeError(f"{what}: out must be contiguous (got strides {out.strides})")
+
+
+def _row(x: GPUArray) -> GPUArray:
+    """A 1-D operand as a (1, K) matrix: a view, whatever its stride (reshape would copy)."""
+    (size,), (stride,) = x._shape, x._strides
+    return x._view((1, size), (stride * size, stride), x._offset)
+
+
+def _column(x: GPUArray) -> GPUArray:
+    """A 1-D operand as a (K, 1) matrix view."""
+    (size,), (stride,) = x._shape, x._strides
+    return x._view((size, 1), (stride, 1), x._offset)
+
+
+def _plan(a2: GPUArray, b2: GPUArray, d: GPUArray, batch: tuple[int, ...], m: int, n: int, k: int,
+          result_shape: tuple[int, ...], *, bias: GPUArray | None = None, code: int = 0, tf32: bool = False,
+          scales: bool = False) -> DirectPlan | None:  # fmt: skip
+    problem = Problem(a2, b2, d, batch, math.prod(batch) if batch else 1, m, n, k, bias, code, tf32, scales,
+                      d.buffer.device, cublaslt.enabled())  # fmt: skip
+    return plan_for(problem, result_shape)
+
+
+def matmul(
+    a: GPUArray,
+    b: GPUArray,
+    *,
+    out: GPUArray | None = None,
+    use_tf32: bool | None = None,
+    stream: Stream | None = None,
+) -> GPUArray:
+    """``a @ b`` with NumPy's rules: 1-D operands are vectors, leading dimensions broadcast as batches.
+
+    Both operands must have the same dtype (float64, float32, float16, bfloat16 or int8; int8 gives
+    int32). ``out`` (contiguous, the result's shape and dtype) receives the result when given.
+    """
+    key = None
+    if type(a) is GPUArray and type(b) is GPUArray and (out is None or type(out) is GPUArray):
+        # TF32 as the plan sees it: asked for, else set_tf32's setting, else (None) the environment's.
+        key = ("matmul", a._shape, a._strides, a._dtype, a._buffer.device, b._shape, b._strides, b._dtype,
+               b._buffer.device, None if out is None else (out._shape, out._strides, out._dtype, out._buffer.device),
+               _tf32 if use_tf32 is None else use_tf32)  # fmt: skip
+        plan = PLANS.get(key)
+        if plan is not None:
+            return plan(a, b, None, out, stream)  # type: ignore[no-any-return]
+    _check_pair(a, b, "matmul")
+    if a.dtype != b.dtype:
+        raise DTypeError(f"matmul needs operands of one dtype, got {a.dtype.name} and {b.dtype.name}")
+    dtype = a.dtype
+    if dtype.name.startswith("float8"):
+        raise DTypeError(f"matmul of {dtype.name} needs scales: use scaled_matmul(a, b, scale_a, scale_b)")
+    if dtype.name not in _MATMUL_DTYPES:
+        raise DTypeError(f"matmul supports {', '.join(_MATMUL_DTYPES)}; got {dtype.name}")
+    a2 = _row(a) if a.ndim == 1 else a
+    b2 = _column(b) if b.ndim == 1 else b
+    m, k = a2.shape[-2], a2.shape[-1]
+    k2, n = b2.shape[-2], b2.shape[-1]
+    if k != k2:
+        raise ShapeError(f"matmul: shapes {a.shape} and {b.shape} do not align ({k} != {k2})")
+    batch = _broadcast_batch(a2.shape[:-2], b2.shape[:-2])
+    out_dtype = as_dtype("int32") if dtype.name == "int8" else dtype
+    full_shape = (*batch, m, n)
+    result_shape = full_shape
+    if a.ndim == 1:
+        result_shape = result_shape[:-2] + result_shape[-1:]
+    if b.ndim == 1:
+        result_shape = result_shape[:-1]
+    if out is not None:
+        _check_out(out, result_shape, out_dtype, "matmul")
+        d = out if result_shape == full_shape else out.reshape(full_shape)
+    else:
+        d = _array.empty(full_shape, out_dtype, stream=stream)
+    result = out if out is not None else d if result_shape == full_shape else d.reshape(result_shape)
+    if d.size == 0:
+        return result
+    if k == 0:  # an empty sum
+        d.copy_(_array.zeros(full_shape, out_dtype, stream=stream))
+        return result
+    if backend_state().name != "cuda":
+        host.matmul(a2, b2, d)
+        return result
+    plan = _plan(a2, b2, d, batch, m, n, k, result_shape, tf32=_tf32_for(use_tf32) and dtype.name == "float32")
+    if plan is None:  # every dtype here has the CUDA-core route
+        raise PyGPUkitError(f"matmul: no GEMM kernel takes {dtype.name} {a.shape} @ {b.shape}")
+    if key is not None:
+        PLANS.put(key, plan)
+    plan(a, b, None, d if out is None else out, stream)
+    return result
+
+
+def scaled_matmul(
+    a: GPUArray,
+    b: GPUArray,
+    scale_a: GPUArray,
+    scale_b: GPUArray,
+    *,
+    out_dtype: Any = "bfloat16",
+    bias: GPUArray | None = None,
+    stream: Stream | None = None,
+) -> GPUArray:
+    """fp8 GEMM: ``(a * scale_a) @ (b * scale_b)`` with fp32 accumulation, result in ``out_dtype``
+    (bfloat16, float16 or float32). a is (M, K) row-major, b (K, N) must be column-major (the transpose
+    of a contiguous (N, K) weight, as ``w.T``); scales are float32 device scalars (shape () or (1,)).
+    Needs a GPU of compute capability 8.9 or newer and cuBLASLt (there is no built-in fp8 kernel)."""
+    _check_pair(a, b, "scaled_matmul")
+    for name, x in (("a", a), ("b", b)):
+        if not x.dtype.name.startswith("float8"):
+            raise DTypeError(f"scaled_matmul: {name} must be float8_e4m3fn or float8_e5m2, got {x.dtype.name}")
+        if x.ndim != 2:
+            raise ShapeError(f"scaled_matmul: {name} must be 2-D, got shape {x.shape}")
+    if a.dtype.name == "float8_e5m2" and b.dtype.name == "float8_e5m2":
+        raise DTypeError("scaled_matmul: a and b cannot both be float8_e5m2 (cuBLASLt has no such kernel)")
+    for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if not isinstance(s, GPUArray) or s.dtype.name != "float32" or s.size != 1:
+            raise DTypeError(f"scaled_matmul: {name} must be a float32 GPUArray with one element")
+    out_dt = as_dtype(out_dtype)
+    if out_dt.name not in ("bfloat16", "float16", "float32"):
+        raise DTypeError(f"scaled_matmul: out_dtype must be bfloat16, float16 or float32, got {out_dt.name}")
+    (m, k), (k2, n) = a.shape, b.shape
+    if k != k2:
+        raise ShapeError(f"scaled_matmul: shapes {a.shape} and {b.shape} do not align ({k} != {k2})")
+    if k % 16 or n % 16:
+        raise ShapeError(f"scaled_matmul: K and N must be multiples of 16 for fp8 GEMM, got K={k}, N={n}")
+    if a._strides[1] != 1 or b._strides[0] != 1:
+        raise ShapeError(
+            f"scaled_matmul: a must be row-major and b column-major (pass w.T of a contiguous (N, K) w); "
+            f"got strides {a.strides} and {b.strides}"
+        )
+    if bias is not None and (not isinstance(bias, GPUArray) or bias.shape != (n,) or bias.dtype != out_dt):
+        raise ShapeError(f"scaled_matmul: bias must have shape ({n},) and dtype {out_dt.name}")
+    state = backend_state()
+    if state.name == "cuda":
+        cc = device_props(thread_device()).capability
+        if cc < (8, 9):
+            raise DeviceError(f"scaled_matmul needs compute capability 8.9 or newer (fp8); this GPU is {cc}")
+    d = _array.empty((m, n), out_dt, stream=stream)
+    if state.name != "cuda":
+        host.scaled_matmul(a, b, scale_a, scale_b, bias, d)
+        return d
+    if d.size == 0:
+        return d
+    key = ("scaled_matmul", a._shape, a._strides, a._dtype, a._buffer.device, b._shape, b._strides, b._dtype,
+           b._buffer.device, out_dt, None if bias is None else (bias._strides, bias._buffer.device))  # fmt: skip
+    plan = PLANS.get(key)
+    if plan is None:
+        if not cublaslt.enabled():
+            raise PyGPUkitError("scaled_matmul needs cuBLASLt (there is no built-in fp8 kernel); it was not found "
+                                "or PYGPUKIT_NO_CUBLASLT=1 turned it off")  # fmt: skip
+        plan = _plan(a, b, d, (), m, n, k, (m, n), bias=bias, scales=True)
+        if plan is None:
+            raise PyGPUkitError(f"scaled_matmul: cuBLASLt has no fp8 algorithm for {a.dtype.name} {a.shape} @ "
+                                f"{b.dtype.name} {b.shape} -> {out_dt.name} on this device")  # fmt: skip
+        PLANS.put(key, plan)
+    plan.launch.run(a.device_ptr, b.device_ptr, d.device_ptr, 0 if bias is None else bias.device_ptr, stream,
+                    scale_a.device_ptr, scale_b.device_ptr)  # fmt: skip
+    return d
+
+
+def linear(
+    x: GPUArray,
+    w: GPUArray,
+    b: GPUArray | None = None,
+    activation: str | None = None,
+    *,
+    stream: Stream | None = None,
+) -> GPUArray:
+    """``activation(x @ w.T + b)`` for a weight ``w`` of shape (out_features, in_features), like
+    torch.nn.functional.linear; x is (..., in_features). ``activation`` is None, ``"relu"``,
+    ``"gelu"`` (the exact erf form, torch's default), ``"gelu_tanh"`` (the tanh approximation) or
+    ``"silu"``. The bias add and the activation are fused into the GEMM's epilogue; where cuBLASLt's
+    epilogue has no such activation (exact GELU, SiLU) one fused elementwise kernel follows on the
+    device."""
+    key = None
+    if (
+        type(x) is GPUArray
+        and type(w) is GPUArray
+        and (b is None or type(b) is GPUArray)
+        and (activation is None or type(activation) is str)
+    ):
+        key = ("linear", x._shape, x._strides, x._dtype, x._buffer.device, w._shape, w._strides, w._dtype,
+               w._buffer.device, None if b is None else (b._shape, b._strides, b._dtype, b._buffer.device),
+               activation, _tf32)  # fmt: skip
+        plan = PLANS.get(key)
+        if plan is not None:
+            return plan(x, w, b, None, stream)  # type: ignore[no-any-return]
+    _check_pair(x, w, "linear")
+    code = check_activation(activation, "linear")
+    if w.ndim != 2:
+        raise ShapeError(f"linear: w must be 2-D (out_features, in_features), got shape {w.shape}")
+    if x.dtype != w.dtype:
+        raise DTypeError(f"linear: x is {x.dtype.name} but w is {w.dtype.name}")
+    if x.dtype.name not in _LINEAR_DTYPES:
+        raise DTypeError(f"linear supports float32, float16, bfloat16 and float64; got {x.dtype.name}")
+    out_features, in_features = w.shape
+    if x.shape[-1] != in_features:
+        raise ShapeError(f"linear: x has {x.shape[-1]} features, w expects {in_features} (w shape {w.shape})")
+    if b is not None and (not isinstance(b, GPUArray) or b.shape != (out_features,) or b.dtype != x.dtype):
+        raise ShapeError(f"linear: b must have shape ({out_features},) and dtype {x.dtype.name}")
+    if b is not None and (b.buffer.device != x.buffer.device or not b.is_contiguous):
+        raise ShapeError(f"linear: b must be contiguous and on x's device {x.buffer.device}")
+    lead = x.shape[:-1]
+    rows = math.prod(lead) if lead else 1
+    x2 = x.reshape(rows, in_features) if x.is_contiguous else x.contiguous(stream=stream).reshape(rows, in_features)
+    d = _array.empty((rows, out_features), x.dtype, stream=stream)
+    result_shape = (*lead, out_features)
+    if d.size == 0:
+        return d.reshape(result_shape)
+    if backend_state().name != "cuda":
+        host.linear(x2, w, b, code, d)
+        return d.reshape(result_shape)
+    plan = _plan(x2, w.T, d, (), rows, out_features, in_features, result_shape, bias=b, code=code,
+                 tf32=get_tf32() and x.dtype.name == "float32")  # fmt: skip
+    if plan is None:
+        raise PyGPUkitError(f"linear: no GEMM kernel takes {x.dtype.name} {x.shape} @ {w.shape}.T")
+    if key is not None and x.is_contiguous:  # (else x2 is a copy of x)
+        PLANS.put(key, plan)
+    plan(x2, w, b, d, stream)
+    return d.reshape(result_shape)
+
+
+def linear_bias_gelu(x: GPUArray, w: GPUArray, b: GPUArray, *, stream: Stream | None = None) -> GPUArray:
+    """``gelu(x @ w.T + b)`` with the exact (erf) GELU, torch.nn.functional.gelu's default; for the
+    tanh approximation use ``linear(x, w, b, "gelu_tanh")``."""
+    return linear(x, w, b, "gelu", stream=stream)
+
+
+def bias_add_inplace(x: GPUArray, bias: GPUArray, *, stream: Stream | None = None) -> GPUArray:
+    """``x += bias`` over the last axis, on the device; returns x."""
+    if not isinstance(x, GPUArray) or not isinstance(bias, GPUArray):
+        raise DTypeError("bias_add_inplace needs GPUArrays")
+    if bias.ndim != 1 or x.ndim == 0 or bias.shape[0] != x.shape[-1]:
+        raise ShapeError(f"bias_add_inplace: bias of shape {bias.shape} does not match the last axis of {x.shape}")
+    if bias.dtype != x.dtype:
+        raise DTypeError(f"bias_add_inplace: x is {x.dtype.name} but bias is {bias.dtype.name}")
+    from .. import elementwise
+
+    if stream is None:
+        elementwise.add(x, bias, out=x)
+    else:
+        with stream:
+            elementwise.add(x, bias, out=x)
+    return x
