@@ -286,12 +286,16 @@ _SCENARIO = """
         "free": lambda: old.buffer.free(),
     }}
 
-    def check_old_objects_raise():
+    def check_old_objects_raise(refused=False):
         for name, use in old_uses.items():
             try:
                 use()
             except DeviceResetError as exc:
                 assert "reset_device" in str(exc) and exc.device == 0, (name, str(exc))
+            except CudaError as exc:
+                # After a refused reset, what needs the driver again (loading the old kernel's module
+                # anew) meets the dead device: the same "restart the process" error.
+                assert refused and "restart the process" in str(exc), (name, str(exc))
             else:
                 raise AssertionError(f"{{name}}: no DeviceResetError after the reset")
 
@@ -302,7 +306,7 @@ _SCENARIO = """
         assert FAULT != "none", f"a reset of a healthy device failed: {{exc}}"
         assert exc.context_lost and exc.call == "cuDevicePrimaryCtxRetain", (exc.call, str(exc))
         assert "restart the process" in str(exc), str(exc)
-        check_old_objects_raise()
+        check_old_objects_raise(refused=True)
         todo.put(lambda: gp.zeros(4))
         later = [results.get(timeout=60)]
         for use in (lambda: gp.zeros(4), lambda: gp.Stream(), lambda: gp.reset_device()):
@@ -318,7 +322,7 @@ _SCENARIO = """
         assert report.device == 0 and report.generation >= 1, report
         assert (report.sync_error is None) if FAULT == "none" else (report.sync_error in EXPECTED), report
         assert report.buffers >= 2 and report.pool_blocks >= report.buffers, report
-        assert report.streams >= 2 and report.events >= 1 and report.pinned_buffers >= 1, report
+        assert report.streams >= 1 and report.events >= 1 and report.pinned_buffers >= 1, report
         assert report.graphs == 1 and report.kernel_modules >= 1, report
         check_old_objects_raise()
         try:
