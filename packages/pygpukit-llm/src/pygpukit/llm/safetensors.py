@@ -4,6 +4,9 @@ Files are untrusted input. Opening one reads and checks the header only (its rea
 file's real size and :data:`MAX_HEADER_SIZE`); tensor data is memory-mapped read-only and handed out as
 zero-copy NumPy views, so no allocation depends on the shapes a file claims. Every problem with a file
 raises :class:`SafeTensorsError` naming the file and the byte offset (and the tensor) concerned.
+
+The module is over 600 lines because the header checks, the single-file and sharded readers and the
+device upload share one validated view of the file and are read together when auditing it.
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ with transformers (and with llama.cpp) for the same file:
 
 :class:`StreamDecoder` turns generated token ids into text incrementally without ever emitting half of a UTF-8
 sequence.
+
+The module is over 600 lines because the two GGUF vocabulary builders, the tokenizer.json path and the
+stream decoder share the byte-level and SentencePiece spelling rules.
 """
 
 from __future__ import annotations

@@ -16,12 +16,12 @@ dimension contiguous, the other strides arbitrary; positions are int32, (batch, 
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from pygpukit.core.abi import KernelStruct
 from pygpukit.core.array import GPUArray, from_numpy
 from pygpukit.core.dtypes import DType, as_dtype, bfloat16, float16, float32
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
@@ -29,19 +29,26 @@ from pygpukit.core.jit import JITKernel
 from pygpukit.core.plans import PlanCache
 
 from . import _cpu
-from ._kernels import BLOCK, NAMESPACE, Groups, group, layout_param, pointer, register_enumerator, size_param
+from ._kernels import BLOCK, NAMESPACE, Groups, group, pointer, register_enumerator, size_param
 from ._layout import check_devices, is_cuda
 
 __all__ = ["RotaryEmbedding", "apply_rope", "rope_cos_sin", "rope_inplace", "rope_inv_freq"]
 
 _FILE = "nn/rope.cu"
-_SHAPE = struct.Struct("@8q8i")  # RopeShape in rope.cu
+# RopeShape of nn/rope.cu, declared once (checked there by the kernel compile check's static_asserts).
+_SHAPE = KernelStruct(
+    "pygpukit::ops::RopeShape",
+    "nn/rope.cu",
+    [("q_stride", "long long[3]"), ("k_stride", "long long[3]"), ("pos_stride", "long long[2]"), ("batch", "int"),
+     ("seq", "int"), ("q_heads", "int"), ("k_heads", "int"), ("half", "int"), ("max_positions", "int"),
+     ("offset", "int"), ("pad", "int")],
+)  # fmt: skip
 _DTYPES = (float32, float16, bfloat16)
 _NAMES = frozenset(d.name for d in _DTYPES)  # name checks: DType equality is a dataclass comparison
 _STYLES = {"neox": 0, "gptj": 1}
 _ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
 _PARAMS = [pointer("q"), pointer("k"), pointer("cos"), pointer("sin"), pointer("positions"), size_param("units"),
-           layout_param("shape", "RopeShape")]  # fmt: skip
+           _SHAPE.param("shape")]  # fmt: skip
 _INT32_MAX = 2**31 - 1
 
 Array = np.ndarray[Any, Any]
@@ -202,7 +209,7 @@ def _expressions(dtype: DType, table: DType) -> tuple[str, ...]:
                  for gptj in (0, 1) for width in (16 // dtype.itemsize, 1))  # fmt: skip
 
 
-_kernels: dict[tuple[str, str, int, int], JITKernel] = {}
+_kernels: PlanCache[JITKernel] = PlanCache("ops.rope.kernels")
 
 
 def _kernel(dtype: DType, table: DType, gptj: int, width: int) -> JITKernel:
@@ -210,7 +217,7 @@ def _kernel(dtype: DType, table: DType, gptj: int, width: int) -> JITKernel:
     kernel = _kernels.get(key)
     if kernel is None:
         expression = f"{NAMESPACE}rope_apply<{dtype.ctype}, {table.ctype}, {gptj}, {width}>"
-        kernel = _kernels[key] = group(_FILE, _expressions(dtype, table)).kernel(expression, _PARAMS)
+        kernel = _kernels.put(key, group(_FILE, _expressions(dtype, table)).kernel(expression, _PARAMS))
     return kernel
 
 
@@ -327,8 +334,8 @@ def apply_rope(
         pos_strides = (0, positions._strides[0])
     else:  # (batch,) with seq 1
         pos_strides = (positions._strides[0], 0)
-    shape = _SHAPE.pack(*q._strides[:3], *k_strides, *pos_strides, batch, seq, q_heads, k_heads, half, max_positions,
-                        offset, 0)  # fmt: skip
+    shape = _SHAPE.pack_flat(*q._strides[:3], *k_strides, *pos_strides, batch, seq, q_heads, k_heads, half,
+                             max_positions, offset, 0)  # fmt: skip
     units = batch * seq * (q_heads + k_heads) * (half // w)
     grid = max(1, min(-(-units // BLOCK), 1 << 20))
     kernel(q.device_ptr, 0 if k is None else k.device_ptr, cos.device_ptr, sin.device_ptr, positions.device_ptr,
