@@ -352,8 +352,24 @@ def finish(target: GPUArray, final: GPUArray | None) -> GPUArray:
 
 
 # -- binary -----------------------------------------------------------------------------------------
+def _fast_out(out: GPUArray, x1: GPUArray, x2: GPUArray | None, dtype: DType) -> bool:
+    """Whether ``out`` can take the contiguous fast path's result directly: the result's dtype and
+    shape, contiguous, on the operands' device, and every operand either ``out`` itself (in place) or in
+    another buffer (so none can partly overlap it; such calls take the general path, which copies the
+    overlapping operand first)."""
+    buffer = out._buffer
+    return (
+        out._dtype is dtype
+        and out._shape == x1._shape
+        and out._contiguous
+        and buffer.device == x1._buffer.device
+        and (x1 is out or x1._buffer is not buffer)
+        and (x2 is None or x2 is out or x2._buffer is not buffer)
+    )
+
+
 def binary(op: Op, x1: Any, x2: Any, out: Any) -> GPUArray:
-    if out is None and type(x1) is GPUArray and type(x2) is GPUArray:
+    if (out is None or type(out) is GPUArray) and type(x1) is GPUArray and type(x2) is GPUArray:
         dtype = x1._dtype
         if (
             dtype is x2._dtype
@@ -364,8 +380,12 @@ def binary(op: Op, x1: Any, x2: Any, out: Any) -> GPUArray:
             and is_cuda()
         ):
             plan = op.plans.get(dtype)
-            if plan is not None and plan._contig is not None:  # made by an earlier call, after the dtype checks
-                result = empty(x1._shape, plan.out)
+            if (
+                plan is not None
+                and plan._contig is not None  # made by an earlier call, after the dtype checks
+                and (out is None or _fast_out(out, x1, x2, plan.out))
+            ):
+                result = empty(x1._shape, plan.out) if out is None else out
                 n = result.size
                 if n:
                     blocks = -(-n // plan.tile)
@@ -425,10 +445,10 @@ def _binary_general(op: Op, x1: Any, x2: Any, out: Any) -> GPUArray:
 
 # -- unary ------------------------------------------------------------------------------------------
 def unary(op: Op, x: Any, out: Any) -> GPUArray:
-    if out is None and type(x) is GPUArray and x._contiguous and is_cuda():
+    if (out is None or type(out) is GPUArray) and type(x) is GPUArray and x._contiguous and is_cuda():
         plan = op.plans.get(x._dtype)
-        if plan is not None and plan._contig is not None:
-            result = empty(x._shape, plan.out)
+        if plan is not None and plan._contig is not None and (out is None or _fast_out(out, x, None, plan.out)):
+            result = empty(x._shape, plan.out) if out is None else out
             n = result.size
             if n:
                 blocks = -(-n // plan.tile)
