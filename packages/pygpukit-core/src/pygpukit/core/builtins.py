@@ -33,10 +33,6 @@ def kernel_root() -> Path:
     return SOURCES.root
 
 
-def _headers_digest() -> str:
-    return SOURCES.headers_digest()
-
-
 def _pointer(name: str) -> Param:
     return Param(name, "void*", "pointer", "Q")
 

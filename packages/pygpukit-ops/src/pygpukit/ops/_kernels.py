@@ -72,11 +72,6 @@ def kernel_root() -> Path:
     return SOURCES.root
 
 
-def _headers_digest() -> str:
-    """Hash of every shared header, part of each kernel's cache key: editing a header recompiles."""
-    return SOURCES.headers_digest()
-
-
 def _source(relative_path: str) -> str:
     return SOURCES.source(relative_path)
 

@@ -129,7 +129,7 @@ def _kernel(file: str, expression: str) -> JITKernel:
         return _kernels.group(file, (expression,)).kernel(expression, _PARAMS)
     path = _kernels.kernel_root() / file
     return _Sm90aKernel(path.read_text(), expression, name_expressions=[expression], include_dirs=[str(path.parent)],
-                        cache_salt=_kernels._headers_digest(), params=_PARAMS)  # fmt: skip
+                        cache_salt=_kernels.SOURCES.headers_digest(), params=_PARAMS)  # fmt: skip
 
 
 _shared_set: set[tuple[str, int]] = set()
