@@ -187,6 +187,59 @@ def host_time(fn: Callable[[], Any], calls: int, repeats: int, sync: Callable[[]
     return statistics.median(rounds) * 1e6
 
 
+def print_profile(case: Case, calls: int, top: int) -> None:
+    """The ``top`` functions by own time over ``calls`` calls of ``case`` (cProfile's figures are
+    inflated by the profiler itself; read them as shares, not as times)."""
+    import cProfile
+    import pstats
+
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(calls):
+        case.ours()
+    profile.disable()
+    gp.synchronize()
+    print(f"--- profile of {case.name} ({calls} calls)")
+    pstats.Stats(profile).sort_stats("tottime").print_stats(top)
+
+
+def parts(calls: int, repeats: int, th: Any) -> None:
+    """Per-call cost of the pieces every op is built from (us), to tell where an op's time goes."""
+    from pygpukit.core.memory import DeviceBuffer
+
+    x = gp.from_numpy(np.ones(1024, np.float32))
+    res = gp.empty((1024,), gp.float32)
+    exp = ops.exp
+    exp(x)
+    from pygpukit.ops.elementwise import UNARY_OPS
+
+    op = next(o for o in UNARY_OPS if o.name == "exp")
+    plan = op.plans.get(gp.float32)
+    kernel = plan._contig if plan is not None else None
+    code = op.code
+    items: list[tuple[str, Callable[[], Any]]] = [
+        ("python call (noop)", lambda: None),
+        ("DeviceBuffer(4096)", lambda: DeviceBuffer(4096)),
+        ("gp.empty((1024,), float32)", lambda: gp.empty((1024,), gp.float32)),
+        ("kernel launch, preallocated", lambda: kernel(x, res, 1024, code, grid=1, block=256)),  # type: ignore[misc]
+        ("kernel launch, int pointers", lambda: kernel(x.device_ptr, res.device_ptr, 1024, code, grid=1, block=256)),  # type: ignore[misc]
+        ("ops.exp(x, out=res)", lambda: exp(x, out=res)),
+        ("ops.exp(x)", lambda: exp(x)),
+    ]
+    if th is not None:
+        tx = th.ones(1024, device="cuda")
+        tres = th.empty(1024, device="cuda")
+        items += [
+            ("torch.empty(1024)", lambda: th.empty(1024, device="cuda")),
+            ("torch.exp(x, out=res)", lambda: th.exp(tx, out=tres)),
+            ("torch.exp(x)", lambda: th.exp(tx)),
+        ]
+    for label, fn in items:
+        if kernel is None and label.startswith("kernel"):
+            continue  # the CPU backend launches no kernels
+        print(f"{label:<34} {host_time(fn, calls, repeats, gp.synchronize):7.2f} us", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=1000)
@@ -194,6 +247,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--only", default="", help="comma-separated substrings of case names")
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also print the N functions with the most own time (cProfile) of each case",
+    )
+    parser.add_argument(
+        "--parts", action="store_true", help="first time the parts every op shares: allocation, a launch, a plan lookup"
+    )
     args = parser.parse_args(argv)
     try:
         import torch as th
@@ -202,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
             th = None
     except ImportError:
         th = None
+    if args.parts:
+        parts(args.calls, args.repeats, th)
     cases = build_cases(th)
     if args.only:
         wanted = [w for w in args.only.split(",") if w]
@@ -215,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
                 case.results[label] = host_time(fn, args.calls, args.repeats, sync)
             except Exception as exc:  # a failing case is reported, the others still run
                 case.results[label] = f"{type(exc).__name__}: {str(exc)[:80]}"
+        if args.profile and isinstance(case.results.get("pygpukit"), float):
+            print_profile(case, args.calls, args.profile)
         print(f"{case.name:<26} " + "  ".join(f"{k} {v:.2f} us" if isinstance(v, float) else f"{k} {v}"
                                               for k, v in case.results.items()), flush=True)  # fmt: skip
     if args.markdown:

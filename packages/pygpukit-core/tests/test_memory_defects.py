@@ -1,7 +1,7 @@
 """Defects found in a newcomer trial, each pinned by a test: raw copies that crashed the interpreter on
 bad pointers or sizes, freed memory that stayed usable, host allocation failures that escaped as NumPy
 errors and left the statistics counting them, a negative or freed PinnedBuffer that still worked, and
-bool ranges that differed between backends."""
+bool ranges that differed between backends (now NumPy's rule on both)."""
 
 from __future__ import annotations
 
@@ -254,9 +254,21 @@ def test_a_huge_limit_set_still_reports_the_host_failure() -> None:
         gp.set_memory_limit(None)
 
 
-@pytest.mark.parametrize("args", [(3,), (0,), (1,), (0, 2), (5, 0, -1)], ids=str)
-def test_arange_refuses_bool_on_every_backend(args: tuple[int, ...]) -> None:
+@pytest.mark.parametrize(
+    "args", [(0,), (1,), (2,), (0, 2), (1, 3), (-1, 1), (2, 0, -1), (0, 0.5, 0.3), (0.5, 1.5)], ids=str
+)
+def test_arange_of_bool_follows_numpy_on_every_backend(args: tuple[float, ...]) -> None:
+    """NumPy's rule, computed on the host on both backends: at most 2 values, bool(start + i * step)."""
     for dtype in (bool, gp.bool_, "bool"):
-        with pytest.raises(DTypeError, match="arange does not produce bool arrays"):
-            gp.arange(*args, dtype=dtype)
+        got = gp.arange(*args, dtype=dtype)
+        assert got.dtype == gp.bool_
+        assert got.to_numpy().tolist() == np.arange(*args, dtype=bool).tolist()
+
+
+@pytest.mark.parametrize("args", [(3,), (5, 0, -1), (0, 1, 0.25)], ids=str)
+def test_arange_of_bool_longer_than_two_is_refused_as_numpy_does(args: tuple[float, ...]) -> None:
+    with pytest.raises(TypeError):
+        np.arange(*args, dtype=bool)
+    with pytest.raises(DTypeError, match=r"arange of bool gives at most 2 values, as in NumPy.* give [345]"):
+        gp.arange(*args, dtype=gp.bool_)
     assert gp.arange(3).to_numpy().tolist() == [0, 1, 2]

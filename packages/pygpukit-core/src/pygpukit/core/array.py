@@ -12,7 +12,9 @@ private layout and copy helpers below, and the constructors' fast paths are tune
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import numbers
+import operator
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,7 +23,7 @@ from . import builtins
 from . import int4 as _int4
 from .backend import backend_state
 from .dtypes import DType, as_dtype, cast_values, float32, float64, int64
-from .errors import DTypeError, InvalidPointerError, MissingDistributionError, ShapeError
+from .errors import ArgumentError, DTypeError, InvalidPointerError, MissingDistributionError, ShapeError
 from .jit import register_array_type
 from .memory import DeviceBuffer, reset_error
 from .stream import Stream, current_stream
@@ -46,10 +48,29 @@ _MAX_KERNEL_DIMS = 8  # StridedLayout in native/kernels/core/strided_copy.cu
 _BLOCK = 256
 
 
+def _dimension(value: Any, shape: Any) -> int:
+    """``value`` as a dimension: an int (or NumPy integer); a float, str, ... raises :class:`ShapeError`
+    instead of being truncated or parsed."""
+    if isinstance(value, (bool, np.bool_)):
+        raise ShapeError(f"shape {shape!r} has a bool dimension {value!r}; dimensions are ints")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ShapeError(
+            f"shape {shape!r} has a dimension {value!r} of type {type(value).__name__}; dimensions are ints"
+        ) from None
+
+
 def _normalize_shape(shape: ShapeLike | tuple[Any, ...]) -> tuple[int, ...]:
-    if isinstance(shape, (int, np.integer)):
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
         shape = (int(shape),)
-    result = tuple(int(s) for s in shape)
+    try:
+        items = tuple(shape)  # type: ignore[arg-type]
+    except TypeError:
+        raise ShapeError(
+            f"shape must be an int or a sequence of ints, got {shape!r} of type {type(shape).__name__}"
+        ) from None
+    result = tuple(_dimension(s, shape) for s in items)
     if any(s < 0 for s in result):
         raise ShapeError(f"negative dimension in shape {result}")
     return result
@@ -63,6 +84,22 @@ def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
         strides.append(step)
         step *= max(dim, 1)
     return tuple(reversed(strides))
+
+
+# (element count, contiguous strides) of the shapes arrays were made with: ops allocate the same few
+# shapes over and over. Bounded: cleared when full.
+_LAYOUTS: dict[tuple[int, ...], tuple[int, tuple[int, ...]]] = {}
+_LAYOUTS_MAX = 4096
+_new_array = object.__new__
+
+
+def _layout(shape: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
+    """(element count, contiguous strides) of a checked shape, remembered in :data:`_LAYOUTS`."""
+    known = (math.prod(shape), _contiguous_strides(shape))
+    if len(_LAYOUTS) >= _LAYOUTS_MAX:
+        _LAYOUTS.clear()
+    _LAYOUTS[shape] = known
+    return known
 
 
 def _is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
@@ -105,7 +142,8 @@ class GPUArray:
         self._dtype = dtype
         self._offset = offset  # in elements
         if strides is None:
-            self._strides = _contiguous_strides(shape)  # in elements
+            known = _LAYOUTS.get(shape)
+            self._strides = (known or _layout(shape))[1]  # in elements
             self._contiguous = True
         else:
             self._strides = strides
@@ -199,100 +237,100 @@ class GPUArray:
         return bool(self.to_numpy().reshape(()))
 
     def __add__(self, other: Any) -> GPUArray:
-        return _op("add", self, other) if _operand(other) else NotImplemented
+        return _fn("add")(self, other) if _operand(other) else NotImplemented
 
     def __radd__(self, other: Any) -> GPUArray:
-        return _op("add", other, self) if _operand(other) else NotImplemented
+        return _fn("add")(other, self) if _operand(other) else NotImplemented
 
     def __iadd__(self, other: Any) -> GPUArray:
-        return _op("add", self, other, out=self) if _operand(other) else NotImplemented
+        return _fn("add")(self, other, out=self) if _operand(other) else NotImplemented
 
     def __sub__(self, other: Any) -> GPUArray:
-        return _op("sub", self, other) if _operand(other) else NotImplemented
+        return _fn("sub")(self, other) if _operand(other) else NotImplemented
 
     def __rsub__(self, other: Any) -> GPUArray:
-        return _op("sub", other, self) if _operand(other) else NotImplemented
+        return _fn("sub")(other, self) if _operand(other) else NotImplemented
 
     def __isub__(self, other: Any) -> GPUArray:
-        return _op("sub", self, other, out=self) if _operand(other) else NotImplemented
+        return _fn("sub")(self, other, out=self) if _operand(other) else NotImplemented
 
     def __mul__(self, other: Any) -> GPUArray:
-        return _op("mul", self, other) if _operand(other) else NotImplemented
+        return _fn("mul")(self, other) if _operand(other) else NotImplemented
 
     def __rmul__(self, other: Any) -> GPUArray:
-        return _op("mul", other, self) if _operand(other) else NotImplemented
+        return _fn("mul")(other, self) if _operand(other) else NotImplemented
 
     def __imul__(self, other: Any) -> GPUArray:
-        return _op("mul", self, other, out=self) if _operand(other) else NotImplemented
+        return _fn("mul")(self, other, out=self) if _operand(other) else NotImplemented
 
     def __truediv__(self, other: Any) -> GPUArray:
-        return _op("div", self, other) if _operand(other) else NotImplemented
+        return _fn("div")(self, other) if _operand(other) else NotImplemented
 
     def __rtruediv__(self, other: Any) -> GPUArray:
-        return _op("div", other, self) if _operand(other) else NotImplemented
+        return _fn("div")(other, self) if _operand(other) else NotImplemented
 
     def __itruediv__(self, other: Any) -> GPUArray:
-        return _op("div", self, other, out=self) if _operand(other) else NotImplemented
+        return _fn("div")(self, other, out=self) if _operand(other) else NotImplemented
 
     def __floordiv__(self, other: Any) -> GPUArray:
-        return _op("floor_divide", self, other) if _operand(other) else NotImplemented
+        return _fn("floor_divide")(self, other) if _operand(other) else NotImplemented
 
     def __rfloordiv__(self, other: Any) -> GPUArray:
-        return _op("floor_divide", other, self) if _operand(other) else NotImplemented
+        return _fn("floor_divide")(other, self) if _operand(other) else NotImplemented
 
     def __ifloordiv__(self, other: Any) -> GPUArray:
-        return _op("floor_divide", self, other, out=self) if _operand(other) else NotImplemented
+        return _fn("floor_divide")(self, other, out=self) if _operand(other) else NotImplemented
 
     def __mod__(self, other: Any) -> GPUArray:
-        return _op("mod", self, other) if _operand(other) else NotImplemented
+        return _fn("mod")(self, other) if _operand(other) else NotImplemented
 
     def __rmod__(self, other: Any) -> GPUArray:
-        return _op("mod", other, self) if _operand(other) else NotImplemented
+        return _fn("mod")(other, self) if _operand(other) else NotImplemented
 
     def __imod__(self, other: Any) -> GPUArray:
-        return _op("mod", self, other, out=self) if _operand(other) else NotImplemented
+        return _fn("mod")(self, other, out=self) if _operand(other) else NotImplemented
 
     def __pow__(self, other: Any) -> GPUArray:
-        return _op("pow", self, other) if _operand(other) else NotImplemented
+        return _fn("pow")(self, other) if _operand(other) else NotImplemented
 
     def __rpow__(self, other: Any) -> GPUArray:
-        return _op("pow", other, self) if _operand(other) else NotImplemented
+        return _fn("pow")(other, self) if _operand(other) else NotImplemented
 
     def __ipow__(self, other: Any) -> GPUArray:
-        return _op("pow", self, other, out=self) if _operand(other) else NotImplemented
+        return _fn("pow")(self, other, out=self) if _operand(other) else NotImplemented
 
     def __matmul__(self, other: Any) -> GPUArray:
-        return _op("matmul", self, other) if _operand(other) else NotImplemented
+        return _fn("matmul")(self, other) if _operand(other) else NotImplemented
 
     def __rmatmul__(self, other: Any) -> GPUArray:
-        return _op("matmul", other, self) if _operand(other) else NotImplemented
+        return _fn("matmul")(other, self) if _operand(other) else NotImplemented
 
     def __neg__(self) -> GPUArray:
-        return _op("neg", self)
+        return _fn("neg")(self)
 
     def __pos__(self) -> GPUArray:
         return self.clone()
 
     def __abs__(self) -> GPUArray:
-        return _op("abs", self)
+        return _fn("abs")(self)
 
     def __eq__(self, other: Any) -> GPUArray:  # type: ignore[override]
-        return _op("eq", self, other) if _operand(other) else NotImplemented
+        return _fn("eq")(self, other) if _operand(other) else NotImplemented
 
     def __ne__(self, other: Any) -> GPUArray:  # type: ignore[override]
-        return _op("ne", self, other) if _operand(other) else NotImplemented
+        return _fn("ne")(self, other) if _operand(other) else NotImplemented
 
     def __lt__(self, other: Any) -> GPUArray:
-        return _op("lt", self, other) if _operand(other) else NotImplemented
+        return _fn("lt")(self, other) if _operand(other) else NotImplemented
 
     def __le__(self, other: Any) -> GPUArray:
-        return _op("le", self, other) if _operand(other) else NotImplemented
+        return _fn("le")(self, other) if _operand(other) else NotImplemented
 
     def __gt__(self, other: Any) -> GPUArray:
-        return _op("gt", self, other) if _operand(other) else NotImplemented
+        return _fn("gt")(self, other) if _operand(other) else NotImplemented
 
     def __ge__(self, other: Any) -> GPUArray:
-        return _op("ge", self, other) if _operand(other) else NotImplemented
+        return _fn("ge")(self, other) if _operand(other) else NotImplemented
 
     __hash__ = None  # type: ignore[assignment]  # arrays compare elementwise, as in NumPy
 
@@ -431,7 +469,7 @@ class GPUArray:
                 raise ShapeError(f"copy_: source shape {tuple(source.shape)} does not match {self._shape}")
             source = from_numpy(cast_values(source, self._dtype), stream=stream)
         if not isinstance(source, GPUArray):
-            raise TypeError(f"copy_ needs a GPUArray or a NumPy array, got {type(source).__name__}")
+            raise DTypeError(f"copy_ needs a GPUArray or a NumPy array, got {type(source).__name__}")
         if source.shape != self._shape:
             raise ShapeError(f"copy_: source shape {source.shape} does not match {self._shape}")
         if source.dtype != self._dtype:
@@ -511,8 +549,19 @@ def _operand(value: Any) -> bool:
     return isinstance(value, (GPUArray, int, float, np.generic, np.ndarray))
 
 
-def _op(name: str, *args: Any, **kwargs: Any) -> GPUArray:
-    """Call op ``name`` of pygpukit.ops, imported on the first operator use (a separate distribution)."""
+_functions: dict[str, Any] = {}  # op name -> the function of pygpukit.ops (the operators' hot path)
+
+
+def _fn(name: str) -> Callable[..., GPUArray]:
+    """Op ``name`` of pygpukit.ops, looked up once."""
+    function = _functions.get(name)
+    if function is None:
+        function = _functions[name] = getattr(_library(), name)
+    return function  # type: ignore[no-any-return]
+
+
+def _library() -> Any:
+    """pygpukit.ops, imported on the first operator use (a separate distribution)."""
     global _op_library
     if _op_library is None:
         try:
@@ -523,14 +572,13 @@ def _op(name: str, *args: Any, **kwargs: Any) -> GPUArray:
                 "not installed: pip install pygpukit-ops"
             ) from exc
         _op_library = op_library
-    result: GPUArray = getattr(_op_library, name)(*args, **kwargs)
-    return result
+    return _op_library
 
 
 def _resolve_reshape(size: int, shape: tuple[Any, ...]) -> tuple[int, ...]:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
-    dims = [int(s) for s in shape]
+    dims = [_dimension(s, shape) for s in shape]
     if dims.count(-1) > 1:
         raise ShapeError("only one dimension can be -1")
     if -1 in dims:
@@ -590,14 +638,30 @@ def _copy_strided(dst: GPUArray, src: GPUArray, stream: Stream | None) -> None:
 # -- construction ----------------------------------------------------------------------------------
 def empty(shape: ShapeLike, dtype: Any = float32, *, stream: Stream | None = None) -> GPUArray:
     """An uninitialised array."""
-    if type(shape) is int and shape >= 0:
-        dims: tuple[int, ...] = (shape,)
-    elif type(shape) is tuple and len(shape) == 1 and type(shape[0]) is int and shape[0] >= 0:
-        dims = shape  # an array's own shape, as the ops pass it
+    t = type(shape)
+    if t is tuple:
+        for d in shape:  # type: ignore[union-attr]
+            if type(d) is not int or d < 0:
+                dims = _normalize_shape(shape)
+                break
+        else:
+            dims = shape  # type: ignore[assignment]  # the ops pass an array's own (checked) shape
+    elif t is int and shape >= 0:  # type: ignore[operator]
+        dims = (shape,)  # type: ignore[assignment]
     else:
         dims = _normalize_shape(shape)
     dt = dtype if type(dtype) is DType else as_dtype(dtype)
-    return GPUArray(DeviceBuffer((math.prod(dims) * dt.bits + 7) >> 3, stream=stream), dims, dt)  # int4: 2 per byte
+    known = _LAYOUTS.get(dims)
+    if known is None:
+        known = _layout(dims)
+    array = _new_array(GPUArray)
+    array._buffer = DeviceBuffer((known[0] * dt.bits + 7) >> 3, stream=stream)  # int4: 2 per byte
+    array._shape = dims
+    array._dtype = dt
+    array._offset = 0
+    array._strides = known[1]
+    array._contiguous = True
+    return array
 
 
 def _bits(value: Any, dtype: DType) -> int:
@@ -650,20 +714,32 @@ def ones(shape: ShapeLike, dtype: Any = float32, *, stream: Stream | None = None
 def arange(
     start: float, stop: float | None = None, step: float = 1, dtype: Any = None, *, stream: Stream | None = None
 ) -> GPUArray:
-    """Evenly spaced values in [start, stop), computed on the device (``start + i * step``)."""
+    """Evenly spaced values in [start, stop), computed on the device (``start + i * step``). As in
+    NumPy, a bool range has at most 2 values (``bool(start)``, ``bool(start + step)``); a longer one
+    raises :class:`DTypeError`. Bounds must be finite real numbers (else :class:`ArgumentError`)."""
     if stop is None:
         start, stop = 0, start
+    bounds: tuple[tuple[str, Any], ...] = (("start", start), ("stop", stop), ("step", step))  # any type, checked
+    for name, value in bounds:
+        if not isinstance(value, numbers.Real):
+            raise ArgumentError(f"arange: {name} must be a real number, got {value!r} of type {type(value).__name__}")
+        if not math.isfinite(value):
+            raise ArgumentError(f"arange: {name} must be finite, got {value!r}")
     if step == 0:
-        raise ValueError("arange step must not be zero")
+        raise ArgumentError("arange: step must not be zero")
     if dtype is None:
         dtype = int64 if all(isinstance(v, (int, np.integer)) for v in (start, stop, step)) else float64
     dt = as_dtype(dtype)
     if dt.packed:
         raise _int4.unsupported("arange")
-    if dt.kind == "b":
-        # NumPy itself refuses bool ranges longer than 2; refusing all of them keeps one rule everywhere.
-        raise DTypeError("arange does not produce bool arrays; compare an integer arange instead (gp.arange(n) > k)")
     n = max(0, math.ceil((stop - start) / step))
+    if dt.kind == "b":  # NumPy's rule, the same on every backend: computed here, uploaded
+        if n > 2:
+            raise DTypeError(
+                f"arange of bool gives at most 2 values, as in NumPy; start {start}, stop {stop} and step {step} "
+                f"give {n} (compare an integer arange instead: gp.arange(n) > k)"
+            )
+        return from_numpy(np.array([start + i * step for i in range(n)], dtype=np.bool_), stream=stream)
     out = empty(n, dt, stream=stream)
     if n == 0:
         return out
@@ -715,7 +791,10 @@ def asarray(value: Any, dtype: Any = None, *, stream: Stream | None = None) -> G
     target = None if dtype is None else as_dtype(dtype)
     if target is not None and target.packed:  # the int4 rule, on every platform (not NumPy's conversion)
         return from_numpy(cast_values(np.asarray(value), target), stream=stream)
-    host = np.asarray(value, dtype=None if target is None else target.numpy)
+    try:
+        host = np.asarray(value, dtype=None if target is None else target.numpy)
+    except ValueError as exc:  # ragged nesting, or a value the dtype cannot hold ("abc" as float32)
+        raise (ShapeError if "inhomogeneous" in str(exc) else DTypeError)(f"asarray: {exc}") from None
     return from_numpy(host, stream=stream)
 
 

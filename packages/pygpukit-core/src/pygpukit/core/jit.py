@@ -628,10 +628,10 @@ class JITKernel:
             raise ShapeError(f"block {b} has {threads} threads; kernel {self.name} allows at most {info[2]} per "
                              "block on this device")  # fmt: skip
         if not isinstance(shared_mem, (int, np.integer)) or isinstance(shared_mem, bool):
-            raise TypeError(f"shared_mem must be an int, got {type(shared_mem).__name__}")
+            raise DTypeError(f"shared_mem must be an int, got {type(shared_mem).__name__}")
         shared_mem = int(shared_mem)
         if shared_mem < 0:
-            raise ValueError(f"shared_mem must be >= 0, got {shared_mem}")
+            raise ArgumentError(f"shared_mem must be >= 0, got {shared_mem}")
         if shared_mem > info[3]:
             raise ShapeError(
                 f"shared_mem={shared_mem} exceeds the kernel's dynamic shared memory limit ({info[3]} bytes); "

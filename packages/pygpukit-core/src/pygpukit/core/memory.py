@@ -20,7 +20,6 @@ import bisect
 import contextlib
 import contextvars
 import ctypes
-import itertools
 import operator
 import os
 import threading
@@ -31,8 +30,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from . import backend as _backend
+from ._host_memory import is_mapped
 from .backend import backend_state
-from .errors import ArgumentError, DeviceResetError, InvalidPointerError, OutOfMemoryError, PyGPUkitError
+from .errors import (
+    ArgumentError,
+    DeviceResetError,
+    DTypeError,
+    InvalidPointerError,
+    OutOfMemoryError,
+    PyGPUkitError,
+)
 from .stream import Stream, current_stream
 from .stream import _local as _thread_state
 from .stream import current_streams as _current_streams
@@ -69,7 +76,7 @@ def _byte_count(nbytes: Any, what: str) -> int:
     try:
         count = operator.index(nbytes)
     except TypeError:
-        raise TypeError(f"{what}: nbytes must be an int, got {type(nbytes).__name__}") from None
+        raise DTypeError(f"{what}: nbytes must be an int, got {type(nbytes).__name__}") from None
     if count < 0:
         raise ArgumentError(f"{what}: nbytes must be >= 0, got {count}")
     return count
@@ -137,21 +144,20 @@ class _AddressMap:
     only when a lookup needs it after a change; lookups of a base address never need it.
     """
 
-    __slots__ = ("_changes", "_index", "_sizes", "_version")
+    __slots__ = ("_dirty", "_index", "_sizes")
 
     def __init__(self) -> None:
         self._sizes: dict[int, int] = {}
-        self._changes = itertools.count(1)  # next() is atomic: concurrent changes never share a version
-        self._version = 0
-        self._index: tuple[int, list[int]] = (0, [])
+        self._dirty = False  # set after each change; a lookup that needs the index rebuilds it then
+        self._index: list[int] = []
 
     def add(self, ptr: int, nbytes: int) -> None:
         self._sizes[ptr] = nbytes
-        self._version = next(self._changes)  # after the change: a racing rebuild is at worst redone
+        self._dirty = True  # after the change: a racing rebuild is at worst redone
 
     def remove(self, ptr: int) -> None:
         if self._sizes.pop(ptr, None) is not None:
-            self._version = next(self._changes)
+            self._dirty = True
 
     def find(self, address: int) -> tuple[int, int] | None:
         """(base, nbytes) of the allocation holding ``address``; a 0-byte one holds its base address."""
@@ -159,11 +165,10 @@ class _AddressMap:
         size = sizes.get(address)
         if size is not None:
             return address, size
-        version = self._version
-        built, starts = self._index
-        if built != version:
-            starts = sorted(sizes.copy())
-            self._index = (version, starts)
+        starts = self._index
+        if self._dirty:
+            self._dirty = False  # before copying: a change during the rebuild sets it again
+            starts = self._index = sorted(sizes.copy())
         at = bisect.bisect_right(starts, address) - 1
         if at < 0:
             return None
@@ -174,6 +179,7 @@ class _AddressMap:
 
 # Live pool allocations (both backends) and live pinned host buffers (both backends).
 _device_map = _AddressMap()
+_device_sizes = _device_map._sizes  # DeviceBuffer adds and removes entries here directly (hot path)
 _pinned_map = _AddressMap()
 # CPU backend only: buffers freed explicitly whose objects still live. Their host bytes stay allocated
 # until then, so nothing else can sit at those addresses and a pointer into one is surely stale. On the
@@ -235,8 +241,11 @@ class DeviceBuffer:
     # _reset: set (to the device ordinal) only when a device reset invalidated the buffer.
     __slots__ = ("__weakref__", "_host", "_live", "_native", "_reset", "_scope", "device", "nbytes", "ptr")
     _reset: int
+    _host: np.ndarray[Any, Any] | None
+    _native: NativeModule | None
 
     def __init__(self, nbytes: int, *, stream: Stream | None = None) -> None:
+        # Every array allocation passes here: the CUDA branch is kept to the few steps it needs.
         if nbytes < 0:
             raise ArgumentError(f"nbytes must be >= 0, got {nbytes}")
         self.nbytes = nbytes
@@ -246,31 +255,32 @@ class DeviceBuffer:
             scope.charge(nbytes)  # may refuse: nothing is allocated then
         try:
             state = _backend._state or backend_state()
-            native = state.native if state.name == "cuda" else None
-            self._native = native
-            if native is None:
-                if stream is not None:
-                    stream._handle  # noqa: B018 - the stream's checks, as on the GPU (a reset one raises)
-                self._host: np.ndarray[Any, Any] | None = _cpu_pool.allocate(nbytes)
-                self.ptr = int(self._host.ctypes.data)
-                self.device = -1
-            else:
+            if state.name == "cuda":
+                native: NativeModule = state.native  # type: ignore[assignment]  # set on the CUDA backend
+                self._native = native
                 if nbytes >= 1 << 64:  # past what the native call takes: the pool's own "too large" answer
                     raise OutOfMemoryError(f"request of {nbytes} bytes is too large", requested=nbytes)
                 self._host = None
                 if stream is None:
                     streams = _current_streams.get()
-                    handle = streams[-1]._handle if streams else 0
+                    ptr = self.ptr = native.mem_alloc(nbytes, streams[-1]._handle if streams else 0)
                 else:
-                    handle = stream._handle
-                self.ptr = native.mem_alloc(nbytes, handle)
+                    ptr = self.ptr = native.mem_alloc(nbytes, stream._handle)
                 self.device = _thread_state.device
+            else:
+                self._native = None
+                if stream is not None:
+                    stream._handle  # noqa: B018 - the stream's checks, as on the GPU (a reset one raises)
+                host = self._host = _cpu_pool.allocate(nbytes)
+                ptr = self.ptr = int(host.ctypes.data)
+                self.device = -1
         except BaseException:
             if scope is not None:
                 scope.refund(nbytes)
             raise
-        _device_map.add(self.ptr, nbytes)
-        _live_buffers[self.ptr] = weakref.ref(self)
+        _device_sizes[ptr] = nbytes  # _device_map.add, inlined
+        _device_map._dirty = True
+        _live_buffers[ptr] = weakref.ref(self)
         self._live = True
 
     @property
@@ -291,16 +301,23 @@ class DeviceBuffer:
 
     def _release(self) -> None:
         self._live = False
-        _device_map.remove(self.ptr)
-        _live_buffers.pop(self.ptr, None)
+        ptr = self.ptr
+        if _device_sizes.pop(ptr, None) is not None:  # _device_map.remove, inlined
+            _device_map._dirty = True
+        _live_buffers.pop(ptr, None)
+        if self._scope is None:
+            if self._native is None:
+                _cpu_pool.free(self.nbytes)
+            else:
+                self._native.mem_free(ptr, self.device)
+            return
         try:
             if self._native is None:
                 _cpu_pool.free(self.nbytes)
             else:
-                self._native.mem_free(self.ptr, self.device)
+                self._native.mem_free(ptr, self.device)
         finally:
-            if self._scope is not None:
-                self._scope.refund(self.nbytes)
+            self._scope.refund(self.nbytes)
 
     def __del__(self) -> None:
         try:  # _live is unset when __init__ failed before it (AttributeError)
@@ -404,7 +421,7 @@ def set_memory_limit(limit: int | None, *, all_devices: bool = False) -> None:
     each device's own cap. An allocation over it first releases the allocating device's cached blocks.
     """
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0):
-        raise ValueError(f"limit must be a positive int or None, got {limit!r}")
+        raise ArgumentError(f"set_memory_limit: limit must be a positive int or None, got {limit!r}")
     native = _native()
     if native is None:
         if all_devices:
@@ -585,7 +602,13 @@ def _check_host(what: str, role: str, ptr: int, nbytes: int, cpu: bool) -> None:
             f"{what}: {role} {ptr:#x} (nbytes {nbytes}) is device memory ({device[1]} bytes at {device[0]:#x}), "
             "not host memory"
         )
-    # Anything else is host memory the caller owns (a NumPy array's data): its extent is unknown here.
+    # Anything else is host memory the caller owns (a NumPy array's data): its extent is unknown here,
+    # but a range with unmapped pages (a stray integer, memory already unmapped) would crash the copy.
+    if not is_mapped(ptr, nbytes):
+        raise InvalidPointerError(
+            f"{what}: {role} {ptr:#x} (nbytes {nbytes}) is not host memory of this process: part of the range "
+            "is not mapped"
+        )
 
 
 def _copy(kind: str, dst: int, src: int, nbytes: int, stream: Stream | None) -> None:
@@ -624,7 +647,9 @@ def memcpy_host_to_device_async(dst: int, src: int, nbytes: int, stream: Stream 
       memory of other libraries (DLPack, the C API) is passed on unchecked.
     - a host pointer inside a live :class:`PinnedBuffer` or :func:`pinned_malloc` block is checked
       against it. Any other host address is taken as memory the caller owns, such as a NumPy array's
-      data, whose extent cannot be checked; device memory is refused.
+      data, whose extent cannot be checked beyond its pages being mapped in the process (Linux): a
+      range with unmapped pages raises :class:`InvalidPointerError` instead of crashing the copy.
+      Device memory is refused.
     """
     _copy("htod", dst, src, nbytes, stream)
 

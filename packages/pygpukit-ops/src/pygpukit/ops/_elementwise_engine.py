@@ -80,9 +80,11 @@ __all__ = [
     "fits",
     "float_cast",
     "float_cast_expression",
+    "known_scalar",
     "operand",
     "operand_args",
     "promoted",
+    "remember_scalar",
     "result_output",
     "scalar_value",
     "unary",
@@ -368,7 +370,59 @@ def _fast_out(out: GPUArray, x1: GPUArray, x2: GPUArray | None, dtype: DType) ->
     )
 
 
+# Array-scalar calls of Python numbers made before: (op, array dtype, scalar type, mode) -> the plan whose
+# contiguous kernel ran; and (dtype, compute type, scalar type, value) -> the non-zero scalar as the
+# kernel argument, stored only after the general path checked and converted it (so a value never seen,
+# or NaN, which equals nothing, takes the general path). Zero converts in place: -0.0 and 0.0 are equal
+# keys but must stay distinct.
+_SCALAR_CALLS: PlanCache[Plan] = PlanCache("ops.elementwise.scalar_calls", maxsize=1024)
+_SCALARS: PlanCache[Any] = PlanCache("ops.elementwise.scalars", maxsize=4096)
+
+
+def known_scalar(dtype: DType, compute: str, value: int | float) -> Any:
+    """``value`` (a Python int or float) as the kernel argument of compute type ``compute`` for operands
+    of ``dtype``, when an earlier call converted it (None otherwise)."""
+    if value:
+        return _SCALARS.get((dtype, compute, type(value), value))
+    if compute == "bool":
+        return False
+    return float(value) if compute in ("float", "double") else int(value)
+
+
+def remember_scalar(dtype: DType, compute: str, value: Any, converted: Any) -> None:
+    """Record a scalar the general path checked and converted, for :func:`known_scalar`."""
+    if (type(value) is float or type(value) is int) and value:
+        _SCALARS.put((dtype, compute, type(value), value), converted)
+
+
+def _scalar_call(op: Op, array: GPUArray, scalar: int | float, mode: int) -> GPUArray | None:
+    """The fast path of a contiguous array with a Python number (as an earlier call of this op, dtype,
+    scalar type and side), or None."""
+    plan = _SCALAR_CALLS.get((op, array._dtype, type(scalar), mode))
+    if plan is None or not is_cuda():
+        return None
+    value = known_scalar(array._dtype, plan.compute, scalar)
+    if value is None:
+        return None
+    result = empty(array._shape, plan.out)
+    n = result.size
+    if n:
+        blocks = -(-n // plan.tile)
+        if blocks > _BLOCKS_ANY_GPU:
+            blocks = min(blocks, sm_count() * TILE_BLOCKS_PER_SM)
+        plan._contig(array, array, value, result, n, mode, op.code, grid=blocks, block=BLOCK)  # type: ignore[misc]
+    return result
+
+
 def binary(op: Op, x1: Any, x2: Any, out: Any) -> GPUArray:
+    if out is None and type(x1) is GPUArray and x1._contiguous and (type(x2) is float or type(x2) is int):
+        done = _scalar_call(op, x1, x2, _SCALAR_SECOND)
+        if done is not None:
+            return done
+    elif out is None and type(x2) is GPUArray and x2._contiguous and (type(x1) is float or type(x1) is int):
+        done = _scalar_call(op, x2, x1, _SCALAR_FIRST)
+        if done is not None:
+            return done
     if (out is None or type(out) is GPUArray) and type(x1) is GPUArray and type(x2) is GPUArray:
         dtype = x1._dtype
         if (
@@ -435,6 +489,10 @@ def _binary_general(op: Op, x1: Any, x2: Any, out: Any) -> GPUArray:
         array = a if mode != _SCALAR_FIRST else b
         contig(array if mode == _SCALAR_FIRST else a, array if mode == _SCALAR_SECOND else b, value, target, n, mode,
                op.code, grid=_contig_grid(n, plan.tile), block=BLOCK)  # fmt: skip
+        scalar = b if mode == _SCALAR_SECOND else a if mode == _SCALAR_FIRST else None
+        if isinstance(scalar, Scalar) and scalar.dtype is None and out is None:
+            remember_scalar(common, plan.compute, scalar.value, value)
+            _SCALAR_CALLS.put((op, common, type(scalar.value), mode), plan)
         return finish(target, final)
     pa, ca, sa = operand_args(a, shape)
     pb, cb, sb = operand_args(b, shape)

@@ -14,7 +14,7 @@ from pygpukit.core.abi import KernelStruct
 from pygpukit.core.array import GPUArray
 from pygpukit.core.codes import DTYPE_CODES
 from pygpukit.core.dtypes import DType, all_dtypes
-from pygpukit.core.errors import DeviceError, ShapeError
+from pygpukit.core.errors import ArgumentError, DeviceError, ShapeError
 from pygpukit.core.stream import thread_device
 
 __all__ = [
@@ -166,7 +166,7 @@ def normalize_axes(axis: Any, ndim: int, op: str) -> tuple[int, ...]:
     result = []
     for item in items:
         if not isinstance(item, (int, np.integer)) or isinstance(item, bool):
-            raise TypeError(f"{op}: axis must be an int or a tuple of ints, got {axis!r}")
+            raise ArgumentError(f"{op}: axis must be an int or a tuple of ints, got {axis!r}")
         value = int(item)
         if not -ndim <= value < ndim:
             raise ShapeError(f"{op}: axis {value} is out of bounds for an array of {ndim} dimensions")

@@ -239,6 +239,8 @@ def _int32_vector(name: str, what: str, x: Any, batch: int) -> tuple[GPUArray | 
             raise DTypeError(f"{name}: {what} must be int32, got {x.dtype.name}")
         if x.shape != (batch,):
             raise ShapeError(f"{name}: {what} must have shape ({batch},), got {x.shape}")
+        if not x._contiguous:  # the kernels read it as a plain int32 vector
+            raise ShapeError(f"{name}: {what} must be contiguous, got strides {x.strides}; call .contiguous() first")
         return x, (_cpu.host(x).astype(np.int64) if not is_cuda() else None)
     values = np.asarray(x)
     if values.dtype.kind not in "iu":
@@ -724,6 +726,8 @@ def paged_decode_attention(
             raise ShapeError(
                 f"{name}: block_table must be (batch={batch}, max_blocks_per_seq), got {block_table.shape}"
             )
+        if block_table._strides[1] != 1 and block_table.shape[1] > 1:  # the kernel steps rows by their stride
+            raise ShapeError(f"{name}: block_table needs unit stride along its rows, got strides {block_table.strides}")
         blocks_per_seq = block_table.shape[1]
         table_host = _cpu.host(block_table).astype(np.int64) if not is_cuda() else None
     else:

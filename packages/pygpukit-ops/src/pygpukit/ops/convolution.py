@@ -11,10 +11,11 @@ from typing import Any
 import numpy as np
 
 from pygpukit.core.abi import KernelStruct
-from pygpukit.core.array import GPUArray
+from pygpukit.core.array import GPUArray, empty
 from pygpukit.core.codes import ACTIVATION_CODES
 from pygpukit.core.dtypes import DType, float32
 from pygpukit.core.errors import ArgumentError, ShapeError
+from pygpukit.core.plans import PlanCache
 
 from . import _cpu
 from ._kernels import NAMESPACE, Groups, group, register_enumerator
@@ -47,6 +48,9 @@ _PARAMS = [CONV_ARGS.param("args")]
 _ACTIVATIONS = {name: code for name, code in ACTIVATION_CODES.items() if name != "none"}
 _GRID_LIMIT = 65535
 _TILE = 64  # output channels and positions of a block (kBM, kBN of conv1d.cu)
+# Repeated calls without out=: by the operands' layouts and the options (with their types), the kernel,
+# the result's shape, the struct's fields after its pointers, the grid and the block.
+_CALLS: PlanCache[tuple[Any, ...]] = PlanCache("ops.conv1d.calls")
 
 
 def _expression(dtype: DType) -> str:
@@ -90,6 +94,23 @@ def conv1d(
 
     float16/bfloat16 run as an implicit GEMM on tensor cores (mma.sync, float accumulation); float32
     in float32 on CUDA cores. All three operands share one dtype. x and out may have any strides."""
+    key: Any = None
+    if out is None and type(x) is GPUArray and type(weight) is GPUArray and (bias is None or type(bias) is GPUArray):
+        key = (x._dtype, x._shape, x._strides, x._buffer.device, weight._dtype, weight._shape, weight._strides,
+               weight.device_ptr % 16, weight._buffer.device,
+               None if bias is None else (bias._dtype, bias._shape, bias._strides, bias._buffer.device),
+               stride, padding, dilation, groups, activation, type(stride), type(padding), type(dilation),
+               type(groups))  # fmt: skip
+        try:
+            plan = _CALLS.get(key)
+        except TypeError:  # an unhashable argument: the general path explains it
+            plan = key = None
+        if plan is not None and is_cuda():
+            kernel, shape, fields, grid, block = plan
+            result = empty(shape, x._dtype)
+            kernel(CONV_ARGS.pack_flat(x.device_ptr, weight.device_ptr, 0 if bias is None else bias.device_ptr,
+                                       result.device_ptr, *fields), grid=grid, block=block)  # fmt: skip
+            return result
     name = "conv1d"
     x = float_input(name, "x", x)
     weight = array(name, "weight", weight)
@@ -144,12 +165,15 @@ def conv1d(
     vector_w = contiguous_weight and weight.device_ptr % 16 == 0 and (c_in_group * ksize) % 8 == 0
     expression = _expression(x.dtype)
     kernel = group(_FILE, [expression]).kernel(expression, _PARAMS)
+    code = _ACTIVATIONS[activation] if activation is not None else ACTIVATION_CODES["none"]
+    fields = (*x3._strides, *weight._strides, *out3._strides, batch, c_in_group, c_out // groups, groups, length,
+              l_out, ksize, stride, left, dilation, code, int(vector_w))  # fmt: skip
     args = CONV_ARGS.pack_flat(x3.device_ptr, weight.device_ptr, bias.device_ptr if bias is not None else 0,
-                               out3.device_ptr, *x3._strides, *weight._strides, *out3._strides, batch, c_in_group,
-                               c_out // groups, groups, length, l_out, ksize, stride, left, dilation,
-                               _ACTIVATIONS[activation] if activation is not None else ACTIVATION_CODES["none"],
-                               int(vector_w))  # fmt: skip
-    kernel(args, grid=grid, block=256 if x.dtype == float32 else 128)
+                               out3.device_ptr, *fields)  # fmt: skip
+    block = 256 if x.dtype == float32 else 128
+    kernel(args, grid=grid, block=block)
+    if key is not None:
+        _CALLS.put(key, (kernel, shape, fields, grid, block))
     return result
 
 

@@ -25,7 +25,9 @@ import numpy as np
 
 from pygpukit.core.array import GPUArray, empty
 from pygpukit.core.dtypes import DType, all_dtypes, as_dtype, bool_
-from pygpukit.core.errors import DTypeError
+from pygpukit.core.errors import ArgumentError, DTypeError
+from pygpukit.core.jit import JITKernel
+from pygpukit.core.plans import PlanCache
 
 from . import _cpu
 from ._elementwise_engine import (
@@ -43,9 +45,11 @@ from ._elementwise_engine import (
     fits,
     float_cast,
     float_cast_expression,
+    known_scalar,
     operand,
     operand_args,
     promoted,
+    remember_scalar,
     result_output,
     scalar_value,
     unary,
@@ -355,7 +359,7 @@ def gelu(x: Any, /, *, approximate: str = "none", out: GPUArray | None = None) -
     :func:`gelu_tanh` instead (torch.nn.functional.gelu's parameter)."""
     op = _GELU_FORMS.get(approximate) if isinstance(approximate, str) else None
     if op is None:
-        raise ValueError(f"gelu: approximate must be 'none' (erf) or 'tanh', got {approximate!r}")
+        raise ArgumentError(f"gelu: approximate must be 'none' (erf) or 'tanh', got {approximate!r}")
     return unary(op, x, out)
 
 
@@ -406,6 +410,10 @@ def astype(x: GPUArray, dtype: Any) -> GPUArray:
 _CLAMP_KINDS = "iuf"
 _ABSENT = -2  # kCodeAbsent of types.cuh: a clamp bound that was not given
 _WHERE_CONTIG_PARAMS = [pointer("cond"), pointer("x"), pointer("y"), pointer("out"), size_param("n")]
+# Repeated calls: where's contiguous kernel by dtype; clamp's contiguous kernel and compute type by
+# (dtype, type of min, type of max) for Python-number bounds (values through known_scalar).
+_WHERE_CALLS: PlanCache[JITKernel] = PlanCache("ops.elementwise.where_calls", maxsize=64)
+_CLAMP_CALLS: PlanCache[tuple[JITKernel, str]] = PlanCache("ops.elementwise.clamp_calls", maxsize=256)
 
 
 def _where_expressions(dtype: DType) -> tuple[str, str]:
@@ -433,6 +441,24 @@ def where(condition: Any, x: Any, y: Any, /, *, out: GPUArray | None = None) -> 
     ``condition`` may have any dtype; the result has the promoted dtype of ``x`` and ``y`` (either may
     be a scalar: ``where(mask, x, 0.0)``).
     """
+    if out is None and type(condition) is GPUArray and type(x) is GPUArray and type(y) is GPUArray:
+        kernel = _WHERE_CALLS.get(x._dtype)  # the contiguous kernel an earlier call of this dtype used
+        if (
+            kernel is not None
+            and y._dtype is x._dtype
+            and condition._dtype is bool_
+            and x._shape == y._shape == condition._shape
+            and x._contiguous
+            and y._contiguous
+            and condition._contiguous
+            and x._buffer.device == y._buffer.device == condition._buffer.device
+            and is_cuda()
+        ):
+            result = empty(x._shape, x._dtype)
+            n = result.size
+            if n:
+                kernel(condition, x, y, result, n, grid=grid_for(n), block=BLOCK)
+            return result
     cond = operand(condition, "where")
     if not isinstance(cond, GPUArray):
         raise DTypeError(f"where: condition must be a GPUArray, got {type(condition).__name__}")
@@ -467,7 +493,9 @@ def where(condition: Any, x: Any, y: Any, /, *, out: GPUArray | None = None) -> 
         and vy._dtype == common
         and all(a._shape == shape and a._contiguous for a in (cond, vx, vy, target))
     ):
-        kernels.kernel(contig, _WHERE_CONTIG_PARAMS)(cond, vx, vy, target, n, grid=grid_for(n), block=BLOCK)
+        kernel = kernels.kernel(contig, _WHERE_CONTIG_PARAMS)
+        kernel(cond, vx, vy, target, n, grid=grid_for(n), block=BLOCK)
+        _WHERE_CALLS.put(common, kernel)
         return finish(target, final)
     pc, cc, sc = operand_args(cond, shape)
     px, cx, sx = operand_args(vx, shape)
@@ -484,8 +512,22 @@ def where(condition: Any, x: Any, y: Any, /, *, out: GPUArray | None = None) -> 
 def clamp(x: GPUArray, min: Any = None, max: Any = None, *, out: GPUArray | None = None) -> GPUArray:
     """``minimum(maximum(x, min), max)`` elementwise (NumPy's ``clip``): bounds are scalars or arrays
     that broadcast with ``x``, either may be None; NaN propagates. Not defined for bool."""
+    if out is None and type(x) is GPUArray and x._contiguous:
+        t_lo, t_hi = type(min), type(max)
+        call = _CLAMP_CALLS.get((x._dtype, t_lo, t_hi))  # an earlier call's kernel and compute type
+        if call is not None and is_cuda():
+            kernel, compute = call
+            lo = 0 if min is None else known_scalar(x._dtype, compute, min)
+            hi = 0 if max is None else known_scalar(x._dtype, compute, max)
+            if lo is not None and hi is not None:
+                fast = empty(x._shape, x._dtype)
+                n = fast.size
+                if n:
+                    kernel(x, lo, hi, int(min is not None), int(max is not None), fast, n,
+                           grid=grid_for(-(-n // (16 // x._dtype.itemsize))), block=BLOCK)  # fmt: skip
+                return fast
     if min is None and max is None:
-        raise ValueError("clamp needs at least one of min and max")
+        raise ArgumentError("clamp needs at least one of min and max")
     value = operand(x, "clamp")
     if not isinstance(value, GPUArray):
         raise DTypeError(f"clamp: x must be a GPUArray, got {type(x).__name__}")
@@ -528,9 +570,14 @@ def clamp(x: GPUArray, min: Any = None, max: Any = None, *, out: GPUArray | None
         params = [pointer("x"), c_param("lo", ctype), c_param("hi", ctype), code_param("has_lo"),
                   code_param("has_hi"), pointer("out"), size_param("n")]  # fmt: skip
         width = 16 // common.itemsize
-        kernels.kernel(contig, params)(value, scalars[0], scalars[1], int(bounds[0] is not None),
-                                       int(bounds[1] is not None), target, n, grid=grid_for(-(-n // width)),
-                                       block=BLOCK)  # fmt: skip
+        kernel = kernels.kernel(contig, params)
+        kernel(value, scalars[0], scalars[1], int(bounds[0] is not None), int(bounds[1] is not None), target, n,
+               grid=grid_for(-(-n // width)), block=BLOCK)  # fmt: skip
+        if out is None and all(b is None or (b.dtype is None and type(b.value) in (int, float)) for b in bounds):
+            for bound, converted in zip(bounds, scalars, strict=True):
+                if bound is not None:
+                    remember_scalar(common, ctype, bound.value, converted)  # type: ignore[union-attr]
+            _CLAMP_CALLS.put((common, type(min), type(max)), (kernel, ctype))
         return finish(target, final)
     px, cx, sx = operand_args(value, shape)
     args = []

@@ -14,9 +14,11 @@ from typing import Any
 import numpy as np
 
 from pygpukit.core.abi import KernelStruct
-from pygpukit.core.array import GPUArray
+from pygpukit.core.array import GPUArray, empty
 from pygpukit.core.dtypes import DType, int32
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
+from pygpukit.core.jit import JITKernel
+from pygpukit.core.plans import PlanCache
 
 from . import _cpu
 from ._kernels import BLOCK, NAMESPACE, Groups, c_param, grid_for, group, pointer, register_enumerator, size_param
@@ -46,6 +48,9 @@ _GATHER_PARAMS = [GATHER_ARGS.param("args")]
 _POSITION_PARAMS = [pointer("out"), pointer("start"), c_param("start_value", "int"), size_param("start_stride"),
                     size_param("batch"), size_param("seq"), size_param("out_b"), size_param("out_s")]  # fmt: skip
 _UNIT = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
+# embedding's repeated calls (no out=, no error_flag): by the layouts of weight and ids, the kernel, the
+# result's shape, the struct's fields after its pointers and the grid.
+_CALLS: PlanCache[tuple[Any, ...]] = PlanCache("ops.embedding.calls")
 
 
 def _gather_expression(itemsize: int, index: DType) -> str:
@@ -84,7 +89,8 @@ def _ids_layout(name: str, ids: GPUArray | None) -> tuple[int, list[int], list[i
 
 def _gather(name: str, src: GPUArray, out: GPUArray, count: int, hidden: int, src_outer: int, src_row: int,
             out_row: int, limit: int, ids: GPUArray | None, fixed: int, shift: int,
-            error: GPUArray | None) -> None:  # fmt: skip
+            error: GPUArray | None) -> tuple[JITKernel, tuple[Any, ...], int]:  # fmt: skip
+    """Launch gather_rows; returns (kernel, the struct's fields after the four pointers, grid)."""
     itemsize = src.itemsize
     vector = (hidden * itemsize) % 16 == 0 and all(
         a.device_ptr % 16 == 0 and (s * itemsize) % 16 == 0
@@ -95,10 +101,13 @@ def _gather(name: str, src: GPUArray, out: GPUArray, count: int, hidden: int, sr
     expression = _gather_expression(itemsize, ids.dtype if ids is not None else int32)
     kernel = group(_FILE, _expressions()).kernel(expression, _GATHER_PARAMS)
     ndim, shape, strides = _ids_layout(name, ids)
+    fields = (count, hidden, src_outer, src_row, out_row, limit, fixed, shift, lanes, int(vector), ndim, *shape,
+              *strides)  # fmt: skip
     args = GATHER_ARGS.pack_flat(src.device_ptr, ids.device_ptr if ids is not None else 0, out.device_ptr,
-                                 error.device_ptr if error is not None else 0, count, hidden, src_outer, src_row,
-                                 out_row, limit, fixed, shift, lanes, int(vector), ndim, *shape, *strides)  # fmt: skip
-    kernel(args, grid=grid_for(count, BLOCK // lanes), block=BLOCK)
+                                 error.device_ptr if error is not None else 0, *fields)  # fmt: skip
+    grid = grid_for(count, BLOCK // lanes)
+    kernel(args, grid=grid, block=BLOCK)
+    return kernel, fields, grid
 
 
 def _cpu_gather(src: np.ndarray[Any, Any], index: np.ndarray[Any, Any], limit: int, out: GPUArray,
@@ -123,6 +132,18 @@ def embedding(
     Out-of-range ids (negative or >= vocab) are never read: their output rows are zero, and when
     ``error_flag`` (a one-element int32 device array, which the op never clears) is given it is set to
     1. The check costs nothing on the host, so the op stays graph-capturable."""
+    if out is None and error_flag is None and type(weight) is GPUArray and type(ids) is GPUArray:
+        key = (weight._dtype, weight._shape, weight._strides, weight.device_ptr % 16, weight._buffer.device,
+               ids._dtype, ids._shape, ids._strides, ids._buffer.device)  # fmt: skip
+        plan = _CALLS.get(key)
+        if plan is not None and is_cuda():
+            kernel, shape, fields, grid = plan
+            result = empty(shape, weight._dtype)
+            kernel(GATHER_ARGS.pack_flat(weight.device_ptr, ids.device_ptr, result.device_ptr, 0, *fields), grid=grid,
+                   block=BLOCK)  # fmt: skip
+            return result
+    else:
+        key = None
     name = "embedding"
     weight = array(name, "weight", weight)
     ids = index_input(name, "ids", ids)
@@ -144,7 +165,10 @@ def embedding(
         _cpu_gather(np.broadcast_to(table, (count, vocab, hidden)), _cpu.host(ids).reshape(-1).astype(np.int64),
                     vocab, result, error)  # fmt: skip
         return result
-    _gather(name, weight, result, count, hidden, 0, weight_stride, out_stride, vocab, ids, 0, 0, error)
+    kernel, fields, grid = _gather(name, weight, result, count, hidden, 0, weight_stride, out_stride, vocab, ids, 0, 0,
+                                   error)  # fmt: skip
+    if key is not None:
+        _CALLS.put(key, (kernel, result._shape, fields, grid))
     return result
 
 

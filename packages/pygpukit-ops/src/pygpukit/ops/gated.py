@@ -14,10 +14,11 @@ from typing import Any
 import numpy as np
 
 from pygpukit.core.abi import KernelStruct
-from pygpukit.core.array import GPUArray
+from pygpukit.core.array import GPUArray, empty
 from pygpukit.core.codes import enum_values
 from pygpukit.core.dtypes import DType
 from pygpukit.core.errors import ArgumentError, ShapeError
+from pygpukit.core.plans import PlanCache
 
 from . import _cpu
 from ._kernels import BLOCK, NAMESPACE, Groups, grid_for, group, register_enumerator
@@ -60,8 +61,28 @@ def _cpu_gated(mode: int, gate: np.ndarray[Any, Any], up: np.ndarray[Any, Any] |
         return result
 
 
+# Repeated calls without out=: by the inputs' layouts (and pointer alignment), the kernel, the result's
+# shape, the struct's fields after the pointers, the grid and where ``up`` sits relative to ``gate``.
+_CALLS: PlanCache[tuple[Any, ...]] = PlanCache("ops.gated.calls")
+
+
 def _gated(name: str, mode: int, gate: Any, up: Any, out: Any) -> GPUArray:
+    if out is None and type(gate) is GPUArray and (up is None or type(up) is GPUArray):
+        key = (mode, gate._dtype, gate._shape, gate._strides, gate.device_ptr % 16, gate._buffer.device,
+               None if up is None else (up._dtype, up._shape, up._strides, up.device_ptr % 16,
+                                        up._buffer.device))  # fmt: skip
+        plan = _CALLS.get(key)
+        if plan is not None and is_cuda():
+            kernel, shape, fields, grid, up_delta = plan
+            result = empty(shape, gate._dtype)
+            g = gate.device_ptr
+            u = up.device_ptr if up is not None else 0 if up_delta is None else g + up_delta
+            kernel(GATED_ARGS.pack_flat(g, u, result.device_ptr, *fields), grid=grid, block=BLOCK)
+            return result
+    else:
+        key = None
     gate = float_input(name, "gate" if mode != _RELU2 else "x", gate)
+    given_up = up
     if mode != _RELU2 and up is None:  # one concatenated input: [gate | up] along the last axis
         if gate.ndim == 0 or gate.shape[-1] % 2:
             raise ShapeError(f"{name}: a single input needs an even last axis (gate and up halves), got {gate.shape}")
@@ -96,10 +117,14 @@ def _gated(name: str, mode: int, gate: Any, up: Any, out: Any) -> GPUArray:
     vector = cols % width == 0 and all(aligned(a, s, count_rows, width) for a, s in operands)
     expression = _expression(gate.dtype)
     kernel = group(_FILE, [expression]).kernel(expression, _PARAMS)
-    args = GATED_ARGS.pack_flat(gate.device_ptr, up.device_ptr if up is not None else 0, result.device_ptr,
-                                count_rows, cols, gate_stride, up_stride, out_stride, mode, int(vector))  # fmt: skip
+    fields = (count_rows, cols, gate_stride, up_stride, out_stride, mode, int(vector))
+    args = GATED_ARGS.pack_flat(gate.device_ptr, up.device_ptr if up is not None else 0, result.device_ptr, *fields)
     work = count_rows * cols // width if vector else count_rows * cols
-    kernel(args, grid=grid_for(work), block=BLOCK)
+    grid = grid_for(work)
+    kernel(args, grid=grid, block=BLOCK)
+    if key is not None:
+        up_delta = None if up is None or given_up is not None else up.device_ptr - gate.device_ptr
+        _CALLS.put(key, (kernel, result._shape, fields, grid, up_delta))
     return result
 
 

@@ -232,7 +232,7 @@ def _output(op: str, name: str, out: Any, shape: tuple[int, ...], dtype: DType) 
 
 def _count(op: str, name: str, value: Any, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{op}: {name} must be an int, got {type(value).__name__}")
+        raise ArgumentError(f"{op}: {name} must be an int, got {value!r} of type {type(value).__name__}")
     number = int(value)
     if not low <= number <= high:
         raise ArgumentError(f"{op}: {name}={number} is outside [{low}, {high}]")
@@ -293,8 +293,7 @@ def moe_topk_gating(
     ``out_ids`` (contiguous, the result's shape and dtype) receive the results when given.
 
     Errors: :class:`DTypeError` for other dtypes, :class:`ShapeError` for shapes, :class:`ArgumentError`
-    when ``k`` is not in [1, experts] or experts exceed the limit, ``ValueError`` for an unknown
-    ``scoring``.
+    when ``k`` is not in [1, experts] or experts exceed the limit, and for an unknown ``scoring``.
     """
     op = "moe_topk_gating"
     logits = _array(op, "router_logits", router_logits)
@@ -306,7 +305,7 @@ def moe_topk_gating(
         raise ArgumentError(f"{op}: {experts} experts; between 1 and {MOE_MAX_EXPERTS} are supported")
     k = _count(op, "k", k, 1, experts)
     if scoring not in _SCORING:
-        raise ValueError(f"{op}: scoring must be 'softmax' or 'sigmoid', got {scoring!r}")
+        raise ArgumentError(f"{op}: scoring must be 'softmax' or 'sigmoid', got {scoring!r}")
     ld = _row_major(op, "router_logits", logits)
     weights = _output(op, "out_weights", out_weights, (tokens, k), float32) if out_weights is not None else None
     ids = _output(op, "out_ids", out_ids, (tokens, k), int32) if out_ids is not None else None
@@ -510,7 +509,9 @@ def grouped_gemm(
     if offs.dtype != int32:
         raise DTypeError(f"{op}: expert_offsets must be int32, got {offs.dtype}")
     if layout not in ("nk", "kn"):
-        raise ValueError(f"{op}: layout must be 'nk' (weights (E, N, K)) or 'kn' (weights (E, K, N)), got {layout!r}")
+        raise ArgumentError(
+            f"{op}: layout must be 'nk' (weights (E, N, K)) or 'kn' (weights (E, K, N)), got {layout!r}"
+        )
     if x.ndim != 2 or w.ndim != 3:
         raise ShapeError(f"{op}: x must be (rows, K) and weights (E, N, K) or (E, K, N); got {x.shape} and {w.shape}")
     rows, k = x.shape
@@ -706,9 +707,9 @@ def moe_mlp(
         raise ShapeError(f"{op}: w_down must be 3-D (experts, hidden, intermediate), got shape {w_down.shape}")
     inter = w_down.shape[2] if layout == "nk" else w_down.shape[1]
     if layout not in ("nk", "kn"):
-        raise ValueError(f"{op}: layout must be 'nk' or 'kn', got {layout!r}")
+        raise ArgumentError(f"{op}: layout must be 'nk' or 'kn', got {layout!r}")
     if activation not in _ACTIVATIONS:
-        raise ValueError(f"{op}: activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
+        raise ArgumentError(f"{op}: activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
 
     def shape(rows: int, cols: int) -> tuple[int, int, int]:
         return (experts, rows, cols) if layout == "nk" else (experts, cols, rows)
@@ -729,7 +730,7 @@ def moe_mlp(
         raise ArgumentError(f"{op}: {experts} experts; between 1 and {MOE_MAX_EXPERTS} are supported")
     k = _count(op, "k", k, 1, experts)
     if scoring not in _SCORING:
-        raise ValueError(f"{op}: scoring must be 'softmax' or 'sigmoid', got {scoring!r}")
+        raise ArgumentError(f"{op}: scoring must be 'softmax' or 'sigmoid', got {scoring!r}")
     _row_major(op, "router_logits", logits)
     _row_major(op, "x", x)
     result = _output(op, "out", out, (tokens, hidden), x.dtype) if out is not None else None

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from pygpukit.core import backend as _backend
 from pygpukit.core.abi import KernelStruct
 from pygpukit.core.array import GPUArray, empty, full
 from pygpukit.core.codes import enum_values
@@ -104,6 +105,9 @@ _SPLIT_BLOCKS = 1024  # blocks of a split reduction over rows (H100 and H200 hol
 _MODES = enum_values("ReduceMode")  # common/codes.cuh
 _ACCUMULATOR_CODE = enum_values("ReduceOut")["kReduceOutAccumulator"]  # out_code: store the accumulator
 _PLANS: PlanCache[Any] = PlanCache("ops.reduction")
+# By the caller's own arguments (before any normalisation), what a repeated call needs: the result's
+# shape and dtype and the plan (reductions), or the plan (softmax). Filled only on the CUDA backend.
+_CALLS: PlanCache[Any] = PlanCache("ops.reduction.calls")
 _SIZES = {"float": 4, "double": 8, "long long": 8, "unsigned long long": 8, "bool": 1}
 _FLOAT_DTYPES = tuple(d for d in all_dtypes() if d.is_floating)
 
@@ -374,14 +378,15 @@ def _launch_reduce(
     out: GPUArray,
     out_code: int,
     ddof: int,
-) -> None:
+) -> _ReducePlan:
     """Run ``reducer`` over ``axes`` of ``x`` into the contiguous ``out``: one plan lookup (per call
-    shape, input alignment and the split setting) and its launches."""
+    shape, input alignment and the split setting) and its launches. Returns the plan."""
     key = (reducer.name, x._dtype, x._shape, x._strides, axes, out_code, ddof, x.device_ptr % 16 == 0, _SPLIT_BLOCKS)
-    plan = _PLANS.get(key)
+    plan: _ReducePlan | None = _PLANS.get(key)
     if plan is None:
         plan = _PLANS.put(key, _plan_reduce(reducer, x, axes, out_code, ddof))
     plan.run(x, out)
+    return plan
 
 
 def _packed_columns(
@@ -432,6 +437,22 @@ def _empty_value(reducer: _Reducer) -> Any:
 
 
 def _reduce(reducer: _Reducer, x: Any, axis: Any, keepdims: bool, ddof: int = 0) -> GPUArray:
+    # A repeated call (same array layout, axis and options) is one lookup, an allocation and the launches.
+    state = _backend._state
+    if type(x) is GPUArray and (axis is None or type(axis) is int) and state is not None and state.name == "cuda":
+        key = (reducer, x._dtype, x._shape, x._strides, axis, bool(keepdims), ddof, x._buffer.device,
+               x.device_ptr % 16 == 0, _SPLIT_BLOCKS)  # fmt: skip
+        known = _CALLS.get(key)
+        if known is not None:
+            out = empty(known[0], known[1])
+            known[2].run(x, out)
+            return out
+    else:
+        key = None
+    return _reduce_general(reducer, x, axis, keepdims, ddof, key)
+
+
+def _reduce_general(reducer: _Reducer, x: Any, axis: Any, keepdims: bool, ddof: int, key: Any) -> GPUArray:
     x = _check_array(reducer.name, x)
     if reducer.template == "ArgR" and axis is not None and not _is_axis_index(axis):
         raise ArgumentError(f"{reducer.name}: axis must be an int or None, got {axis!r} of type {type(axis).__name__}")
@@ -450,7 +471,9 @@ def _reduce(reducer: _Reducer, x: Any, axis: Any, keepdims: bool, ddof: int = 0)
     if not is_cuda():
         _cpu_reduce(reducer, x, axes, out, ddof)
         return out
-    _launch_reduce(reducer, x, axes, out, dtype_code(result_dtype), ddof)
+    plan = _launch_reduce(reducer, x, axes, out, dtype_code(result_dtype), ddof)
+    if key is not None:
+        _CALLS.put(key, (shape, result_dtype, plan))
     return out
 
 
@@ -529,17 +552,17 @@ def mean(x: GPUArray, axis: Any = None, keepdims: bool = False) -> GPUArray:
 
 def var(x: GPUArray, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> GPUArray:
     """Variance ``sum((x - mean)**2) / (n - ddof)`` over ``axis`` (Welford's method; dtypes as mean)."""
-    return _reduce(_VAR, x, axis, keepdims, _check_ddof(ddof))
+    return _reduce(_VAR, x, axis, keepdims, _check_ddof("var", ddof))
 
 
 def std(x: GPUArray, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> GPUArray:
     """Standard deviation: the square root of :func:`var`."""
-    return _reduce(_STD, x, axis, keepdims, _check_ddof(ddof))
+    return _reduce(_STD, x, axis, keepdims, _check_ddof("std", ddof))
 
 
-def _check_ddof(ddof: Any) -> int:
+def _check_ddof(name: str, ddof: Any) -> int:
     if not isinstance(ddof, (int, np.integer)) or isinstance(ddof, bool) or ddof < 0:
-        raise ValueError(f"ddof must be a non-negative integer, got {ddof!r}")
+        raise ArgumentError(f"{name}: ddof must be a non-negative integer, got {ddof!r}")
     return int(ddof)
 
 
@@ -756,6 +779,17 @@ def _plan_softmax(x: GPUArray, out_strides: tuple[int, ...], ax: int, log: bool)
 
 
 def _softmax(name: str, x: Any, axis: int, log: bool) -> GPUArray:
+    state = _backend._state
+    if type(x) is GPUArray and type(axis) is int and state is not None and state.name == "cuda":
+        # A repeated call: the plan by the caller's own axis value, then one allocation and the launch.
+        call = (x._dtype, x._shape, x._strides, axis, log, x._buffer.device, x.device_ptr % 16 == 0, _SPLIT_BLOCKS)
+        plan = _CALLS.get(call)
+        if plan is not None:
+            out = empty(x._shape, x._dtype)
+            plan.run(x, out)
+            return out
+    else:
+        call = None
     x = _check_array(name, x)
     if not x.dtype.is_floating:
         raise DTypeError(f"{name} needs a floating-point array, got {x.dtype} (convert it with astype first)")
@@ -779,6 +813,8 @@ def _softmax(name: str, x: Any, axis: int, log: bool) -> GPUArray:
     if plan is None:
         plan = _PLANS.put(key, _plan_softmax(x, out._strides, ax, log))
     plan.run(x, out)
+    if call is not None:
+        _CALLS.put(call, plan)
     return out
 
 

@@ -88,13 +88,15 @@ def _check_pair(a: Any, b: Any, what: str) -> None:
         raise DeviceError(f"{what}: a is on device {a.buffer.device}, b on device {b.buffer.device}")
 
 
-def _check_out(out: Any, shape: tuple[int, ...], dtype: DType, what: str) -> None:
+def _check_out(out: Any, shape: tuple[int, ...], dtype: DType, what: str, device: int) -> None:
     if not isinstance(out, GPUArray):
         raise DTypeError(f"{what}: out must be a GPUArray, got {type(out).__name__}")
-    if out.shape != shape or out.dtype != dtype:
-        raise ShapeError(
-            f"{what}: out must have shape {shape} and dtype {dtype.name}, got {out.shape} {out.dtype.name}"
-        )
+    if out.shape != shape:
+        raise ShapeError(f"{what}: out must have shape {shape} (dtype {dtype.name}), got {out.shape}")
+    if out.dtype != dtype:
+        raise DTypeError(f"{what}: out must have dtype {dtype.name} (shape {shape}), got {out.dtype.name}")
+    if out.buffer.device != device:
+        raise DeviceError(f"{what}: out is on device {out.buffer.device}, the operands on device {device}")
     if not out.is_contiguous:
         raise ShapeError(f"{what}: out must be contiguous (got strides {out.strides})")
 
@@ -164,7 +166,7 @@ def matmul(
     if b.ndim == 1:
         result_shape = result_shape[:-1]
     if out is not None:
-        _check_out(out, result_shape, out_dtype, "matmul")
+        _check_out(out, result_shape, out_dtype, "matmul", a.buffer.device)
         d = out if result_shape == full_shape else out.reshape(full_shape)
     else:
         d = _array.empty(full_shape, out_dtype, stream=stream)
@@ -292,10 +294,17 @@ def linear(
     out_features, in_features = w.shape
     if x.shape[-1] != in_features:
         raise ShapeError(f"linear: x has {x.shape[-1]} features, w expects {in_features} (w shape {w.shape})")
-    if b is not None and (not isinstance(b, GPUArray) or b.shape != (out_features,) or b.dtype != x.dtype):
-        raise ShapeError(f"linear: b must have shape ({out_features},) and dtype {x.dtype.name}")
-    if b is not None and (b.buffer.device != x.buffer.device or not b.is_contiguous):
-        raise ShapeError(f"linear: b must be contiguous and on x's device {x.buffer.device}")
+    if b is not None:
+        if not isinstance(b, GPUArray):
+            raise DTypeError(f"linear: b must be a GPUArray or None, got {type(b).__name__}")
+        if b.shape != (out_features,):
+            raise ShapeError(f"linear: b must have shape ({out_features},), got {b.shape}")
+        if b.dtype != x.dtype:
+            raise DTypeError(f"linear: b must have x's dtype {x.dtype.name}, got {b.dtype.name}")
+        if b.buffer.device != x.buffer.device:
+            raise DeviceError(f"linear: b is on device {b.buffer.device}, x on device {x.buffer.device}")
+        if not b.is_contiguous:
+            raise ShapeError(f"linear: b must be contiguous, got strides {b.strides}")
     lead = x.shape[:-1]
     rows = math.prod(lead) if lead else 1
     x2 = x.reshape(rows, in_features) if x.is_contiguous else x.contiguous(stream=stream).reshape(rows, in_features)

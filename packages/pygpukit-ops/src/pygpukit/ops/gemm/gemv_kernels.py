@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pygpukit.core.array import GPUArray, empty
 from pygpukit.core.dtypes import DType, float32
-from pygpukit.core.errors import DTypeError, ShapeError
+from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel, Param
 from pygpukit.core.plans import PlanCache
 from pygpukit.core.stream import Stream, current_stream
@@ -272,7 +272,7 @@ def gemv_launch(
     w = require_array(w, "w", op)
     out = require_array(out, "out", op)
     if w_layout not in ("kn", "nk"):
-        raise ValueError(f"{op}: w_layout must be 'kn' (w is K x N) or 'nk' (w is N x K), got {w_layout!r}")
+        raise ArgumentError(f"{op}: w_layout must be 'kn' (w is K x N) or 'nk' (w is N x K), got {w_layout!r}")
     if w.ndim != 2 or x.ndim not in (1, 2) or out.ndim != x.ndim:
         raise ShapeError(f"{op}: x must be 1-D or 2-D, w 2-D and out of x's rank; got shapes {x.shape}, {w.shape} "
                          f"and {out.shape}")  # fmt: skip
