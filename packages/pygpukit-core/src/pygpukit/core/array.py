@@ -650,14 +650,19 @@ def empty(shape: ShapeLike, dtype: Any = float32, *, stream: Stream | None = Non
         dims = (shape,)  # type: ignore[assignment]
     else:
         dims = _normalize_shape(shape)
-    dt = dtype if type(dtype) is DType else as_dtype(dtype)
-    known = _LAYOUTS.get(dims)
+    return allocate(dims, dtype if type(dtype) is DType else as_dtype(dtype), stream)
+
+
+def allocate(shape: tuple[int, ...], dtype: DType, stream: Stream | None = None) -> GPUArray:
+    """:func:`empty` for callers that pass a checked shape (a tuple of non-negative ints, such as an
+    array's own shape) and a :class:`DType`: the ops' hot path, without the argument checks."""
+    known = _LAYOUTS.get(shape)
     if known is None:
-        known = _layout(dims)
+        known = _layout(shape)
     array = _new_array(GPUArray)
-    array._buffer = DeviceBuffer((known[0] * dt.bits + 7) >> 3, stream=stream)  # int4: 2 per byte
-    array._shape = dims
-    array._dtype = dt
+    array._buffer = DeviceBuffer((known[0] * dtype.bits + 7) >> 3, stream=stream)  # int4: 2 per byte
+    array._shape = shape
+    array._dtype = dtype
     array._offset = 0
     array._strides = known[1]
     array._contiguous = True

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from pygpukit.core.array import GPUArray, empty
+from pygpukit.core.array import GPUArray, allocate, empty
 from pygpukit.core.codes import enum_values
 from pygpukit.core.dtypes import (
     DType,
@@ -47,6 +47,7 @@ from ._kernels import (
     code_param,
     grid_for,
     group,
+    launch,
     pointer,
     size_param,
     sm_count,
@@ -404,13 +405,13 @@ def _scalar_call(op: Op, array: GPUArray, scalar: int | float, mode: int) -> GPU
     value = known_scalar(array._dtype, plan.compute, scalar)
     if value is None:
         return None
-    result = empty(array._shape, plan.out)
+    result = allocate(array._shape, plan.out)
     n = result.size
     if n:
         blocks = -(-n // plan.tile)
         if blocks > _BLOCKS_ANY_GPU:
             blocks = min(blocks, sm_count() * TILE_BLOCKS_PER_SM)
-        plan._contig(array, array, value, result, n, mode, op.code, grid=blocks, block=BLOCK)  # type: ignore[misc]
+        launch(plan._contig, (array, array, value, result, n, mode, op.code), blocks)  # type: ignore[arg-type]
     return result
 
 
@@ -433,19 +434,19 @@ def binary(op: Op, x1: Any, x2: Any, out: Any) -> GPUArray:
             and x1._buffer.device == x2._buffer.device
             and is_cuda()
         ):
-            plan = op.plans.get(dtype)
+            plan = op.plans._plans.get(dtype)
             if (
                 plan is not None
                 and plan._contig is not None  # made by an earlier call, after the dtype checks
                 and (out is None or _fast_out(out, x1, x2, plan.out))
             ):
-                result = empty(x1._shape, plan.out) if out is None else out
+                result = allocate(x1._shape, plan.out) if out is None else out
                 n = result.size
                 if n:
                     blocks = -(-n // plan.tile)
                     if blocks > _BLOCKS_ANY_GPU:
                         blocks = min(blocks, sm_count() * TILE_BLOCKS_PER_SM)
-                    plan._contig(x1, x2, plan.zero, result, n, _ARRAYS, op.code, grid=blocks, block=BLOCK)
+                    launch(plan._contig, (x1, x2, plan.zero, result, n, _ARRAYS, op.code), blocks)
                 return result
     return _binary_general(op, x1, x2, out)
 
@@ -504,15 +505,15 @@ def _binary_general(op: Op, x1: Any, x2: Any, out: Any) -> GPUArray:
 # -- unary ------------------------------------------------------------------------------------------
 def unary(op: Op, x: Any, out: Any) -> GPUArray:
     if (out is None or type(out) is GPUArray) and type(x) is GPUArray and x._contiguous and is_cuda():
-        plan = op.plans.get(x._dtype)
+        plan = op.plans._plans.get(x._dtype)
         if plan is not None and plan._contig is not None and (out is None or _fast_out(out, x, None, plan.out)):
-            result = empty(x._shape, plan.out) if out is None else out
+            result = allocate(x._shape, plan.out) if out is None else out
             n = result.size
             if n:
                 blocks = -(-n // plan.tile)
                 if blocks > _BLOCKS_ANY_GPU:
                     blocks = min(blocks, sm_count() * TILE_BLOCKS_PER_SM)
-                plan._contig(x, result, n, op.code, grid=blocks, block=BLOCK)
+                launch(plan._contig, (x, result, n, op.code), blocks)
             return result
     value = operand(x, op.name)
     if not isinstance(value, GPUArray):

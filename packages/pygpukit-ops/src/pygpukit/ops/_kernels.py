@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pygpukit.core import backend as _backend
 from pygpukit.core.array import GPUArray, zeros
 from pygpukit.core.compiler import parse_arch
 from pygpukit.core.device import get_device_info
@@ -41,6 +42,7 @@ __all__ = [
     "completion_counters",
     "grid_for",
     "kernel_root",
+    "launch",
     "layout_param",
     "name_expressions",
     "pointer",
@@ -167,6 +169,16 @@ def grid_for(work: int, per_block: int = BLOCK, per_sm: int = 16) -> int:
     if blocks <= 128:  # within the cap of any supported GPU (8 SMs or more): skip the device lookup
         return blocks if blocks > 0 else 1
     return min(blocks, sm_count() * per_sm)
+
+
+def launch(kernel: JITKernel, args: tuple[Any, ...], grid: int | tuple[int, ...], block: Any = None) -> None:
+    """``kernel(*args, grid=grid, block=block)`` (block: :data:`BLOCK` when None) through the kernel's
+    native launcher directly when it has one for the current backend state: the repeated-call fast
+    paths' launch. Anything the launcher does not take goes through the full call, which checks it."""
+    block = BLOCK if block is None else block
+    fast = kernel._fast
+    if fast is None or kernel._fast_state is not _backend._state or fast(args, grid, block, 0, None) is not None:
+        kernel(*args, grid=grid, block=block)
 
 
 # -- completion counters ----------------------------------------------------------------------------

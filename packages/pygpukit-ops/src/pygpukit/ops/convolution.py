@@ -11,14 +11,14 @@ from typing import Any
 import numpy as np
 
 from pygpukit.core.abi import KernelStruct
-from pygpukit.core.array import GPUArray, empty
+from pygpukit.core.array import GPUArray, allocate
 from pygpukit.core.codes import ACTIVATION_CODES
 from pygpukit.core.dtypes import DType, float32
 from pygpukit.core.errors import ArgumentError, ShapeError
 from pygpukit.core.plans import PlanCache
 
 from . import _cpu
-from ._kernels import NAMESPACE, Groups, group, register_enumerator
+from ._kernels import NAMESPACE, Groups, group, launch, register_enumerator
 from ._layout import check_devices, is_cuda
 from ._nn_common import (
     FLOATS,
@@ -107,9 +107,10 @@ def conv1d(
             plan = key = None
         if plan is not None and is_cuda():
             kernel, shape, fields, grid, block = plan
-            result = empty(shape, x._dtype)
-            kernel(CONV_ARGS.pack_flat(x.device_ptr, weight.device_ptr, 0 if bias is None else bias.device_ptr,
-                                       result.device_ptr, *fields), grid=grid, block=block)  # fmt: skip
+            result = allocate(shape, x._dtype)
+            args = CONV_ARGS.pack_flat(x.device_ptr, weight.device_ptr, 0 if bias is None else bias.device_ptr,
+                                       result.device_ptr, *fields)  # fmt: skip
+            launch(kernel, (args,), grid, block)
             return result
     name = "conv1d"
     x = float_input(name, "x", x)

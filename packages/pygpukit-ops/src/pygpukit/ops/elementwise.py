@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from pygpukit.core.array import GPUArray, empty
+from pygpukit.core.array import GPUArray, allocate, empty
 from pygpukit.core.dtypes import DType, all_dtypes, as_dtype, bool_
 from pygpukit.core.errors import ArgumentError, DTypeError
 from pygpukit.core.jit import JITKernel
@@ -64,6 +64,7 @@ from ._kernels import (
     code_param,
     grid_for,
     group,
+    launch,
     pointer,
     register_enumerator,
     size_param,
@@ -454,10 +455,10 @@ def where(condition: Any, x: Any, y: Any, /, *, out: GPUArray | None = None) -> 
             and x._buffer.device == y._buffer.device == condition._buffer.device
             and is_cuda()
         ):
-            result = empty(x._shape, x._dtype)
+            result = allocate(x._shape, x._dtype)
             n = result.size
             if n:
-                kernel(condition, x, y, result, n, grid=grid_for(n), block=BLOCK)
+                launch(kernel, (condition, x, y, result, n), grid_for(n))
             return result
     cond = operand(condition, "where")
     if not isinstance(cond, GPUArray):
@@ -520,11 +521,11 @@ def clamp(x: GPUArray, min: Any = None, max: Any = None, *, out: GPUArray | None
             lo = 0 if min is None else known_scalar(x._dtype, compute, min)
             hi = 0 if max is None else known_scalar(x._dtype, compute, max)
             if lo is not None and hi is not None:
-                fast = empty(x._shape, x._dtype)
+                fast = allocate(x._shape, x._dtype)
                 n = fast.size
                 if n:
-                    kernel(x, lo, hi, int(min is not None), int(max is not None), fast, n,
-                           grid=grid_for(-(-n // (16 // x._dtype.itemsize))), block=BLOCK)  # fmt: skip
+                    bounded = (x, lo, hi, int(min is not None), int(max is not None), fast, n)
+                    launch(kernel, bounded, grid_for(-(-n // (16 // x._dtype.itemsize))))
                 return fast
     if min is None and max is None:
         raise ArgumentError("clamp needs at least one of min and max")

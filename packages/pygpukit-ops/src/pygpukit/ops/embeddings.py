@@ -14,14 +14,25 @@ from typing import Any
 import numpy as np
 
 from pygpukit.core.abi import KernelStruct
-from pygpukit.core.array import GPUArray, empty
+from pygpukit.core.array import GPUArray, allocate
 from pygpukit.core.dtypes import DType, int32
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel
 from pygpukit.core.plans import PlanCache
 
 from . import _cpu
-from ._kernels import BLOCK, NAMESPACE, Groups, c_param, grid_for, group, pointer, register_enumerator, size_param
+from ._kernels import (
+    BLOCK,
+    NAMESPACE,
+    Groups,
+    c_param,
+    grid_for,
+    group,
+    launch,
+    pointer,
+    register_enumerator,
+    size_param,
+)
 from ._layout import MAX_DIMS, check_devices, collapse, is_cuda
 from ._nn_common import (
     INDEX_DTYPES,
@@ -138,9 +149,10 @@ def embedding(
         plan = _CALLS.get(key)
         if plan is not None and is_cuda():
             kernel, shape, fields, grid = plan
-            result = empty(shape, weight._dtype)
-            kernel(GATHER_ARGS.pack_flat(weight.device_ptr, ids.device_ptr, result.device_ptr, 0, *fields), grid=grid,
-                   block=BLOCK)  # fmt: skip
+            result = allocate(shape, weight._dtype)
+            launch(
+                kernel, (GATHER_ARGS.pack_flat(weight.device_ptr, ids.device_ptr, result.device_ptr, 0, *fields),), grid
+            )
             return result
     else:
         key = None

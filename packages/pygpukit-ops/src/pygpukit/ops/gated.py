@@ -14,14 +14,14 @@ from typing import Any
 import numpy as np
 
 from pygpukit.core.abi import KernelStruct
-from pygpukit.core.array import GPUArray, empty
+from pygpukit.core.array import GPUArray, allocate
 from pygpukit.core.codes import enum_values
 from pygpukit.core.dtypes import DType
 from pygpukit.core.errors import ArgumentError, ShapeError
 from pygpukit.core.plans import PlanCache
 
 from . import _cpu
-from ._kernels import BLOCK, NAMESPACE, Groups, grid_for, group, register_enumerator
+from ._kernels import BLOCK, NAMESPACE, Groups, grid_for, group, launch, register_enumerator
 from ._layout import check_devices, is_cuda
 from ._nn_common import FLOATS, aligned, array, check_overlap, float_input, host64, output, rows, same_dtype
 
@@ -74,10 +74,10 @@ def _gated(name: str, mode: int, gate: Any, up: Any, out: Any) -> GPUArray:
         plan = _CALLS.get(key)
         if plan is not None and is_cuda():
             kernel, shape, fields, grid, up_delta = plan
-            result = empty(shape, gate._dtype)
+            result = allocate(shape, gate._dtype)
             g = gate.device_ptr
             u = up.device_ptr if up is not None else 0 if up_delta is None else g + up_delta
-            kernel(GATED_ARGS.pack_flat(g, u, result.device_ptr, *fields), grid=grid, block=BLOCK)
+            launch(kernel, (GATED_ARGS.pack_flat(g, u, result.device_ptr, *fields),), grid)
             return result
     else:
         key = None

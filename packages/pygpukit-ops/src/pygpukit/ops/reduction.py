@@ -33,7 +33,7 @@ import numpy as np
 
 from pygpukit.core import backend as _backend
 from pygpukit.core.abi import KernelStruct
-from pygpukit.core.array import GPUArray, empty, full
+from pygpukit.core.array import GPUArray, allocate, empty, full
 from pygpukit.core.codes import enum_values
 from pygpukit.core.dtypes import DType, all_dtypes, bool_, float32, float64, int64, uint8, uint64
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
@@ -48,6 +48,7 @@ from ._kernels import (
     completion_counters,
     grid_for,
     group,
+    launch,
     pointer,
     register_enumerator,
     size_param,
@@ -281,7 +282,7 @@ class _ReducePlan:
         x_ptr, out_ptr = x.device_ptr, out.device_ptr
         if self.kind == "rows":
             if self.chunks == 1:
-                self.kernel(x_ptr, self.args[0], out_ptr, *self.args[1:], 0, 0, grid=self.grid, block=self.block)
+                launch(self.kernel, (x_ptr, self.args[0], out_ptr, *self.args[1:], 0, 0), self.grid, self.block)
                 return
             partial = empty(self.partial_bytes, uint8)
             counters = completion_counters(x._buffer.device, None, in_capture=False)
@@ -444,7 +445,7 @@ def _reduce(reducer: _Reducer, x: Any, axis: Any, keepdims: bool, ddof: int = 0)
                x.device_ptr % 16 == 0, _SPLIT_BLOCKS)  # fmt: skip
         known = _CALLS.get(key)
         if known is not None:
-            out = empty(known[0], known[1])
+            out = allocate(known[0], known[1])
             known[2].run(x, out)
             return out
     else:
@@ -738,7 +739,7 @@ class _SoftmaxPlan:
 
     def run(self, x: GPUArray, out: GPUArray) -> None:
         if self.stats is None:
-            self.kernel(x.device_ptr, out.device_ptr, *self.args, grid=self.grid, block=self.block)
+            launch(self.kernel, (x.device_ptr, out.device_ptr, *self.args), self.grid, self.block)
             return
         stats = empty(self.stats_bytes, uint8)
         self.stats.run(x, stats)
@@ -785,7 +786,7 @@ def _softmax(name: str, x: Any, axis: int, log: bool) -> GPUArray:
         call = (x._dtype, x._shape, x._strides, axis, log, x._buffer.device, x.device_ptr % 16 == 0, _SPLIT_BLOCKS)
         plan = _CALLS.get(call)
         if plan is not None:
-            out = empty(x._shape, x._dtype)
+            out = allocate(x._shape, x._dtype)
             plan.run(x, out)
             return out
     else:
