@@ -237,100 +237,216 @@ class GPUArray:
         return bool(self.to_numpy().reshape(()))
 
     def __add__(self, other: Any) -> GPUArray:
-        return _fn("add")(self, other) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("add") or _fn("add"))(self, other)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __radd__(self, other: Any) -> GPUArray:
-        return _fn("add")(other, self) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("add") or _fn("add"))(other, self)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __iadd__(self, other: Any) -> GPUArray:
-        return _fn("add")(self, other, out=self) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("add") or _fn("add"))(self, other, out=self)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __sub__(self, other: Any) -> GPUArray:
-        return _fn("sub")(self, other) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("sub") or _fn("sub"))(self, other)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __rsub__(self, other: Any) -> GPUArray:
-        return _fn("sub")(other, self) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("sub") or _fn("sub"))(other, self)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __isub__(self, other: Any) -> GPUArray:
-        return _fn("sub")(self, other, out=self) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("sub") or _fn("sub"))(self, other, out=self)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __mul__(self, other: Any) -> GPUArray:
-        return _fn("mul")(self, other) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("mul") or _fn("mul"))(self, other)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __rmul__(self, other: Any) -> GPUArray:
-        return _fn("mul")(other, self) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("mul") or _fn("mul"))(other, self)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __imul__(self, other: Any) -> GPUArray:
-        return _fn("mul")(self, other, out=self) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("mul") or _fn("mul"))(self, other, out=self)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __truediv__(self, other: Any) -> GPUArray:
-        return _fn("div")(self, other) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("div") or _fn("div"))(self, other)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __rtruediv__(self, other: Any) -> GPUArray:
-        return _fn("div")(other, self) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("div") or _fn("div"))(other, self)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __itruediv__(self, other: Any) -> GPUArray:
-        return _fn("div")(self, other, out=self) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("div") or _fn("div"))(self, other, out=self)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __floordiv__(self, other: Any) -> GPUArray:
-        return _fn("floor_divide")(self, other) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("floor_divide") or _fn("floor_divide"))(self, other)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __rfloordiv__(self, other: Any) -> GPUArray:
-        return _fn("floor_divide")(other, self) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("floor_divide") or _fn("floor_divide"))(other, self)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __ifloordiv__(self, other: Any) -> GPUArray:
-        return _fn("floor_divide")(self, other, out=self) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("floor_divide") or _fn("floor_divide"))(self, other, out=self)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __mod__(self, other: Any) -> GPUArray:
-        return _fn("mod")(self, other) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("mod") or _fn("mod"))(self, other)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __rmod__(self, other: Any) -> GPUArray:
-        return _fn("mod")(other, self) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("mod") or _fn("mod"))(other, self)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __imod__(self, other: Any) -> GPUArray:
-        return _fn("mod")(self, other, out=self) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("mod") or _fn("mod"))(self, other, out=self)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __pow__(self, other: Any) -> GPUArray:
-        return _fn("pow")(self, other) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("pow") or _fn("pow"))(self, other)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __rpow__(self, other: Any) -> GPUArray:
-        return _fn("pow")(other, self) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("pow") or _fn("pow"))(other, self)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __ipow__(self, other: Any) -> GPUArray:
-        return _fn("pow")(self, other, out=self) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("pow") or _fn("pow"))(self, other, out=self)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __matmul__(self, other: Any) -> GPUArray:
-        return _fn("matmul")(self, other) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("matmul") or _fn("matmul"))(self, other)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __rmatmul__(self, other: Any) -> GPUArray:
-        return _fn("matmul")(other, self) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("matmul") or _fn("matmul"))(other, self)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __neg__(self) -> GPUArray:
-        return _fn("neg")(self)
+        return (_functions.get("neg") or _fn("neg"))(self)
 
     def __pos__(self) -> GPUArray:
         return self.clone()
 
     def __abs__(self) -> GPUArray:
-        return _fn("abs")(self)
+        return (_functions.get("abs") or _fn("abs"))(self)
 
     def __eq__(self, other: Any) -> GPUArray:  # type: ignore[override]
-        return _fn("eq")(self, other) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("eq") or _fn("eq"))(self, other)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __ne__(self, other: Any) -> GPUArray:  # type: ignore[override]
-        return _fn("ne")(self, other) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("ne") or _fn("ne"))(self, other)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __lt__(self, other: Any) -> GPUArray:
-        return _fn("lt")(self, other) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("lt") or _fn("lt"))(self, other)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __le__(self, other: Any) -> GPUArray:
-        return _fn("le")(self, other) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("le") or _fn("le"))(self, other)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __gt__(self, other: Any) -> GPUArray:
-        return _fn("gt")(self, other) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("gt") or _fn("gt"))(self, other)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     def __ge__(self, other: Any) -> GPUArray:
-        return _fn("ge")(self, other) if _operand(other) else NotImplemented
+        return (
+            (_functions.get("ge") or _fn("ge"))(self, other)
+            if type(other) is GPUArray or _operand(other)
+            else NotImplemented
+        )
 
     __hash__ = None  # type: ignore[assignment]  # arrays compare elementwise, as in NumPy
 
@@ -549,7 +665,9 @@ def _operand(value: Any) -> bool:
     return isinstance(value, (GPUArray, int, float, np.generic, np.ndarray))
 
 
-_functions: dict[str, Any] = {}  # op name -> the function of pygpukit.ops (the operators' hot path)
+# op name -> the function of pygpukit.ops the operators call (their hot path); pygpukit.ops fills in its
+# binary elementwise ops when imported, the rest are looked up on first use.
+_functions: dict[str, Any] = {}
 
 
 def _fn(name: str) -> Callable[..., GPUArray]:

@@ -415,7 +415,7 @@ def _scalar_call(op: Op, array: GPUArray, scalar: int | float, mode: int) -> GPU
     return result
 
 
-def binary(op: Op, x1: Any, x2: Any, out: Any) -> GPUArray:
+def binary(op: Op, x1: Any, x2: Any, out: Any = None) -> GPUArray:
     if out is None and type(x1) is GPUArray and x1._contiguous and (type(x2) is float or type(x2) is int):
         done = _scalar_call(op, x1, x2, _SCALAR_SECOND)
         if done is not None:

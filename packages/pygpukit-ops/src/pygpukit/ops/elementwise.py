@@ -18,11 +18,13 @@ float64 in float64, integers in their own type (wrapping), so a narrow float res
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from pygpukit.core import array as _array_module
 from pygpukit.core.array import GPUArray, allocate, empty
 from pygpukit.core.dtypes import DType, all_dtypes, as_dtype, bool_
 from pygpukit.core.errors import ArgumentError, DTypeError
@@ -479,8 +481,9 @@ def where(condition: Any, x: Any, y: Any, /, *, out: GPUArray | None = None) -> 
         return finish(target, final)
     assert isinstance(cond, GPUArray)
     if not is_cuda():
-        host = [_cpu.host(v) if isinstance(v, GPUArray) else np.asarray(s, common.numpy)
-                for v, s in zip(values, scalars, strict=True)]  # fmt: skip
+        # In the promoted dtype first: NumPy cannot promote bfloat16 and fp8 with its own types.
+        host = [_cpu.host(v).astype(common.numpy, copy=False) if isinstance(v, GPUArray)
+                else np.asarray(s, common.numpy) for v, s in zip(values, scalars, strict=True)]  # fmt: skip
         _cpu.store(target, np.where(_cpu.host(cond).astype(bool), host[0], host[1]))
         return finish(target, final)
     contig, strided = _where_expressions(common)
@@ -601,6 +604,12 @@ def clamp(x: GPUArray, min: Any = None, max: Any = None, *, out: GPUArray | None
 
 
 clip = clamp
+
+
+# GPUArray's arithmetic and comparison operators call the engine directly (one Python call less per
+# ``x + y`` than through the public functions, which only forward to it).
+_array_module._functions.update({op.name: functools.partial(binary, op) for op in (
+    _ADD, _SUB, _MUL, _DIV, _FLOOR_DIVIDE, _MOD, _POW, _EQ, _NE, _LT, _LE, _GT, _GE)})  # fmt: skip
 
 
 # -- compile-check enumeration ----------------------------------------------------------------------
