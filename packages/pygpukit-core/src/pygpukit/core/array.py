@@ -26,6 +26,7 @@ from .dtypes import DType, as_dtype, cast_values, float32, float64, int64
 from .errors import ArgumentError, DTypeError, InvalidPointerError, MissingDistributionError, ShapeError
 from .jit import register_array_type
 from .memory import DeviceBuffer, reset_error
+from .plans import PlanCache
 from .stream import Stream, current_stream
 
 __all__ = [
@@ -744,13 +745,22 @@ def _copy_strided(dst: GPUArray, src: GPUArray, stream: Stream | None) -> None:
     if dst.is_contiguous and src.is_contiguous:
         native.memcpy_dtod(dst.device_ptr, src.device_ptr, dst.nbytes, handle, True)
         return
-    dims, (src_strides, dst_strides) = _collapse(dst.shape, src._strides, dst._strides)
-    if len(dims) > _MAX_KERNEL_DIMS:
-        raise ShapeError(f"strided copies support up to {_MAX_KERNEL_DIMS} non-mergeable dimensions, got {len(dims)}")
-    layout = builtins.STRIDED_LAYOUT.pack(len(dims), dims, src_strides, dst_strides)
-    builtins.builtin_kernel("strided_copy", dst.dtype)(
-        dst.device_ptr, src.device_ptr, n, layout, grid=_grid(n), block=_BLOCK, stream=stream
-    )
+    key = (dst._dtype, dst._shape, src._strides, dst._strides)
+    plan = _STRIDED_COPIES.get(key)
+    if plan is None:
+        dims, (src_strides, dst_strides) = _collapse(dst.shape, src._strides, dst._strides)
+        if len(dims) > _MAX_KERNEL_DIMS:
+            raise ShapeError(
+                f"strided copies support up to {_MAX_KERNEL_DIMS} non-mergeable dimensions, got {len(dims)}"
+            )
+        layout = builtins.STRIDED_LAYOUT.pack(len(dims), dims, src_strides, dst_strides)
+        plan = _STRIDED_COPIES.put(key, (builtins.builtin_kernel("strided_copy", dst.dtype), layout, _grid(n)))
+    kernel, layout, grid = plan
+    kernel(dst.device_ptr, src.device_ptr, n, layout, grid=grid, block=_BLOCK, stream=stream)
+
+
+# Strided copies by (dtype, shape, source strides, destination strides): kernel, packed layout, grid.
+_STRIDED_COPIES: PlanCache[tuple[Any, bytes, int]] = PlanCache("core.strided_copy")
 
 
 # -- construction ----------------------------------------------------------------------------------
