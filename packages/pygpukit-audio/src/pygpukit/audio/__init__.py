@@ -1,6 +1,11 @@
 """pygpukit.audio: GPU audio DSP (from the pygpukit-audio distribution).
 
-STFT/ISTFT, mel, MFCC, CQT, HPSS, pitch, onset and effects land here."""
+Signal processing that gives librosa's results on batches of signals: FFTs of its own (``fft``, ``ifft``,
+``rfft``, ``irfft``, numpy.fft's semantics), STFT and ISTFT, mel filterbanks and spectrograms, MFCC and
+deltas, decibel scaling, spectral features, pre-emphasis, and audio file I/O through soundfile
+(docs/audio.md). Complex arrays are float32/float64 GPUArrays with a trailing dimension of 2 (real,
+imaginary). On the CPU simulation backend the same functions run with NumPy.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,28 @@ except ImportError as exc:  # pygpukit-core (which owns pygpukit/__init__.py) is
 
 check_siblings("pygpukit-audio", required=("pygpukit-core", "pygpukit-ops"))
 
+from . import effects, features, filters, io, spectral  # noqa: E402
+from . import fft as _fft  # noqa: E402
+from ._kernels import precompile  # noqa: E402
+from .effects import *  # noqa: E402,F403
+from .features import *  # noqa: E402,F403
+from .fft import *  # noqa: E402,F403
+from .io import *  # noqa: E402,F403
+from .spectral import *  # noqa: E402,F403
+
 __version__ = distribution_version("pygpukit-audio") or "0+unknown"
 
-__all__ = ["__version__"]
+__all__ = [
+    "__version__",
+    "effects",
+    "features",
+    "filters",
+    "io",
+    "precompile",
+    "spectral",
+    *_fft.__all__,
+    *effects.__all__,
+    *features.__all__,
+    *io.__all__,
+    *spectral.__all__,
+]

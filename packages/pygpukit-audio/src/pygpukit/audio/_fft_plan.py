@@ -1,0 +1,396 @@
+"""FFT plans on the CUDA backend: how a transform of one length, batch and dtype runs (native/kernels/audio/fft.cu).
+
+A plan is made once per (kind, length, valid input length, batch, dtype, normalization, device) and kept
+in a :class:`~pygpukit.core.plans.PlanCache`; running it is the launches it lists. Every transform is a
+forward complex DFT of a core length L (inverse ones conjugate on the way in and out); real transforms of
+an even length n use L = n / 2 (see fft.cu). The core length is run by, in order of preference:
+
+1. one ``fft_smem`` launch, when L has no prime factor above 13 and two rows of L fit in shared memory:
+   the input's read and the output's write (real packing, Hermitian symmetry, scaling) happen in it;
+2. otherwise a ``fft_pack`` launch into contiguous rows, the core, and a ``fft_unpack`` launch, where the
+   core is a Stockham transform of smooth length Lc: in shared memory (one launch), as a four-step
+   transform Lc = L1 L2 (two ``fft_smem`` launches over strided rows) when both halves fit, else one
+   global-memory ``fft_pass`` launch per radix;
+3. a length with a prime factor above 13 goes through Bluestein's algorithm: the chirp-multiplied input
+   zero-padded to a power of two m >= 2 L - 1, a transform of m, the product with the transformed chirp
+   (``fft_chirp_mul``), a second transform of m, and the chirp again in the unpack.
+
+Twiddle and chirp tables are computed in float64 on the host when a plan is made, rounded once to the
+dtype and uploaded (kept per length, dtype and device).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pygpukit.core.array import GPUArray, empty, from_numpy
+from pygpukit.core.dtypes import DType
+from pygpukit.core.errors import ShapeError
+from pygpukit.core.jit import JITKernel, Param
+from pygpukit.core.plans import PlanCache
+from pygpukit.core.stream import thread_device
+
+from . import _kernels as kern
+
+__all__ = ["MAX_LENGTH", "FftPlan", "get_plan", "radices"]
+
+MAX_LENGTH = 1 << 28  # positions inside a row are int in the kernels; Bluestein pads to twice the length
+_RADICES = (8, 4, 2, 3, 5, 7, 11, 13)
+_MAX_PASSES = 16  # 4 bits per radix in one 64-bit word
+
+_LOAD = kern.enum_values("FftLoad")
+_STORE = kern.enum_values("FftStore")
+
+_P = kern.pointer
+
+
+def _I(name: str) -> Param:  # noqa: N802 - short names for the parameter lists below
+    return kern.c_param(name, "int")
+
+
+def _Q(name: str) -> Param:  # noqa: N802
+    return kern.c_param(name, "long long")
+
+
+def _D(name: str) -> Param:  # noqa: N802
+    return kern.c_param(name, "double")
+
+
+SMEM_PARAMS = (
+    _P("in"), _P("out"), _P("tw"), _P("tw_edge"), _Q("rows"), _Q("inner"), _Q("in_outer"), _Q("in_inner"),
+    _Q("in_elem"), _Q("out_outer"), _Q("out_inner"), _Q("out_elem"), _I("n"), _I("in_len"), _I("out_count"),
+    _I("npass"), kern.c_param("radices", "unsigned long long"), _I("tw_pass"), _I("tw_post"), _I("load_mode"),
+    _I("store_mode"), _I("conj_in"), _I("conj_out"), _I("rows_fast"), _D("scale"),
+)  # fmt: skip
+PASS_PARAMS = (_P("src"), _P("dst"), _P("tw"), _Q("rows"), _I("n"), _I("radix"), _I("ns"), _I("tw_pass"))
+PACK_PARAMS = (
+    _P("in"), _P("dst"), _P("tw_edge"), _P("chirp"), _Q("rows"), _Q("in_row"), _Q("in_elem"), _I("n"), _I("m"),
+    _I("in_len"), _I("load_mode"), _I("conj_in"),
+)  # fmt: skip
+UNPACK_PARAMS = (
+    _P("src"), _P("out"), _P("tw_edge"), _P("chirp"), _Q("rows"), _Q("out_row"), _Q("out_elem"), _I("n"), _I("m"),
+    _I("out_count"), _I("store_mode"), _I("conj_out"), _D("scale"),
+)  # fmt: skip
+MUL_PARAMS = (_P("y"), _P("bhat"), _Q("rows"), _I("m"), _D("inv_m"))
+
+
+def radices(length: int) -> list[int] | None:
+    """The Stockham radices of ``length`` (8s, then a 4 or 4 4 or 2 for the rest of the powers of two, then the
+    odd primes up to 13), or None when it has a larger prime factor."""
+    if length < 1:
+        return None
+    rest, twos = length, 0
+    while rest % 2 == 0:
+        rest //= 2
+        twos += 1
+    eights, remainder = divmod(twos, 3)
+    found = [8] * eights
+    if remainder == 1:
+        if eights:
+            found[-1] = 4
+            found.append(4)
+        else:
+            found.append(2)
+    elif remainder == 2:
+        found.append(4)
+    for prime in (3, 5, 7, 11, 13):
+        while rest % prime == 0:
+            rest //= prime
+            found.append(prime)
+    return found if rest == 1 else None
+
+
+def _packed(rads: Sequence[int]) -> int:
+    if len(rads) > _MAX_PASSES:
+        raise ShapeError(f"an FFT of {math.prod(rads)} points needs {len(rads)} passes, more than {_MAX_PASSES}")
+    word = 0
+    for i, radix in enumerate(rads):
+        word |= radix << (4 * i)
+    return word
+
+
+# -- tables -----------------------------------------------------------------------------------------------------
+_TABLES: PlanCache[tuple[GPUArray, ...]] = PlanCache("audio.fft_tables", maxsize=256)
+
+
+def _upload(values: np.ndarray[Any, Any], dtype: DType) -> GPUArray:
+    pairs = np.stack([values.real, values.imag], axis=-1).astype(dtype.numpy)
+    return from_numpy(np.ascontiguousarray(pairs))
+
+
+def _roots(count: int, dtype: DType) -> GPUArray:
+    """W_count^m = exp(-2 pi i m / count) for m < count, from float64 (m / count reduced exactly first)."""
+    key = ("roots", count, dtype, thread_device())
+    found = _TABLES.get(key)
+    if found is None:
+        m = np.arange(count, dtype=np.float64)
+        found = _TABLES.put(key, (_upload(np.exp(-2j * np.pi * (m / count)), dtype),))
+    return found[0]
+
+
+def _chirp(length: int, m: int, dtype: DType) -> tuple[GPUArray, GPUArray]:
+    """Bluestein's chirp w_k = exp(-i pi k^2 / L) (k^2 reduced mod 2L in integers) and the m-point DFT of its
+    conjugate wrapped around zero."""
+    key = ("chirp", length, m, dtype, thread_device())
+    found = _TABLES.get(key)
+    if found is None:
+        k = np.arange(length, dtype=np.int64)
+        w = np.exp(-1j * np.pi * (((k * k) % (2 * length)).astype(np.float64) / length))
+        b = np.zeros(m, np.complex128)
+        b[:length] = np.conj(w)
+        if length > 1:
+            b[m - length + 1 :] = np.conj(w[1:])[::-1]
+        found = _TABLES.put(key, (_upload(w, dtype), _upload(np.fft.fft(b), dtype)))
+    return found[0], found[1]
+
+
+# -- launches ---------------------------------------------------------------------------------------------------
+@dataclass
+class _Launch:
+    kernel: JITKernel
+    grid: int | tuple[int, int, int]
+    block: int | tuple[int, int, int]
+    shared: int
+    args: tuple[Any, ...]  # buffer names ("in", "out", "s0", "s1") are replaced by addresses at run time
+
+
+@dataclass(frozen=True)
+class _Modes:
+    """How a launch reads and writes: valid inputs per row, outputs per row, the FftLoad and FftStore codes,
+    whether it conjugates on the way in and out (inverse transforms) and the scale of the outputs."""
+
+    in_len: int
+    out_count: int
+    load: int
+    store: int
+    conj: int
+    scale: float
+
+
+def _plain(length: int) -> _Modes:
+    """A forward, unscaled transform of ``length`` points reading and writing complex values."""
+    return _Modes(length, length, _LOAD["kLoadComplex"], _STORE["kStoreComplex"], 0, 1.0)
+
+
+_opted_in: set[tuple[int, int]] = set()
+
+
+def _kernel(name: str, dtype: DType, params: tuple[Param, ...]) -> JITKernel:
+    return kern.kernel(name, dtype, params)
+
+
+def _smem_shape(length: int, dtype: DType, rows: int, strided: bool, limit: int = 1024) -> tuple[int, int, int]:
+    """(threads per row, rows per block, bytes of shared memory) of an fft_smem launch over rows of ``length``:
+    one thread per butterfly of the largest radix, about 256 threads a block, at least 16 rows a block when
+    the rows are strided columns (their loads coalesce across rows), within the shared memory."""
+    per_row_bytes = 2 * length * 2 * dtype.itemsize  # two buffers of complex values
+    rads = radices(length) or [1]
+    per_row = max(1, -(-length // max(rads)))
+    tx = min(limit, per_row if per_row < 32 else -(-per_row // 32) * 32)
+    ry = max(1, 256 // tx)
+    if strided:
+        ry = max(ry, 16)
+    ry = max(1, min(ry, _smem_limit() // per_row_bytes, limit // tx, rows))
+    return tx, ry, ry * per_row_bytes
+
+
+# Tests set this to a small number of bytes to send short lengths down the four-step, global-pass and
+# pack/unpack paths too (None: the device's limit).
+smem_limit_override: int | None = None
+
+
+def _smem_limit() -> int:
+    return kern.max_shared_memory() if smem_limit_override is None else smem_limit_override
+
+
+def _fits_smem(length: int, dtype: DType) -> bool:
+    return 2 * length * 2 * dtype.itemsize <= _smem_limit()
+
+
+class FftPlan:
+    """The launches of one transform; ``run(src, dst)`` runs them on the current stream."""
+
+    __slots__ = ("launches", "scratch", "tables")
+
+    def __init__(self, launches: list[_Launch], scratch: tuple[int, ...], tables: tuple[GPUArray, ...]) -> None:
+        self.launches = launches
+        self.scratch = scratch  # complex elements of each scratch buffer (s0, s1)
+        self.tables = tables  # kept alive with the plan
+
+    def run(self, src: GPUArray, dst: GPUArray, dtype: DType) -> None:
+        buffers = [empty((size, 2), dtype) for size in self.scratch]
+        addresses = {"in": src.device_ptr, "out": dst.device_ptr}
+        for i, buffer in enumerate(buffers):
+            addresses[f"s{i}"] = buffer.device_ptr
+        for launch in self.launches:
+            args = [addresses[a] if isinstance(a, str) else a for a in launch.args]
+            launch.kernel(*args, grid=launch.grid, block=launch.block, shared_mem=launch.shared)
+
+
+class _Builder:
+    """Builds a plan's launches for ``rows`` rows of one dtype."""
+
+    def __init__(self, dtype: DType, rows: int) -> None:
+        self.dtype = dtype
+        self.rows = rows
+        self.launches: list[_Launch] = []
+        self.tables: list[GPUArray] = []
+        self.scratch: list[int] = []
+
+    def simple(self, name: str, params: tuple[Param, ...], work: int, args: tuple[Any, ...]) -> None:
+        """A grid-stride launch of ``name`` over ``work`` items."""
+        self.launches.append(_Launch(_kernel(name, self.dtype, params), kern.grid_for(work), kern.BLOCK, 0, args))
+
+    def table(self, table: GPUArray) -> int:
+        self.tables.append(table)
+        return table.device_ptr
+
+    def smem(self, src: str, dst: str, length: int, modes: _Modes, *, in_strides: tuple[int, int, int],
+             out_strides: tuple[int, int, int], inner: int = 1, tw_post: int = 0, rows_fast: int = 0,
+             rows: int | None = None, edge: GPUArray | None = None,
+             tw_table: GPUArray | None = None) -> None:  # fmt: skip
+        """One fft_smem launch: ``rows`` rows (outer, inner) of a transform of ``length`` from ``src`` to ``dst``."""
+        rows = self.rows if rows is None else rows
+        rads = radices(length)
+        assert rads is not None
+        table = tw_table if tw_table is not None else _roots(length, self.dtype)
+        tw_pass = table.shape[0] // length
+        kernel = _kernel("fft_smem", self.dtype, SMEM_PARAMS)
+        # The most threads a block of this kernel may have (its registers decide: fewer than 1024 when it
+        # needs more than 64 per thread); the passes loop over the butterflies, so any count works.
+        limit = int(kernel.attributes["max_threads_per_block"]) // 32 * 32 or 32
+        tx, ry, shared = _smem_shape(length, self.dtype, rows, rows_fast != 0, limit)
+        if shared > 48 * 1024:
+            key = (id(kernel), thread_device())
+            if key not in _opted_in:
+                kernel.set_max_dynamic_shared_memory(kern.max_shared_memory())
+                _opted_in.add(key)
+        args = (src, dst, self.table(table), self.table(edge) if edge is not None else 0, rows, inner, *in_strides,
+                *out_strides, length, modes.in_len, modes.out_count, len(rads), _packed(rads), tw_pass, tw_post,
+                modes.load, modes.store, modes.conj, modes.conj, rows_fast, modes.scale)  # fmt: skip
+        self.launches.append(_Launch(kernel, -(-rows // ry), (tx, ry, 1), shared, args))
+
+    def core(self, buffer: str, length: int) -> str:
+        """A plain forward transform of contiguous rows of ``length`` (smooth) in scratch ``buffer``; returns
+        the scratch buffer holding the result."""
+        rows = self.rows
+        if length == 1:
+            return buffer
+        if _fits_smem(length, self.dtype):
+            self.smem(buffer, buffer, length, _plain(length), in_strides=(length, 0, 1), out_strides=(length, 0, 1))
+            return buffer
+        other = "s1" if buffer == "s0" else "s0"
+        split = _split(length, self.dtype)
+        if split is not None:
+            l1, l2 = split
+            table = _roots(length, self.dtype)
+            # Step 1: for each column m2 < L2, an L1-point transform over x[m1 L2 + m2], times W_L^(m2 k1),
+            # stored at k1 L2 + m2. Step 2: for each k1, an L2-point transform over that row, stored at k1 + L1 k2.
+            self.smem(buffer, other, l1, _plain(l1), inner=l2, in_strides=(length, 1, l2), out_strides=(length, 1, l2),
+                      tw_post=1, rows_fast=3, rows=rows * l2, tw_table=table)  # fmt: skip
+            self.smem(other, buffer, l2, _plain(l2), inner=l1, in_strides=(length, l2, 1), out_strides=(length, 1, l1),
+                      rows_fast=2, rows=rows * l1, tw_table=table)  # fmt: skip
+            return buffer
+        rads = radices(length)
+        assert rads is not None
+        table = _roots(length, self.dtype)
+        src, dst, ns = buffer, other, 1
+        for radix in rads:
+            self.simple("fft_pass", PASS_PARAMS, rows * (length // radix),
+                        (src, dst, self.table(table), rows, length, radix, ns, 1))  # fmt: skip
+            src, dst, ns = dst, src, ns * radix
+        return src
+
+
+def _split(length: int, dtype: DType) -> tuple[int, int] | None:
+    """L = L1 L2 with both halves fitting in shared memory, L1 the largest such divisor <= sqrt(L)."""
+    best = None
+    for l1 in range(math.isqrt(length), 1, -1):
+        if length % l1 == 0 and _fits_smem(l1, dtype) and _fits_smem(length // l1, dtype):
+            best = (l1, length // l1)
+            break
+    return best
+
+
+# -- plans ------------------------------------------------------------------------------------------------------
+_PLANS: PlanCache[FftPlan] = PlanCache("audio.fft")
+
+
+def _scale(norm: str, n: int, inverse: bool) -> float:
+    if norm == "ortho":
+        return 1.0 / math.sqrt(n)
+    if (norm == "backward") == inverse:
+        return 1.0 / n
+    return 1.0
+
+
+def get_plan(kind: str, n: int, in_row: int, rows: int, dtype: DType, norm: str) -> FftPlan:
+    """The plan of a transform: ``kind`` "fft", "ifft", "rfft" or "irfft" of logical length ``n`` over ``rows``
+    contiguous input rows of ``in_row`` elements (complex, or real for rfft), cropped or zero-padded to what
+    the transform reads (numpy.fft's ``n=``). The output rows are contiguous: n complex values (fft, ifft),
+    n // 2 + 1 (rfft) or n reals (irfft)."""
+    key = (kind, n, in_row, rows, dtype, norm, thread_device())
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS.put(key, _make(kind, n, in_row, rows, dtype, norm))
+    return plan
+
+
+def _make(kind: str, n: int, in_row: int, rows: int, dtype: DType, norm: str) -> FftPlan:
+    if n > MAX_LENGTH:
+        raise ShapeError(f"FFT length {n} exceeds the largest supported, {MAX_LENGTH}")
+    inverse = kind in ("ifft", "irfft")
+    scale = _scale(norm, n, inverse)
+    even = n % 2 == 0
+    if kind in ("fft", "ifft"):
+        length, load, store, out_count = n, _LOAD["kLoadComplex"], _STORE["kStoreComplex"], n
+        in_len, out_row = min(in_row, n), n
+    elif kind == "rfft":
+        length = n // 2 if even else n
+        load = _LOAD["kLoadRealPairs"] if even else _LOAD["kLoadReal"]
+        store = _STORE["kStoreR2cEven"] if even else _STORE["kStoreComplex"]
+        out_count = n // 2 + 1
+        in_len, out_row = min(in_row, n), n // 2 + 1
+    else:  # irfft
+        length = n // 2 if even else n
+        load = _LOAD["kLoadC2rEven"] if even else _LOAD["kLoadHermitian"]
+        store = _STORE["kStoreComplex"] if even else _STORE["kStoreReal"]
+        out_count = length
+        in_len, out_row = min(in_row, n // 2 + 1), (n // 2 if even else n)  # even: complex pairs of the real output
+    conj = int(inverse)
+    edge = _roots(2 * length, dtype) if kind in ("rfft", "irfft") and even else None
+    b = _Builder(dtype, rows)
+    modes = _Modes(in_len, out_count, load, store, conj, scale)
+    rads = radices(length)
+    if rads is not None and _fits_smem(length, dtype):
+        b.smem("in", "out", length, modes, in_strides=(in_row, 0, 1), out_strides=(out_row, 0, 1), edge=edge)
+        return FftPlan(b.launches, (), tuple(b.tables))
+    edge_ptr = b.table(edge) if edge is not None else 0
+    chirp_ptr, m = 0, length
+    if rads is not None:
+        b.scratch = [rows * length, rows * length]
+        b.simple("fft_pack", PACK_PARAMS, rows * length,
+                 ("in", "s0", edge_ptr, 0, rows, in_row, 1, length, length, in_len, load, conj))  # fmt: skip
+        result = b.core("s0", length)
+    else:
+        m = 1 << (2 * length - 1).bit_length()  # 2 L - 1 is odd and > 1: the next power of two above it
+        chirp, bhat = _chirp(length, m, dtype)
+        chirp_ptr = b.table(chirp)
+        b.scratch = [rows * m, rows * m]
+        b.simple("fft_pack", PACK_PARAMS, rows * m,
+                 ("in", "s0", edge_ptr, chirp_ptr, rows, in_row, 1, length, m, in_len, load, conj))  # fmt: skip
+        result = b.core("s0", m)
+        b.simple("fft_chirp_mul", MUL_PARAMS, rows * m, (result, b.table(bhat), rows, m, 1.0 / m))
+        result = b.core(result, m)
+    b.simple(
+        "fft_unpack",
+        UNPACK_PARAMS,
+        rows * out_count,
+        (result, "out", edge_ptr, chirp_ptr, rows, out_row, 1, length, m, out_count, store, conj, scale),
+    )
+    return FftPlan(b.launches, tuple(b.scratch), tuple(b.tables))
