@@ -318,7 +318,8 @@ def _split(length: int, dtype: DType) -> tuple[int, int] | None:
 
 
 # -- plans ------------------------------------------------------------------------------------------------------
-_PLANS: PlanCache[FftPlan] = PlanCache("audio.fft")
+# Bounded like the tables: a plan holds its tables (device memory), so the two bounds together bound it.
+_PLANS: PlanCache[FftPlan] = PlanCache("audio.fft", maxsize=256)
 
 
 def _scale(norm: str, n: int, inverse: bool) -> float:
