@@ -18,14 +18,18 @@ except ImportError as exc:  # pygpukit-core (which owns pygpukit/__init__.py) is
 
 check_siblings("pygpukit-audio", required=("pygpukit-core", "pygpukit-ops"))
 
-from . import effects, features, filters, io, spectral  # noqa: E402
+from . import effects, features, filters, io, phase, resampling, spectral, streaming, vad  # noqa: E402
 from . import fft as _fft  # noqa: E402
 from ._kernels import precompile  # noqa: E402
 from .effects import *  # noqa: E402,F403
 from .features import *  # noqa: E402,F403
 from .fft import *  # noqa: E402,F403
 from .io import *  # noqa: E402,F403
+from .phase import *  # noqa: E402,F403
+from .resampling import *  # noqa: E402,F403
 from .spectral import *  # noqa: E402,F403
+from .streaming import *  # noqa: E402,F403
+from .vad import *  # noqa: E402,F403
 
 __version__ = distribution_version("pygpukit-audio") or "0+unknown"
 
@@ -35,11 +39,19 @@ __all__ = [
     "features",
     "filters",
     "io",
+    "phase",
     "precompile",
+    "resampling",
     "spectral",
+    "streaming",
+    "vad",
     *_fft.__all__,
     *effects.__all__,
     *features.__all__,
     *io.__all__,
+    *phase.__all__,
+    *resampling.__all__,
     *spectral.__all__,
+    *streaming.__all__,
+    *vad.__all__,
 ]

@@ -56,6 +56,8 @@ FILES: dict[str, tuple[str, ...]] = {
         "count_nonfinite", "frame_signal", "overlap_add", "spectrum_power", "apply_scale_db", "spectral_moments",
         "frame_rms", "zero_crossings", "preemphasis", "deemphasis", "savgol_delta",
     ),
+    "audio/resample.cu": ("resample_poly", "resample_direct"),
+    "audio/phase.cu": ("phase_vocoder",),
 }  # fmt: skip
 _FILE_OF = {name: file for file, names in FILES.items() for name in names}
 _SUFFIXES = {"float32": "f32", "float64": "f64"}
