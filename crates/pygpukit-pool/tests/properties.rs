@@ -244,3 +244,215 @@ proptest! {
         run(Some(limit), ops);
     }
 }
+
+/// SplitMix64: a 10k-task run draws its steps from one seed that proptest picks, so a failing case is
+/// reproducible without shrinking a 10k-element sequence.
+struct Mix(u64);
+impl Mix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// `PROPTEST_CASES` when set (an explicit `with_cases` would otherwise ignore it), else `default`.
+fn cases_or(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// How one simulated task ended.
+#[derive(Clone, Copy, Debug, Default)]
+struct Tally {
+    completed: u64,
+    failed: u64,
+    cancelled: u64,
+    allocations: u64,
+}
+
+/// One device's share of the 10k tasks: each task takes 1 to 4 blocks (now and then a model-sized
+/// one) on one of 4 streams, a few at a time are live, and each ends completed (frees its blocks),
+/// failed (a request refused by a limit or by the device: frees what it got) or cancelled part-way
+/// (frees what it got and releases its stream's cache). Checks after every step that the pool's
+/// statistics equal its blocks, that its own limit and the shared one hold, and at the end that
+/// every allocation was returned.
+fn device_worker(
+    seed: u64,
+    tasks: u64,
+    base: u64,
+    pool: &mut Pool,
+    budget: &SharedBudget,
+    global: u64,
+) -> Tally {
+    let mut rng = Mix(seed);
+    let mut device = FakeDevice {
+        next: base,
+        live: HashMap::new(),
+    };
+    let mut live: Vec<Vec<u64>> = Vec::new(); // blocks of each live task
+    let mut tally = Tally::default();
+    let mut begun = 0;
+    let own = pool.limit();
+    while begun < tasks || !live.is_empty() {
+        if begun < tasks && (live.is_empty() || (live.len() < 16 && rng.below(2) == 0)) {
+            begun += 1;
+            let stream = rng.below(4);
+            let mut blocks = Vec::new();
+            let mut refused = false;
+            for _ in 0..=rng.below(4) {
+                let size = if rng.below(40) == 0 {
+                    global / 4 + rng.below(global / 2) // model-sized
+                } else {
+                    1 + rng.below(2_000_000)
+                };
+                match pool.request(size, stream) {
+                    Ok(Decision::Reuse { ptr, size: got }) => {
+                        assert!(got >= size);
+                        blocks.push(ptr);
+                    }
+                    Ok(Decision::Allocate { size: got, release }) => {
+                        device.release(&release);
+                        if rng.below(50) == 0 {
+                            pool.abandon(got); // the device itself refused
+                            refused = true;
+                            break;
+                        }
+                        let ptr = device.allocate(got);
+                        pool.register(ptr, got, stream).unwrap();
+                        blocks.push(ptr);
+                    }
+                    Err(PoolError::OutOfMemory { .. }) => {
+                        refused = true;
+                        break;
+                    }
+                    Err(other) => panic!("unexpected {other:?}"),
+                }
+                tally.allocations += 1;
+                let reserved = budget.reserved();
+                assert!(
+                    reserved <= global,
+                    "{reserved} bytes reserved over the shared limit {global}"
+                );
+            }
+            if refused {
+                tally.failed += 1;
+                for ptr in blocks {
+                    pool.free(ptr).unwrap();
+                }
+            } else {
+                live.push(blocks);
+            }
+        } else {
+            let blocks = live.swap_remove(rng.below(live.len() as u64) as usize);
+            let cancel = rng.below(8) == 0;
+            for &ptr in &blocks {
+                pool.free(ptr).unwrap();
+                assert_eq!(pool.free(ptr), Err(PoolError::DoubleFree(ptr)));
+            }
+            if cancel {
+                tally.cancelled += 1;
+                device.release(&pool.release_stream(rng.below(4)));
+            } else {
+                tally.completed += 1;
+            }
+            if rng.below(64) == 0 {
+                device.release(&pool.release_cached(Some(rng.below(8_000_000))));
+            }
+        }
+        let stats = pool.stats();
+        let held: u64 = device.live.values().sum();
+        assert_eq!(
+            stats.in_use_blocks,
+            live.iter().map(Vec::len).sum::<usize>() as u64
+        );
+        assert_eq!(
+            stats.in_use_bytes + stats.cached_bytes,
+            held,
+            "pool and device disagree"
+        );
+        assert_eq!(stats.pending_bytes, 0);
+        assert_eq!(stats.requests, stats.reuse_hits + stats.device_allocations);
+        if let Some(own) = own {
+            assert!(held <= own, "{held} bytes held over the pool's limit {own}");
+        }
+        assert!(
+            held <= global,
+            "{held} bytes held over the shared limit {global}"
+        );
+    }
+    let stats = pool.stats();
+    assert_eq!((stats.in_use_bytes, stats.in_use_blocks), (0, 0));
+    assert_eq!(
+        stats.frees, stats.requests,
+        "an allocation was not returned"
+    );
+    device.release(&pool.release_cached(None));
+    assert!(
+        device.live.is_empty(),
+        "the device still holds {:?}",
+        device.live
+    );
+    assert_eq!(pool.stats().cached_bytes, 0);
+    tally
+}
+
+/// 10k tasks over two devices' pools under one shared budget, each device driven by its own thread
+/// (the budget is the only shared state, as in the native module): no budget is exceeded, every task
+/// ends one way or the other, and every byte comes back.
+fn run_ten_thousand_tasks(seed: u64, global: u64, own_limit: Option<u64>) {
+    const TASKS: u64 = 10_000;
+    let budget = Arc::new(SharedBudget::new(Some(global)));
+    let handles: Vec<_> = (0..2u64)
+        .map(|d| {
+            let budget = Arc::clone(&budget);
+            std::thread::spawn(move || {
+                let mut pool =
+                    Pool::with_budget(if d == 1 { own_limit } else { None }, Arc::clone(&budget));
+                device_worker(
+                    seed ^ d,
+                    TASKS / 2,
+                    (d + 1) << 44,
+                    &mut pool,
+                    &budget,
+                    global,
+                )
+            })
+        })
+        .collect();
+    let tallies: Vec<Tally> = handles
+        .into_iter()
+        .map(|h| h.join().expect("worker panicked"))
+        .collect();
+    let ended: u64 = tallies
+        .iter()
+        .map(|t| t.completed + t.failed + t.cancelled)
+        .sum();
+    assert_eq!(ended, TASKS, "tasks were lost: {tallies:?}");
+    assert!(
+        tallies.iter().all(|t| t.completed > 0 && t.allocations > 0),
+        "{tallies:?}"
+    );
+    assert_eq!(budget.reserved(), 0, "the shared budget still counts bytes");
+}
+
+proptest! {
+    // Each case runs 10k tasks; a few cases keep `cargo test` within CI time (PROPTEST_CASES raises it).
+    #![proptest_config(ProptestConfig::with_cases(cases_or(8)))]
+
+    #[test]
+    fn ten_thousand_tasks_with_cancels_and_failures_return_every_allocation(
+        seed in any::<u64>(),
+        global in 16_000_000u64..64_000_000,
+        own_limit in proptest::option::of(8_000_000u64..32_000_000),
+    ) {
+        run_ten_thousand_tasks(seed, global, own_limit);
+    }
+}

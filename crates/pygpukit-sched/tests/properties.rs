@@ -247,3 +247,353 @@ proptest! {
         }
     }
 }
+
+/// SplitMix64: the 10k-task runs draw their steps from one seed that proptest picks (and shrinks), so
+/// a failing case is reproducible without proptest having to shrink a 10k-element sequence.
+struct Mix(u64);
+impl Mix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn percent(&mut self, p: u8) -> bool {
+        self.below(100) < u64::from(p)
+    }
+}
+
+/// `PROPTEST_CASES` when set (an explicit `with_cases` would otherwise ignore it), else `default`.
+fn cases_or(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+const LARGE_TASKS: usize = 10_000;
+
+/// What the test itself did to a task, to check against the state the scheduler reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    Open,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+/// 10k tasks with dependencies, random cancels (in any state) and failures (admitted or running):
+/// every task ends in a terminal state that matches what was done to it, nothing is handed out twice
+/// or started before its dependencies completed, reservations never exceed the capacity or reach into
+/// the Guaranteed share, and every reservation is returned at the end.
+fn run_ten_thousand_tasks(
+    policy: TaskPolicy,
+    seed: u64,
+    cancel_pct: u8,
+    fail_pct: u8,
+    max_running: usize,
+) {
+    let mut cfg = SchedulerConfig::new(CAPACITY);
+    cfg.policy = policy;
+    cfg.admission.max_pending_tasks = 1_000_000;
+    let s = Scheduler::new(cfg).unwrap();
+    let mut rng = Mix(seed);
+    let mut ids: Vec<String> = Vec::with_capacity(LARGE_TASKS);
+    let mut deps_of: Vec<Vec<usize>> = Vec::with_capacity(LARGE_TASKS);
+    let mut outcome: Vec<Outcome> = Vec::with_capacity(LARGE_TASKS);
+    let mut started_at: Vec<Option<u64>> = Vec::with_capacity(LARGE_TASKS);
+    let mut completed_at: Vec<Option<u64>> = Vec::with_capacity(LARGE_TASKS);
+    let mut index: HashMap<String, usize> = HashMap::with_capacity(LARGE_TASKS);
+    let mut running: Vec<usize> = Vec::new();
+    let mut step = 0u64;
+    let mut submitted = 0usize;
+    let mut rejected = 0usize;
+
+    let check = |s: &Scheduler, ids: &[String], step: u64| {
+        let st = s.stats().admission;
+        assert!(
+            st.memory_used <= CAPACITY,
+            "{} > {CAPACITY}",
+            st.memory_used
+        );
+        assert!(st.bandwidth_used <= 1.0 + 1e-9);
+        assert!(st.memory_by_class[1] <= CAPACITY - st.guaranteed_memory);
+        if step % 997 == 0 {
+            check_reservations(s, ids);
+        }
+    };
+
+    while submitted < LARGE_TASKS || !running.is_empty() {
+        step += 1;
+        match rng.below(10) {
+            // Submit a small batch, some depending on earlier tasks (any state, even finished).
+            0..=3 if submitted < LARGE_TASKS => {
+                for _ in 0..=rng.below(8) {
+                    if submitted == LARGE_TASKS {
+                        break;
+                    }
+                    submitted += 1;
+                    let id = format!("t{}", ids.len());
+                    let deps: Vec<usize> = if ids.is_empty() {
+                        vec![]
+                    } else {
+                        (0..rng.below(3))
+                            .map(|_| ids.len() - 1 - rng.below(ids.len().min(64) as u64) as usize)
+                            .collect()
+                    };
+                    let memory = rng.below(500);
+                    let meta = TaskMeta::new(id.clone(), "")
+                        .memory(memory)
+                        .bandwidth(rng.below(30) as f64 / 100.0)
+                        .priority(rng.below(7) as i32 - 3)
+                        .qos(class(rng.below(3) as u8))
+                        .cost(memory)
+                        .depends_on(deps.iter().map(|&d| ids[d].clone()));
+                    match s.submit(meta) {
+                        Ok(()) => {
+                            index.insert(id.clone(), ids.len());
+                            ids.push(id);
+                            deps_of.push(deps);
+                            outcome.push(Outcome::Open);
+                            started_at.push(None);
+                            completed_at.push(None);
+                        }
+                        Err(SchedError::Rejected(_)) => {
+                            // A dependency that already failed or was cancelled, or too large a request.
+                            assert!(s.state(&id).is_err(), "a rejected task was kept");
+                            rejected += 1;
+                        }
+                        Err(e) => panic!("unexpected error {e}"),
+                    }
+                }
+            }
+            4 | 5 => {
+                let report = s.admit(1 + rng.below(16) as usize);
+                for p in &report.preempted {
+                    running.retain(|&r| ids[r] != *p); // a preempted running task is cancelled
+                    let i = index[p];
+                    if s.state(p).unwrap() == TaskState::Cancelled {
+                        outcome[i] = Outcome::Cancelled;
+                    }
+                }
+            }
+            6 | 7 if running.len() < max_running => {
+                if let Some(id) = s.next_runnable() {
+                    let i = index[&id];
+                    assert!(started_at[i].is_none(), "{id} was handed out twice");
+                    for &d in &deps_of[i] {
+                        assert!(
+                            completed_at[d].is_some(),
+                            "{id} started before its dependency {} completed",
+                            ids[d]
+                        );
+                    }
+                    started_at[i] = Some(step);
+                    running.push(i);
+                }
+            }
+            _ if !running.is_empty() => {
+                let i = running.swap_remove(rng.below(running.len() as u64) as usize);
+                if rng.percent(fail_pct) {
+                    s.fail(&ids[i], "boom").unwrap();
+                    outcome[i] = Outcome::Failed;
+                } else {
+                    s.complete(&ids[i]).unwrap();
+                    outcome[i] = Outcome::Completed;
+                    completed_at[i] = Some(step);
+                }
+                assert!(s.complete(&ids[i]).is_err(), "finished twice");
+            }
+            _ => {}
+        }
+        // Random cancels of any task, whatever its state.
+        if !ids.is_empty() && rng.percent(cancel_pct) {
+            let i = ids.len() - 1 - rng.below(ids.len().min(256) as u64) as usize;
+            let before = s.state(&ids[i]).unwrap();
+            let r = s.cancel(&ids[i]);
+            assert_eq!(
+                r.is_ok(),
+                !before.is_terminal(),
+                "cancel of a {before} task"
+            );
+            if r.is_ok() {
+                outcome[i] = Outcome::Cancelled;
+                running.retain(|&x| x != i);
+            }
+        }
+        check(&s, &ids, step);
+    }
+    // Drain: admit and run everything left.
+    loop {
+        s.admit(usize::MAX);
+        let Some(id) = s.next_runnable() else { break };
+        let i = index[&id];
+        assert!(started_at[i].is_none(), "{id} was handed out twice");
+        assert!(deps_of[i].iter().all(|&d| completed_at[d].is_some()));
+        started_at[i] = Some(step);
+        s.complete(&id).unwrap();
+        outcome[i] = Outcome::Completed;
+        completed_at[i] = Some(step);
+    }
+    let mut by_state = [0i64; 6];
+    for (i, id) in ids.iter().enumerate() {
+        let state = s.state(id).unwrap();
+        by_state[state as usize] += 1;
+        assert!(state.is_terminal(), "{id} was lost in state {state}");
+        match outcome[i] {
+            Outcome::Completed => assert_eq!(state, TaskState::Completed, "{id}"),
+            Outcome::Failed => assert_eq!(state, TaskState::Failed, "{id}"),
+            // Cancelled by the test, or by a dependency that failed or was cancelled.
+            Outcome::Cancelled | Outcome::Open => {
+                assert_eq!(state, TaskState::Cancelled, "{id} ({:?})", outcome[i]);
+                if outcome[i] == Outcome::Open {
+                    let blocked = deps_of[i]
+                        .iter()
+                        .any(|&d| s.state(&ids[d]).unwrap() != TaskState::Completed);
+                    assert!(
+                        blocked,
+                        "{id} was cancelled although all its dependencies completed"
+                    );
+                }
+            }
+        }
+    }
+    check_reservations(&s, &ids);
+    let st = s.stats();
+    assert_eq!(
+        st.admission.memory_used, 0,
+        "a reservation was not returned"
+    );
+    assert!(st.admission.bandwidth_used.abs() < 1e-9);
+    assert_eq!(st.admission.pending, 0);
+    assert_eq!(st.admission.active, 0);
+    assert_eq!(st.by_state, by_state);
+    assert_eq!(ids.len() + rejected, LARGE_TASKS);
+}
+
+/// 10k blocks through the eviction pool on a device with less memory than the quota: the quota is never
+/// exceeded, the device holds exactly the resident bytes, every block keeps its own bytes across
+/// evictions and restores, refused allocations change nothing, and every allocation is returned.
+fn run_ten_thousand_blocks(seed: u64, quota: u64, device_limit: u64, free_pct: u8) {
+    use pygpukit_sched::device::HostDevice;
+    use pygpukit_sched::memory::MemoryPool;
+    use std::sync::Arc;
+
+    let device = Arc::new(HostDevice::with_memory_limit(device_limit));
+    let pool = MemoryPool::new(device.clone(), quota, true).unwrap();
+    let mut rng = Mix(seed);
+    let mut live: Vec<(u64, u8)> = Vec::new(); // (block id, the byte it was filled with)
+    let mut allocated = 0usize;
+    let mut refused = 0usize;
+    while allocated < LARGE_TASKS {
+        match rng.below(8) {
+            0..=3 => {
+                allocated += 1;
+                // Mostly valid sizes; now and then 0 or more than the quota (typed refusals).
+                let size = match rng.below(50) {
+                    0 => 0,
+                    1 => quota + 1 + rng.below(quota),
+                    _ => 1 + rng.below(quota / 4),
+                };
+                let before = pool.stats();
+                match pool.allocate(size) {
+                    Ok(id) => {
+                        let tag = (rng.next() & 0xFF) as u8;
+                        pool.write(id, 0, &vec![tag; size as usize]).unwrap();
+                        live.push((id, tag));
+                    }
+                    Err(_) => {
+                        // The device refused even with everything evicted: nothing may have leaked.
+                        refused += 1;
+                        let after = pool.stats();
+                        assert_eq!(after.blocks, before.blocks);
+                        assert_eq!(after.allocations, before.allocations);
+                    }
+                }
+            }
+            4 if !live.is_empty() => {
+                let (id, _) = live[rng.below(live.len() as u64) as usize];
+                if pool.block(id).unwrap().resident {
+                    pool.evict(id).unwrap();
+                } else {
+                    // May fail when the device is full of the block being restored's peers: typed, no leak.
+                    let _ = pool.restore(id);
+                }
+            }
+            5 if !live.is_empty() => {
+                let (id, tag) = live[rng.below(live.len() as u64) as usize];
+                if pool.block(id).unwrap().resident {
+                    let size = pool.block(id).unwrap().size;
+                    let bytes = pool.read(id, 0, size).unwrap();
+                    assert!(bytes.iter().all(|&b| b == tag), "block {id} lost its bytes");
+                    pool.touch(id).unwrap();
+                }
+            }
+            _ if !live.is_empty() && rng.percent(free_pct.max(30)) => {
+                let (id, _) = live.swap_remove(rng.below(live.len() as u64) as usize);
+                pool.free(id).unwrap();
+                assert!(pool.free(id).is_err(), "freed twice");
+            }
+            _ => {}
+        }
+        let st = pool.stats();
+        assert!(
+            st.used <= quota,
+            "{} resident bytes over the quota {quota}",
+            st.used
+        );
+        assert_eq!(
+            device.allocated_bytes(),
+            st.used,
+            "device and pool disagree"
+        );
+        assert_eq!(st.blocks, live.len());
+        assert_eq!(device.allocation_count(), st.resident_blocks);
+    }
+    assert!(refused < LARGE_TASKS, "every allocation was refused");
+    for (id, tag) in live.drain(..) {
+        if !pool.block(id).unwrap().resident {
+            pool.restore(id)
+                .unwrap_or_else(|e| panic!("block {id} cannot come back: {e}"));
+        }
+        let size = pool.block(id).unwrap().size;
+        assert!(pool.read(id, 0, size).unwrap().iter().all(|&b| b == tag));
+        pool.free(id).unwrap();
+    }
+    let st = pool.stats();
+    assert_eq!((st.used, st.evicted_bytes, st.blocks), (0, 0, 0));
+    assert_eq!(st.allocations, st.frees, "an allocation was not returned");
+    assert_eq!(device.allocated_bytes(), 0);
+    assert_eq!(device.allocation_count(), 0);
+}
+
+proptest! {
+    // Each case runs 10k tasks; a few cases keep `cargo test` within CI time (PROPTEST_CASES raises it).
+    #![proptest_config(ProptestConfig::with_cases(cases_or(4)))]
+
+    #[test]
+    fn ten_thousand_tasks_with_cancels_and_failures_lose_nothing(
+        policy in policy(),
+        seed in any::<u64>(),
+        cancel_pct in 0u8..25,
+        fail_pct in 0u8..40,
+        max_running in 1usize..48,
+    ) {
+        run_ten_thousand_tasks(policy, seed, cancel_pct, fail_pct, max_running);
+    }
+
+    #[test]
+    fn ten_thousand_blocks_through_the_eviction_pool_all_come_back(
+        seed in any::<u64>(),
+        quota in 4_096u64..65_536,
+        device_share in 75u64..150,
+        free_pct in 0u8..100,
+    ) {
+        // A device smaller than the quota makes it refuse before the quota does (eviction on OOM).
+        run_ten_thousand_blocks(seed, quota, quota * device_share / 100, free_pct);
+    }
+}

@@ -129,10 +129,12 @@ class KernelCache:
             size = int.from_bytes(payload[:8], "little")
             meta = json.loads(payload[8 : 8 + size])
             binary = payload[8 + size :]
+            if not _well_formed(meta):
+                raise ValueError("malformed record")
             return CompiledProgram(
                 binary, meta["target"], meta["arch"], tuple(meta["options"]), meta["log"], meta["lowered_names"]
             )
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested too deeply
             with self._lock:
                 self.stats.corrupt_entries += 1
             with contextlib.suppress(OSError):
@@ -143,6 +145,22 @@ class KernelCache:
         """Forget the in-memory entries (the disk cache stays)."""
         with self._lock:
             self._memory.clear()
+
+
+def _well_formed(meta: object) -> bool:
+    """The record of an entry has the fields and types ``put`` writes (a checksum only proves integrity)."""
+    if not isinstance(meta, dict):
+        return False
+    names, options = meta.get("lowered_names"), meta.get("options")
+    return (
+        meta.get("target") in ("cubin", "ptx")
+        and isinstance(meta.get("arch"), str)
+        and isinstance(meta.get("log"), str)
+        and isinstance(options, list)
+        and all(isinstance(o, str) for o in options)
+        and isinstance(names, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in names.items())
+    )
 
 
 def _default_directory() -> Path | None:

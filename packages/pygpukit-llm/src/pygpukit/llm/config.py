@@ -182,20 +182,38 @@ def load_hf_config(directory: str | Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ModelConfigError(f"{path}: cannot read the model config ({exc.strerror or exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise ModelConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
     if len(text) > 16 << 20:
         raise ModelConfigError(f"{path}: {len(text)} bytes is too large for a config.json")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ModelConfigError(f"{path}: not valid JSON ({exc.msg} at offset {exc.pos})") from exc
+    except (RecursionError, ValueError) as exc:  # nested too deeply; an int beyond Python's digit limit
+        raise ModelConfigError(f"{path}: not valid JSON ({type(exc).__name__}: {exc})") from exc
     if not isinstance(data, dict):
         raise ModelConfigError(f"{path}: the config must be a JSON object")
     return data
 
 
+def _typed(what: str, exc: Exception) -> ModelConfigError:
+    """A value of the wrong type or out of range (a str where a number belongs, zero heads) as a typed error."""
+    return ModelConfigError(f"{what}: a value has the wrong type or is out of range ({type(exc).__name__}: {exc})")
+
+
 def config_from_hf(config: Mapping[str, Any], spec: ModelSpec | None = None, name: str = "") -> TransformerConfig:
     """A :class:`TransformerConfig` from a Hugging Face ``config.json`` dict (``spec`` overrides the
     ``model_type`` it names)."""
+    try:
+        return _config_from_hf(config, spec, name)
+    except ModelConfigError:
+        raise
+    except (ValueError, TypeError, ZeroDivisionError, OverflowError, AttributeError) as exc:
+        raise _typed("model config", exc) from exc
+
+
+def _config_from_hf(config: Mapping[str, Any], spec: ModelSpec | None, name: str) -> TransformerConfig:
     cfg = dict(config.get("text_config") or config) if "text_config" in config else dict(config)
     if spec is None:
         model_type = cfg.get("model_type") or config.get("model_type")
@@ -265,6 +283,15 @@ def config_from_hf(config: Mapping[str, Any], spec: ModelSpec | None = None, nam
 def config_from_gguf_metadata(metadata: Mapping[str, Any], name: str = "") -> TransformerConfig:
     """A :class:`TransformerConfig` from GGUF metadata (``general.architecture`` and its
     ``<arch>.*`` keys)."""
+    try:
+        return _config_from_gguf_metadata(metadata, name)
+    except ModelConfigError:
+        raise
+    except (ValueError, TypeError, ZeroDivisionError, OverflowError, AttributeError) as exc:
+        raise _typed("GGUF metadata", exc) from exc
+
+
+def _config_from_gguf_metadata(metadata: Mapping[str, Any], name: str) -> TransformerConfig:
     arch = metadata.get("general.architecture")
     spec = next((s for s in MODEL_SPECS.values() if arch in s.gguf_architectures), None)
     if spec is LLAMA_SPEC and int(metadata.get(f"{arch}.expert_count") or 0) > 0:

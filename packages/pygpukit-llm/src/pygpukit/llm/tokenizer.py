@@ -263,7 +263,12 @@ class Tokenizer:
             backend = _BackendTokenizer.from_file(path)
         except Exception as exc:  # the Rust side raises plain Exception on malformed JSON
             raise TokenizerError(f"cannot load {path}: {exc}") from exc
-        return cls._from_backend_and_config(backend, dict(config or {}))
+        try:
+            return cls._from_backend_and_config(backend, dict(config or {}))
+        except PyGPUkitError:
+            raise
+        except Exception as exc:  # a config value of the wrong type, or the Rust side refusing an added token
+            raise TokenizerError(f"cannot load {path} with its config: {type(exc).__name__}: {exc}") from exc
 
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike[str]) -> Tokenizer:
@@ -284,8 +289,11 @@ class Tokenizer:
                 config[key] = value
         jinja_path = os.path.join(directory, "chat_template.jinja")
         if os.path.isfile(jinja_path):
-            with open(jinja_path, encoding="utf-8") as f:
-                config["chat_template"] = f.read()
+            try:
+                with open(jinja_path, encoding="utf-8") as f:
+                    config["chat_template"] = f.read()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise TokenizerError(f"cannot read {jinja_path}: {exc}") from exc
         else:
             template_json = _read_json(os.path.join(directory, "chat_template.json"))
             if template_json and "chat_template" in template_json:
@@ -356,7 +364,16 @@ class Tokenizer:
         Uses ``tokenizer.ggml.*`` (model, pre, tokens, token_type, scores, merges, special token ids, add_bos_token,
         add_eos_token, add_space_prefix, eot/eom ids), ``tokenizer.chat_template`` and ``general.architecture``.
         Tokens typed CONTROL become special tokens and USER_DEFINED ones plain added tokens, so that both are
-        matched whole in text."""
+        matched whole in text. A vocabulary the tokenizers library refuses raises :class:`TokenizerError`."""
+        try:
+            return cls._from_gguf_metadata(metadata)
+        except PyGPUkitError:
+            raise
+        except Exception as exc:  # the Rust side raises plain Exception / ValueError (a merge of unknown tokens)
+            raise TokenizerError(f"cannot build the GGUF tokenizer: {type(exc).__name__}: {exc}") from exc
+
+    @classmethod
+    def _from_gguf_metadata(cls, metadata: Mapping[str, Any]) -> Tokenizer:
         if not isinstance(metadata, Mapping):
             raise ArgumentError(f"metadata must be a mapping, got {type(metadata).__name__}")
         kind = metadata.get("tokenizer.ggml.model")
@@ -534,7 +551,7 @@ def _read_json(path: str) -> dict[str, Any] | None:
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deeply
         raise TokenizerError(f"cannot read {path}: {exc}") from exc
     if not isinstance(data, dict):
         raise TokenizerError(f"{path}: expected a JSON object")
