@@ -3,9 +3,13 @@
     nox -s dev                   set up the workspace (uv sync), print `pygpukit info`, answer one chat turn
     nox -s lint                  ruff, ruff format, mypy, cargo fmt, clippy, clang-format
     nox -s tests                 CPU Python tests and cargo test
-    nox -s kernels               compile native/kernels with NVRTC 12 and 13 for sm_80..120
+    nox -s kernels               compile native/kernels with NVRTC 13 (sm_90) and 12 (sm_80), cached
+    nox -s kernels_full          the same for sm_80, 86, 89, 90, 100 and 120
     nox -s build                 wheels of every distribution into dist/ (CUDA 12 and 13 variants)
     nox -s wheel_smoke           fresh venv, install pygpukit[all,cu13] from dist/, import everything
+    nox -s wheels / release      the release wheelhouse dist/wheelhouse (manylinux, CPython 3.10-3.13)
+    nox -s install_test          fresh venvs, offline installs from dist/wheelhouse, kernels compiled
+    nox -s bump -- DIST VERSION  bump a distribution, its pins, partners and CHANGELOG heading
     nox -s gpu / bench           the GPU tests and benchmarks (run on a machine with a GPU)
 
 Sessions reuse the uv workspace environment (.venv) instead of creating their own, so the native
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import nox
@@ -29,9 +34,17 @@ ROOT = Path(__file__).resolve().parent
 UV = find_uv_bin()  # the uv installed next to nox, whether or not it is on PATH
 DIST = Path(os.environ.get("PYGPUKIT_DIST_DIR", ROOT / "dist"))
 CUDA_MAJORS = ["12", "13"]
+RELEASE_PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 PURE_DISTRIBUTIONS = ["pygpukit", "pygpukit-core", "pygpukit-ops", "pygpukit-llm", "pygpukit-audio", "pygpukit-triton"]
 # abi3 and driver-agnostic: one wheel serves both CUDA majors.
 RUST_DISTRIBUTIONS = ["pygpukit-sched"]
+# The architectures of the CI kernel check, one per CUDA major (see `kernels`), and of `kernels_full`.
+CI_ARCHS = {"13": "90", "12": "80"}
+ALL_ARCHS = "80,86,89,90,100,120"
+NVRTC_WHEELS = {
+    "12": ["nvidia-cuda-nvrtc-cu12>=12.8,<13", "nvidia-cuda-runtime-cu12>=12.8,<13"],
+    "13": ["nvidia-cuda-nvrtc>=13.0,<14", "nvidia-cuda-runtime>=13.0,<14"],
+}
 NATIVE_SOURCES = [
     p
     for pattern in ("*.cpp", "*.hpp", "*.cu", "*.cuh")
@@ -83,31 +96,42 @@ def tests(session: nox.Session) -> None:
     session.run("cargo", "test", "--workspace", "--locked", external=True)
 
 
+def _compile_kernels(session: nox.Session, cuda: str, archs: str) -> None:
+    """Install CUDA `cuda`'s NVRTC and header wheels into build/nvrtc-cu<N> (once), then compile every
+    kernel file for `archs` with ci/compile_kernels.py, skipping what passed before unchanged (its
+    --cache, build/kernels-cache-cu<N>.json). `-- --archs ...` (or any other option of the script)
+    overrides."""
+    _sync(session)
+    site = ROOT / "build" / f"nvrtc-cu{cuda}"
+    if not (site / "nvidia").is_dir():
+        session.run(
+            UV, "pip", "install", "--quiet", "--python", ".venv/bin/python", "--target", str(site), *NVRTC_WHEELS[cuda],
+            external=True,
+        )  # fmt: skip
+    session.run(
+        UV, "run", "--locked", "python", "ci/compile_kernels.py", "--site", str(site),
+        "--report", str(ROOT / "build" / f"kernels-cu{cuda}.json"),
+        "--cache", str(ROOT / "build" / f"kernels-cache-cu{cuda}.json"), "--archs", archs, *session.posargs,
+        external=True,
+    )  # fmt: skip
+
+
 @nox.session
 @nox.parametrize("cuda", CUDA_MAJORS)
 def kernels(session: nox.Session, cuda: str) -> None:
-    """Compile every kernel file with the NVRTC pip wheel of CUDA `cuda`: CUDA 13 (the default variant) for
-    sm_80, 86, 89, 90, 100 and 120; CUDA 12 for one architecture of each feature level our kernels
-    distinguish (sm_80 Ampere, sm_89 fp8, sm_90 Hopper, sm_120 Blackwell), which keeps CI's time in
-    bounds. `-- --archs ...` overrides."""
-    _sync(session)
-    site = ROOT / "build" / f"nvrtc-cu{cuda}"
-    wheels = (
-        ["nvidia-cuda-nvrtc-cu12>=12.8,<13", "nvidia-cuda-runtime-cu12>=12.8,<13"]
-        if cuda == "12"
-        else ["nvidia-cuda-nvrtc>=13.0,<14", "nvidia-cuda-runtime>=13.0,<14"]
-    )
-    if not (site / "nvidia").is_dir():
-        session.run(
-            UV, "pip", "install", "--quiet", "--python", ".venv/bin/python", "--target", str(site), *wheels,
-            external=True,
-        )  # fmt: skip
-    report = ROOT / "build" / f"kernels-cu{cuda}.json"
-    archs = [] if cuda == "13" or session.posargs else ["--archs", "80,89,90,120"]
-    session.run(
-        UV, "run", "--locked", "python", "ci/compile_kernels.py", "--site", str(site), "--report", str(report),
-        *archs, *session.posargs, external=True,
-    )  # fmt: skip
+    """CI's compile check: every kernel file with NVRTC of CUDA `cuda` for one architecture, sm_90 for
+    CUDA 13 (the Hopper code paths, the wgmma files as sm_90a) and sm_80 for CUDA 12 (the paths below
+    sm_90), so both sides of every `__CUDA_ARCH__` branch compile in CI. `kernels_full` checks every
+    architecture."""
+    _compile_kernels(session, cuda, CI_ARCHS[cuda])
+
+
+@nox.session
+@nox.parametrize("cuda", CUDA_MAJORS)
+def kernels_full(session: nox.Session, cuda: str) -> None:
+    """Every kernel file with NVRTC of CUDA `cuda` for every supported architecture (sm_80, 86, 89, 90,
+    100, 120); not part of CI (about 20 minutes per major on the shared 2-core machine), run it before a release."""
+    _compile_kernels(session, cuda, ALL_ARCHS)
 
 
 @nox.session
@@ -131,7 +155,8 @@ def wheel_smoke(session: nox.Session) -> None:
 
     Third-party wheels (numpy, the NVIDIA wheels, triton, ...) are downloaded into build/wheelhouse
     first so the install itself runs with --no-index. Then distributions are uninstalled one at a time
-    to check that the rest still import and the missing part is named (ci/smoke_wheels.py).
+    to check that the rest still import and the missing part is named (ci/smoke_wheels.py). The venv
+    is removed when the check passes.
     """
     if not list(DIST.glob("pygpukit_core_cu13-*.whl")):
         session.error(f"no wheels in {DIST}: run `nox -s build` first")
@@ -148,6 +173,50 @@ def wheel_smoke(session: nox.Session) -> None:
         str(wheelhouse), "pygpukit[all,cu13]", external=True,
     )  # fmt: skip
     session.run(python, "ci/smoke_wheels.py", "check", external=True, env={"PYGPUKIT_BACKEND": "auto"})
+    shutil.rmtree(venv)  # 1.9 GB; kept only when the check failed, to look into
+
+
+def _release(session: nox.Session, *args: str) -> None:
+    """ci/release.py with the interpreter running nox (it has uv and packaging; no workspace sync)."""
+    session.run(sys.executable, "ci/release.py", *args, external=True)
+
+
+@nox.session
+@nox.parametrize("cuda", CUDA_MAJORS)
+@nox.parametrize("py", RELEASE_PYTHONS)
+def wheels(session: nox.Session, py: str, cuda: str) -> None:
+    """One native wheel of the release matrix: pygpukit-core-cu<cuda> for CPython `py`, built with uv
+    and repaired to a manylinux tag by auditwheel (libcuda, NVRTC and cuBLAS excluded) into
+    dist/wheelhouse. Kept while its sources and interpreter are unchanged."""
+    _release(session, "native", "--py", py, "--cuda", cuda)
+
+
+@nox.session
+def release(session: nox.Session) -> None:
+    """Everything into dist/wheelhouse: the `wheels` matrix (CPython 3.10-3.13 x CUDA 12/13), the
+    scheduler's abi3 wheel (manylinux), the pure wheels, an sdist of every distribution (each built
+    into a wheel as a check), the third-party wheels of every extra for each Python (pip download),
+    then `auditwheel show`, `twine check` and SHA256SUMS. `-- --py 3.12` limits the Pythons."""
+    _release(session, "all", *session.posargs)
+
+
+@nox.session
+def install_test(session: nox.Session) -> None:
+    """Offline install test of the wheelhouse (run `release` first): fresh venvs for CPython 3.10 and
+    3.13, `pip install --no-index --find-links dist/wheelhouse` of plain `pygpukit`,
+    `"pygpukit[cu12,llm,audio]"` and `"pygpukit[cu13,all]"`, `pip check`, every module imported, NVRTC
+    and cuBLASLt found in the NVIDIA wheels, kernels compiled (ci/wheel_check.py), and the fix command
+    a missing cu12 variant names run and checked.
+    `-- --py 3.12` picks other Pythons, `-- --keep` keeps the venvs."""
+    _release(session, "install-test", *session.posargs)
+
+
+@nox.session
+def bump(session: nox.Session) -> None:
+    """`nox -s bump -- <distribution> <version>`: the distribution's version, every exact pin of it in
+    the other pyproject files, its lockstep partners (core with core-cu12/-cu13; sched with the Cargo
+    workspace), its CHANGELOG heading, then `uv lock` (ci/bump_version.py)."""
+    session.run(sys.executable, "ci/bump_version.py", *session.posargs, external=True)
 
 
 @nox.session
@@ -166,3 +235,12 @@ def bench(session: nox.Session) -> None:
         UV, "run", "--locked", "pytest", "benchmarks", "--benchmark-only", f"--benchmark-json={out / 'bench.json'}",
         *session.posargs, external=True,
     )  # fmt: skip
+
+
+@nox.session
+def fuzz(session: nox.Session) -> None:
+    """Coverage-guided fuzzing (atheris) of every file parser, one target per parser in fuzz/: 20 s each;
+    `-- --long` runs 1,000,000 executions each, `-- --seconds 60 gguf` picks time and targets. Report in
+    build/fuzz/report.json, findings saved beside it (docs/reliability.md)."""
+    _sync(session)
+    session.run(UV, "run", "--locked", "python", "fuzz/run_all.py", *session.posargs, external=True)

@@ -67,7 +67,8 @@ def test_lockstep_versions_that_are_checked_at_import() -> None:
 
 def test_meta_package_extras() -> None:
     meta = PROJECTS["pygpukit"]
-    assert {Requirement(r).name for r in meta["dependencies"]} == {"pygpukit-core", "pygpukit-ops"}
+    siblings = {Requirement(r).name for r in meta["dependencies"] if r.startswith("pygpukit")}
+    assert siblings == {"pygpukit-core", "pygpukit-ops"}  # plus the default variant's NVIDIA wheels: test_packaging
     extras = meta["optional-dependencies"]
     assert set(extras) == {"cu12", "cu13", "ops", "llm", "audio", "sched", "triton", "all"}
     for major in ("12", "13"):

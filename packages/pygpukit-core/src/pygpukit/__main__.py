@@ -14,6 +14,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
+from .core import _install
 from .core.errors import PyGPUkitError
 
 __all__ = ["main"]
@@ -37,7 +38,7 @@ def _run_llm_command(argv: list[str]) -> int:
             raise  # a third-party dependency is missing: Python's own message names it
         print(
             f"pygpukit {argv[0]}: this command needs the pygpukit-llm distribution, which is not installed: "
-            "pip install pygpukit-llm (or pip install 'pygpukit[llm]')",
+            f"{_install.install_hint('pygpukit-llm')}",
             file=sys.stderr,
         )
         return 2

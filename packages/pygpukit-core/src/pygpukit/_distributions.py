@@ -17,6 +17,7 @@ from types import ModuleType
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from .core import _install
 from .core.errors import MissingDistributionError, VersionMismatchError
 
 __all__ = [
@@ -123,10 +124,10 @@ class _MissingSubpackageFinder(importlib.abc.MetaPathFinder):
         parts = fullname.split(".")
         if len(parts) != 2 or parts[0] != "pygpukit" or parts[1] not in SUBPACKAGES:
             return None
-        distribution, extra = SUBPACKAGES[parts[1]]
+        distribution, _extra = SUBPACKAGES[parts[1]]
         raise MissingDistributionError(
             f"{fullname} is provided by the {distribution} distribution, which is not installed: "
-            f"pip install {distribution} (or pip install 'pygpukit[{extra}]')",
+            f"{_install.install_hint(distribution)}",
             name=fullname,
         )
 

@@ -8,7 +8,7 @@ import warnings
 from typing import Any
 
 from ._distributions import installed_versions
-from .core import _env, _libraries, _variant
+from .core import _env, _install, _libraries, _variant
 from .core.backend import BackendState, backend_state
 from .core.compiler import nvrtc_status
 from .core.cublaslt import cublaslt_status
@@ -18,13 +18,15 @@ from .core.errors import PyGPUkitError
 __all__ = ["collect_info", "format_info"]
 
 
-def _library(loader: Any) -> dict[str, Any]:
+def _library(loader: Any, name: str, driver_version: int | None) -> dict[str, Any]:
     try:
-        status = dict(loader())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", _install.DriverMismatchWarning)  # reported as "mismatch"
+            status = dict(loader())
     except PyGPUkitError as exc:
         return {"found": False, "error": str(exc)}
     status.pop("loaded", None)
-    return {"found": True, **status}
+    return {"found": True, **status, "mismatch": _install.driver_mismatch(name, str(status["path"]), driver_version)}
 
 
 def _environment() -> list[dict[str, Any]]:
@@ -90,8 +92,8 @@ def _collect() -> dict[str, Any]:
         "native_variants_installed": _variant.installed_variants(),
         "driver": driver,
         "devices": devices,
-        "nvrtc": _library(nvrtc_status),
-        "cublaslt": _library(cublaslt_status),
+        "nvrtc": _library(nvrtc_status, "NVRTC", probe.version),
+        "cublaslt": _library(cublaslt_status, "cuBLASLt", probe.version),
         "distributions": installed_versions(),
         "environment": _environment(),
     }
@@ -130,6 +132,8 @@ def format_info(info: dict[str, Any]) -> str:
             version = lib["version"]
             shown = ".".join(map(str, version)) if isinstance(version, (list, tuple)) else str(version)
             lines.append(f"{label + ':':<10} {shown} from {lib['path']}")
+            if lib.get("mismatch"):
+                lines.append(f"           MISMATCH: {lib['mismatch']}")
         else:
             first, *rest = lib["error"].splitlines()
             lines.append(f"{label + ':':<10} not found: {first}")

@@ -7,10 +7,11 @@ every later call answers the same way without searching again.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import _libraries, _variant
+from . import _install, _libraries, _variant
 from .errors import LibraryNotFoundError, PyGPUkitError
 
 if TYPE_CHECKING:
@@ -55,8 +56,16 @@ class LoadedLibrary:
             try:
                 self._status = dict(self._loader(native, candidates))
             except LibraryNotFoundError as exc:
-                self._error = exc
-                raise
+                # Name the command that installs the library for the driver's CUDA major (or the module's).
+                fix = _install.library_fix(_variant.preferred_major(native))
+                self._error = LibraryNotFoundError(f"{exc}\n{fix}", library=exc.library, attempts=exc.attempts)
+                raise self._error from exc
+            # A library newer than the driver loads, but what it makes does not: say so once, with the fix.
+            problem = _install.driver_mismatch(
+                self._spec.name, str(self._status.get("path", "")), _variant.probe_driver_version().version
+            )
+            if problem is not None:
+                warnings.warn(problem, _install.DriverMismatchWarning, stacklevel=3)
             return self._status
 
     def available(self) -> bool:

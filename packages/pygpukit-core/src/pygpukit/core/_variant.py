@@ -14,7 +14,7 @@ import importlib.util
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
-from . import _libraries
+from . import _install, _libraries
 from ._env import env_choice
 from .errors import LibraryNotFoundError, VersionMismatchError
 
@@ -114,7 +114,7 @@ def _import_variant(variant: str) -> NativeModule:
     if native_version != core_version:
         raise VersionMismatchError(
             f"pygpukit-core {core_version} found the native module of pygpukit-core-{variant} {native_version}; "
-            f"the two must have the same version: pip install 'pygpukit-core-{variant}=={core_version}'"
+            f"the two must have the same version; {_install.variant_fix(variant)}"
         )
     return module
 
@@ -126,25 +126,28 @@ def choose_variant() -> VariantChoice:
     forced = env_choice("PYGPUKIT_CUDA_VARIANT", sorted(VARIANTS), "")
     if forced:
         if forced not in installed:
-            return VariantChoice(
-                None, None, f"PYGPUKIT_CUDA_VARIANT={forced} but pygpukit-core-{forced} is not installed", driver
-            )
+            why = f"PYGPUKIT_CUDA_VARIANT={forced} but pygpukit-core-{forced} is not installed; "
+            return VariantChoice(None, None, why + _install.variant_fix(forced), driver)
         return VariantChoice(forced, _import_variant(forced), f"forced by PYGPUKIT_CUDA_VARIANT={forced}", driver)
     if not installed:
-        return VariantChoice(
-            None, None, "no native module is installed (install pygpukit-core-cu13 or pygpukit-core-cu12)", driver
-        )
+        fix = _install.variant_fix(_install.variant_for_driver(driver.version))
+        return VariantChoice(None, None, f"no native module is installed (pygpukit-core-cu13 or -cu12); {fix}", driver)
     if driver.version is None:
         why = "CUDA driver not detected" if driver.error is None else f"CUDA driver not detected: {driver.error}"
         return VariantChoice(None, None, why, driver)
     usable = [v for v in installed if driver.version >= VARIANTS[v] * 1000]
     if not usable:
         have = ", ".join(f"{v} (needs CUDA >= {VARIANTS[v]}.0)" for v in installed)
+        fix = (
+            f"pygpukit-core-cu12 works with CUDA 12 drivers; {_install.variant_fix('cu12')}"
+            if driver.version >= 12000
+            else "pygpukit needs a driver for CUDA 12.0 or newer: update the NVIDIA driver"
+        )
         return VariantChoice(
             None,
             None,
             f"the driver supports CUDA {format_cuda_version(driver.version)} but the installed native variants "
-            f"need a newer one: {have}; pygpukit-core-cu12 works with CUDA 12 drivers",
+            f"need a newer one: {have}; {fix}",
             driver,
         )
     variant = usable[0]

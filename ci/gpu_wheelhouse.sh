@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# GPU tests from the wheelhouse, on a machine with an NVIDIA GPU and no package index, from the
+# repository root:
+#
+#   bash ci/gpu_wheelhouse.sh WHEELHOUSE [--list] [pytest arguments...]
+#
+# WHEELHOUSE: dist/wheelhouse of `nox -s release`, or the smaller copy for a lent GPU machine made by
+# `python3 ci/release.py device --py 3.12 [3.X ...]` (.device/wheelhouse, 50 MiB for two Pythons: our
+# wheels and their dependencies without the NVIDIA and triton wheels; NVRTC and cuBLASLt then come from
+# the machine's CUDA install).
+#
+# 1. Looks for CPython 3.10 to 3.13 (python3.1X on PATH, /usr/bin, /usr/local/bin, pyenv, uv's managed
+#    Pythons, python3 and the interpreter its venv is based on) and reports every one it finds.
+#    --list stops there.
+# 2. For each version the wheelhouse has wheels for (at most two, newest first): a fresh venv
+#    (`python -m venv`, or --without-pip with the pip of another interpreter), then
+#    `pip install --no-index --find-links WHEELHOUSE` of every distribution (pygpukit-triton without
+#    triton) and pytest.
+# 3. For each venv, for the cu13 and the cu12 wheel (PYGPUKIT_CUDA_VARIANT): `pygpukit info` and the
+#    core and ops tests, GPU tests included (pytest arguments replace the default test paths).
+# 4. Logs and junit XML per run under $OUT (or build/gpu-wheelhouse); a summary last: device, date,
+#    the Pythons found, one line per run with pytest's totals. Exits non-zero if a run failed or
+#    fewer than two Python versions could be tested.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if [[ $# -lt 1 || ! -d "$1" ]]; then
+  echo "usage: bash ci/gpu_wheelhouse.sh WHEELHOUSE [--list] [pytest arguments...]" >&2
+  exit 2
+fi
+wheelhouse="$(cd "$1" && pwd)"
+shift
+list_only=0
+if [[ "${1:-}" == "--list" ]]; then
+  list_only=1
+  shift
+fi
+out="${OUT:-$PWD/build/gpu-wheelhouse}"
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+scratch="$(mktemp -d)"
+summary=()
+status=0
+
+# -- 1. the Pythons on this machine ------------------------------------------------------------------
+declare -A found=()  # "3.12" -> interpreter
+report=()
+probe() {  # probe PATH: record it if it is a CPython 3.10-3.13 not seen yet
+  local candidate="$1" version
+  [[ -x "$candidate" ]] || return 0
+  version="$("$candidate" -c 'import sys, platform; print("%d.%d" % sys.version_info[:2] if platform.python_implementation() == "CPython" else "")' 2>/dev/null)" || return 0
+  case "$version" in 3.10 | 3.11 | 3.12 | 3.13) ;; *) return 0 ;; esac
+  if [[ -z "${found[$version]:-}" ]]; then
+    found[$version]="$candidate"
+    report+=("CPython $version: $candidate")
+  fi
+}
+for minor in 13 12 11 10; do
+  probe "$(command -v "python3.$minor" 2>/dev/null)"
+  probe "/usr/bin/python3.$minor"
+  probe "/usr/local/bin/python3.$minor"
+  for dir in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3."$minor".* "$HOME"/.local/share/uv/python/cpython-3."$minor".*; do
+    probe "$dir/bin/python3.$minor"
+    probe "$dir/bin/python3"
+  done
+done
+probe "$(command -v python3 2>/dev/null)"
+base="$(python3 -c 'import sys; print(getattr(sys, "_base_executable", ""))' 2>/dev/null)"
+[[ -n "$base" ]] && probe "$base"
+echo "Pythons found:"
+printf '  %s\n' "${report[@]:-none}" | tee "$out/pythons.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/nvidia-smi.txt" 2>&1 || true
+echo "device: $(cat "$out/nvidia-smi.txt")"
+if [[ $list_only -eq 1 ]]; then
+  exit 0
+fi
+
+# -- 2. venvs from the wheelhouse ---------------------------------------------------------------------
+tested=()
+for version in 3.13 3.12 3.11 3.10; do
+  python="${found[$version]:-}"
+  [[ -n "$python" ]] || continue
+  tag="cp${version/./}"
+  if ! compgen -G "$wheelhouse/pygpukit_core_cu13-*-$tag-$tag-*.whl" >/dev/null; then
+    summary+=("CPython $version ($python): skipped, the wheelhouse has no $tag wheels (python3 ci/release.py device --py $version ...)")
+    continue
+  fi
+  if [[ ${#tested[@]} -ge 2 ]]; then
+    summary+=("CPython $version ($python): not tested, two versions are enough")
+    continue
+  fi
+  venv="$scratch/venv-$version"
+  pip=()
+  if "$python" -m venv "$venv" >"$out/venv-$version.log" 2>&1; then
+    pip=("$venv/bin/python" -m pip)
+    how="python -m venv"
+  elif "$python" -m venv --without-pip "$venv" >>"$out/venv-$version.log" 2>&1; then
+    for host in python3 "$python"; do  # pip >= 22.3 installs into another interpreter with --python
+      if "$host" -m pip --version >/dev/null 2>&1; then
+        pip=("$host" -m pip --python "$venv/bin/python")
+        how="python -m venv --without-pip, then $host's pip --python"
+        break
+      fi
+    done
+  fi
+  if [[ ${#pip[@]} -eq 0 ]]; then
+    summary+=("CPython $version ($python): FAILED, no venv with pip could be made (see venv-$version.log)")
+    status=1
+    continue
+  fi
+  echo "=== CPython $version: venv by $how"
+  if ! "${pip[@]}" install --disable-pip-version-check --quiet --no-index --find-links "$wheelhouse" \
+    pygpukit-core pygpukit-ops pygpukit-llm pygpukit-audio pygpukit-sched pygpukit-core-cu12 pygpukit-core-cu13 \
+    pytest >"$out/install-$version.log" 2>&1 ||
+    ! "${pip[@]}" install --disable-pip-version-check --quiet --no-index --no-deps --find-links "$wheelhouse" \
+      pygpukit-triton >>"$out/install-$version.log" 2>&1; then
+    cat "$out/install-$version.log"
+    summary+=("CPython $version ($python): FAILED to install from the wheelhouse (install-$version.log)")
+    status=1
+    continue
+  fi
+  tested+=("$version")
+
+  # -- 3. both CUDA variants ----------------------------------------------------------------------------
+  for variant in cu13 cu12; do
+    name="py$version-$variant"
+    echo "=== $name: pygpukit info"
+    PYGPUKIT_CUDA_VARIANT=$variant "$venv/bin/python" -m pygpukit info 2>&1 | tee "$out/info-$name.log"
+    backend="$(grep -m1 '^backend:' "$out/info-$name.log")"
+    paths=("$@")
+    [[ ${#paths[@]} -gt 0 ]] || paths=(packages/pygpukit-core/tests packages/pygpukit-ops/tests)
+    echo "=== $name: pytest ${paths[*]}"
+    PYGPUKIT_CUDA_VARIANT=$variant "$venv/bin/python" -m pytest -p no:cacheprovider -q -rs \
+      --junitxml="$out/junit-$name.xml" -o addopts="--strict-markers --import-mode=importlib" "${paths[@]}" \
+      >"$out/tests-$name.log" 2>&1
+    rc=$?
+    tail -n 5 "$out/tests-$name.log"
+    totals="$(grep -E '(passed|failed|error)' "$out/tests-$name.log" | tail -n 1)"
+    [[ $rc -eq 0 ]] || status=1
+    summary+=("$(printf '%-14s %-6s %s | %s' "$name" "$([[ $rc -eq 0 ]] && echo ok || echo "FAIL")" "$backend" "$totals")")
+  done
+done
+if [[ ${#tested[@]} -lt 2 ]]; then
+  summary+=("only ${#tested[@]} Python version(s) could be tested (${tested[*]:-none}); two were asked for")
+  status=1
+fi
+
+# -- 4. summary ---------------------------------------------------------------------------------------
+echo
+echo "device: $(cat "$out/nvidia-smi.txt" 2>/dev/null)"
+echo "date:   $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+echo "wheelhouse: $wheelhouse"
+printf '%s\n' "${report[@]:-no CPython 3.10-3.13 found}"
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+rm -rf "$scratch"
+exit $status
