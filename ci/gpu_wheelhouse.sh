@@ -21,6 +21,13 @@
 # 4. Logs and junit XML per run under $OUT (or build/gpu-wheelhouse); a summary last: device, date,
 #    the Pythons found, one line per run with pytest's totals. Exits non-zero if a run failed or
 #    fewer than two Python versions could be tested.
+#
+# Environment:
+#   PYGPUKIT_WHEELHOUSE_PYTHONS  the versions to test, e.g. "3.13" (default: the two newest found); with
+#                                a list given, exactly those versions must be tested.
+#   PYGPUKIT_CU12_NVRTC_PATH     PYGPUKIT_NVRTC_PATH for the cu12 runs only (a machine with a CUDA 13
+#                                toolkit and no NVRTC 12: a directory holding libnvrtc.so.12 of the
+#                                nvidia-cuda-nvrtc-cu12 wheel).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [[ $# -lt 1 || ! -d "$1" ]]; then
@@ -76,9 +83,19 @@ fi
 
 # -- 2. venvs from the wheelhouse ---------------------------------------------------------------------
 tested=()
+read -r -a wanted <<<"${PYGPUKIT_WHEELHOUSE_PYTHONS:-}"
 for version in 3.13 3.12 3.11 3.10; do
+  if [[ ${#wanted[@]} -gt 0 && " ${wanted[*]} " != *" $version "* ]]; then
+    continue
+  fi
   python="${found[$version]:-}"
-  [[ -n "$python" ]] || continue
+  if [[ -z "$python" ]]; then
+    if [[ ${#wanted[@]} -gt 0 ]]; then
+      summary+=("CPython $version: FAILED, asked for in PYGPUKIT_WHEELHOUSE_PYTHONS but not found")
+      status=1
+    fi
+    continue
+  fi
   tag="cp${version/./}"
   if ! compgen -G "$wheelhouse/pygpukit_core_cu13-*-$tag-$tag-*.whl" >/dev/null; then
     summary+=("CPython $version ($python): skipped, the wheelhouse has no $tag wheels (python3 ci/release.py device --py $version ...)")
@@ -123,13 +140,17 @@ for version in 3.13 3.12 3.11 3.10; do
   # -- 3. both CUDA variants ----------------------------------------------------------------------------
   for variant in cu13 cu12; do
     name="py$version-$variant"
+    nvrtc=()
+    if [[ $variant == cu12 && -n "${PYGPUKIT_CU12_NVRTC_PATH:-}" ]]; then
+      nvrtc=(env "PYGPUKIT_NVRTC_PATH=$PYGPUKIT_CU12_NVRTC_PATH")
+    fi
     echo "=== $name: pygpukit info"
-    PYGPUKIT_CUDA_VARIANT=$variant "$venv/bin/python" -m pygpukit info 2>&1 | tee "$out/info-$name.log"
+    PYGPUKIT_CUDA_VARIANT=$variant "${nvrtc[@]}" "$venv/bin/python" -m pygpukit info 2>&1 | tee "$out/info-$name.log"
     backend="$(grep -m1 '^backend:' "$out/info-$name.log")"
     paths=("$@")
     [[ ${#paths[@]} -gt 0 ]] || paths=(packages/pygpukit-core/tests packages/pygpukit-ops/tests)
     echo "=== $name: pytest ${paths[*]}"
-    PYGPUKIT_CUDA_VARIANT=$variant "$venv/bin/python" -m pytest -p no:cacheprovider -q -rs \
+    PYGPUKIT_CUDA_VARIANT=$variant "${nvrtc[@]}" "$venv/bin/python" -m pytest -p no:cacheprovider -q -rs \
       --junitxml="$out/junit-$name.xml" -o addopts="--strict-markers --import-mode=importlib" "${paths[@]}" \
       >"$out/tests-$name.log" 2>&1
     rc=$?
@@ -139,7 +160,9 @@ for version in 3.13 3.12 3.11 3.10; do
     summary+=("$(printf '%-14s %-6s %s | %s' "$name" "$([[ $rc -eq 0 ]] && echo ok || echo "FAIL")" "$backend" "$totals")")
   done
 done
-if [[ ${#tested[@]} -lt 2 ]]; then
+if [[ ${#wanted[@]} -gt 0 ]]; then
+  : # the versions asked for were each reported above
+elif [[ ${#tested[@]} -lt 2 ]]; then
   summary+=("only ${#tested[@]} Python version(s) could be tested (${tested[*]:-none}); two were asked for")
   status=1
 fi
