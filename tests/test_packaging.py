@@ -266,7 +266,8 @@ def test_the_check_fails_on_every_kind_of_disagreement(tmp_path: Path) -> None:
 def test_bump_moves_the_version_every_pin_the_partners_and_the_changelog_heading(tmp_path: Path) -> None:
     root = _copy_of_the_repository(tmp_path)
     (root / "uv.lock").unlink()  # `uv lock` is not run here
-    assert bump_version.bump(root, "pygpukit-ops", "0.2.0") == ["pygpukit", "pygpukit-audio", "pygpukit-llm"]
+    bumped = bump_version.bump(root, "pygpukit-ops", "0.2.0")
+    assert bumped == ["pygpukit", "pygpukit-audio", "pygpukit-llm", "pygpukit-triton"]
     assert bump_version.bump(root, "pygpukit-core", "0.1.1")  # with core-cu12 and core-cu13
     assert bump_version.bump(root, "pygpukit-sched", "0.3.0") == ["pygpukit"]  # with the Cargo workspace
     assert bump_version.check(root) == []

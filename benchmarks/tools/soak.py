@@ -6,8 +6,9 @@ JSON summary with a flat-memory verdict.
 
 Every step picks one piece of work at random: an elementwise chain, reductions and softmax, a matmul
 (float32, float16, bfloat16), a model-sized allocation filled and checked, a KV-cache-like growth of
-blocks that are then all dropped, dtype conversions with concatenation, or work on a second thread's
-stream. Each result is checked against NumPy on a small slice. Between steps nothing of the workload is
+blocks that are then all dropped, dtype conversions with concatenation, work on a second thread's
+stream, or an LLM decode step (embedding, RMSNorm, RoPE, a KV cache, decode attention, logits and
+greedy sampling). Each result is checked against NumPy on a small slice. Between steps nothing of the workload is
 alive, so the pool's in-use bytes must come back to a steady level; every
 ``--sample-seconds`` the pool statistics, the device's free memory and the process's resident memory are
 recorded. The verdict is "flat" when the in-use bytes between steps hold one value over the second half
@@ -41,6 +42,9 @@ import numpy as np
 import pygpukit as gp
 
 MB = 1 << 20
+# The memory figures of the summary: after the warm-up (start) and after the last step (end).
+START_KEYS = ("in_use_bytes", "cached_bytes", "device_used_after_empty_cache", "rss_bytes")
+END_KEYS = ("in_use_bytes", "cached_bytes", "device_used_bytes", "rss_bytes")
 
 
 def rss_bytes() -> int:
@@ -73,6 +77,7 @@ class Soak:
             "kv_growth": self.kv_growth,
             "conversions": self.conversions,
             "side_stream": self.side_stream,
+            "decode_step": self.decode_step,
         }
 
     def check(self, name: str, got: np.ndarray[Any, Any], want: np.ndarray[Any, Any], rtol: float) -> None:
@@ -153,6 +158,43 @@ class Soak:
         thread.join(60)
         if thread.is_alive() or out != [9.0 * (1 << 20)]:
             self.failures.append(f"side_stream: {'stuck' if thread.is_alive() else out}")
+
+    def decode_step(self) -> None:
+        """One LLM decode step: embedding, RMSNorm, RoPE, a KV cache prefilled then appended at device
+        positions, decode attention over it, the logits and greedy sampling; each checked."""
+        batch, vocab, hidden, heads, kv_heads, d = 4, 8192, 512, 8, 2, 64
+        max_seq = self.rng.choice((256, 1024, 4096))
+        lens = self.np_rng.integers(1, max_seq, size=batch)
+        table_host = (self.np_rng.standard_normal((vocab, hidden)) * 0.05).astype(np.float32)
+        table = gp.from_numpy(table_host)
+        ids = self.np_rng.integers(0, vocab, size=batch).astype(np.int32)
+        x = gp.embedding(table, gp.from_numpy(ids))
+        self.check("embedding", x.to_numpy(), table_host[ids], 0)
+        h = gp.rmsnorm(x, gp.ones(hidden, gp.float32))
+        cache = gp.KVCache(1, batch, kv_heads, max_seq, d, gp.float16)
+        prefill = int(lens.max())
+        k_host = self.np_rng.standard_normal((batch, prefill, kv_heads, d)).astype(np.float16)
+        v_host = self.np_rng.standard_normal((batch, prefill, kv_heads, d)).astype(np.float16)
+        cache.write_prefill(0, gp.from_numpy(k_host), gp.from_numpy(v_host))
+        positions = gp.from_numpy((lens - 1).astype(np.int32))  # overwrite each row's last key
+        k_new = gp.from_numpy(self.np_rng.standard_normal((batch, 1, kv_heads, d)).astype(np.float16))
+        cos, sin = gp.rope_cos_sin(d, max_seq)
+        gp.apply_rope(k_new, None, cos, sin, positions)
+        cache.append(0, k_new, k_new, positions)
+        q = h[:, : heads * d].reshape(batch, 1, heads, d).astype(gp.float16)
+        gp.apply_rope(q, None, cos, sin, positions)
+        q = q.reshape(batch, heads, d)
+        out = gp.decode_attention(q, cache.k(0), cache.v(0), gp.from_numpy(lens.astype(np.int32)))
+        b = int(self.np_rng.integers(0, batch))
+        n = int(lens[b])
+        keys = cache.k(0)[b, 0, :n].to_numpy().astype(np.float64)  # head 0 of kv head 0
+        values = cache.v(0)[b, 0, :n].to_numpy().astype(np.float64)
+        scores = keys @ q[b, 0].to_numpy().astype(np.float64) / np.sqrt(d)
+        weights = np.exp(scores - scores.max())
+        self.check("decode attention", out[b, 0].to_numpy(), weights @ values / weights.sum(), 2e-2)
+        logits = gp.matmul(h, table.T, use_tf32=False)
+        tokens = gp.sample(logits, temperature=0.0).to_numpy().reshape(-1)
+        self.check("greedy sampling", tokens, logits.to_numpy().argmax(axis=1), 0)
 
     def step(self) -> str:
         name = self.rng.choice(list(self.work))
@@ -266,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
         "failure_count": len(soak.failures),
         "verdict": result,
         "peak_in_use_bytes": max(s["peak_in_use_bytes"] for s in samples),
+        "memory_start": {k: warm[k] for k in START_KEYS},
+        "memory_end": {k: final[k] for k in END_KEYS},
         "samples": samples,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -273,6 +317,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"soak: {steps} steps in {summary['minutes']} min on {backend} ({summary['device']}), "
           f"{len(soak.failures)} failed checks, memory {'flat' if result['flat'] else 'NOT flat'}; "
           f"summary in {args.out}")  # fmt: skip
+    start_mb, end_mb = warm["device_used_after_empty_cache"] / MB, final["device_used_bytes"] / MB
+    print(f"  memory: pool in use {warm['in_use_bytes'] / MB:.1f} MB after the warm-up, "
+          f"{final['in_use_bytes'] / MB:.1f} MB at the end; device in use {start_mb:.0f} MB -> {end_mb:.0f} MB; "
+          f"process resident {warm['rss_bytes'] / MB:.0f} MB -> {final['rss_bytes'] / MB:.0f} MB")  # fmt: skip
     for reason in result["reasons"]:
         print(f"  {reason}")
     for failure in soak.failures[:5]:

@@ -6,6 +6,7 @@
 
 mod admission;
 mod capi;
+mod contexts;
 mod dispatch;
 mod errors;
 mod memory;
@@ -67,6 +68,9 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<partition::PyPartitionConfig>()?;
     m.add_class::<partition::PyPartitionLimits>()?;
     m.add_class::<partition::PyPartitionManager>()?;
+    m.add_class::<partition::PyPartitionScope>()?;
+    m.add_class::<contexts::PyContextRegistry>()?;
+    m.add_class::<contexts::PyContextBudget>()?;
     m.add_class::<sched::PyTaskState>()?;
     m.add_class::<sched::PyTaskPolicy>()?;
     m.add_class::<sched::PyTaskMeta>()?;

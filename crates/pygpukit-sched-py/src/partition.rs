@@ -1,11 +1,14 @@
 //! GPU partitions: configuration, limits and the manager.
 
+use std::sync::Arc;
+
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use pygpukit_sched::contexts::{partition_error, PartitionLink};
 use pygpukit_sched::partition::{PartitionConfig, PartitionLimits, PartitionManager};
 
-use crate::errors::{invalid, IntoPy};
+use crate::errors::{charge_error, invalid, IntoPy};
 use crate::qos::bytes_arg;
 
 /// Device totals and the overcommit rule of a PartitionManager.
@@ -134,7 +137,7 @@ impl PyPartitionLimits {
 /// Creates partitions, assigns tasks and enforces their limits; thread-safe.
 #[pyclass(name = "PartitionManager", module = "_pygpukit_rust", frozen)]
 pub struct PyPartitionManager {
-    inner: PartitionManager,
+    pub(crate) inner: Arc<PartitionManager>,
 }
 
 #[pymethods]
@@ -142,7 +145,7 @@ impl PyPartitionManager {
     #[new]
     fn new(config: PyRef<'_, PyPartitionConfig>) -> PyResult<Self> {
         Ok(Self {
-            inner: PartitionManager::new(config.inner).py_err()?,
+            inner: Arc::new(PartitionManager::new(config.inner).py_err()?),
         })
     }
 
@@ -214,6 +217,19 @@ impl PyPartitionManager {
             .py_err()
     }
 
+    /// An allocation scope charging to `partition_id`: `charge(nbytes)` reserves within its limit
+    /// (and the device), raising `BudgetExceededError` when refused; `refund(nbytes)` releases.
+    /// pygpukit.scheduler's `partition_session` makes it the allocation scope of real allocations.
+    fn scope(&self, partition_id: &str) -> PyResult<PyPartitionScope> {
+        self.inner.partition(partition_id).py_err()?;
+        Ok(PyPartitionScope {
+            link: PartitionLink {
+                manager: self.inner.clone(),
+                partition: partition_id.to_string(),
+            },
+        })
+    }
+
     /// Takes one of `partition_id`'s streams.
     fn acquire_stream(&self, partition_id: &str) -> PyResult<()> {
         self.inner.acquire_stream(partition_id).py_err()
@@ -261,5 +277,46 @@ impl PyPartitionManager {
         d.set_item("total_memory", s.total_memory)?;
         d.set_item("assigned_tasks", s.assigned_tasks)?;
         Ok(d)
+    }
+}
+
+/// Charges real allocations to one partition of a PartitionManager (pygpukit-core's
+/// AllocationScope protocol); from `PartitionManager.scope(partition_id)`.
+#[pyclass(name = "PartitionScope", module = "_pygpukit_rust", frozen)]
+pub struct PyPartitionScope {
+    link: PartitionLink,
+}
+
+#[pymethods]
+impl PyPartitionScope {
+    /// Reserves `nbytes` in the partition; `BudgetExceededError` (nothing reserved) when its limit
+    /// or the device would be exceeded.
+    fn charge(&self, nbytes: u64) -> PyResult<()> {
+        match self
+            .link
+            .manager
+            .reserve_memory(&self.link.partition, nbytes)
+        {
+            Ok(()) => Ok(()),
+            Err(err) => Err(charge_error(None, partition_error(&self.link, nbytes, err))),
+        }
+    }
+
+    /// Releases `nbytes` (a deleted partition has nothing left to release).
+    fn refund(&self, nbytes: u64) {
+        let _ = self
+            .link
+            .manager
+            .release_memory(&self.link.partition, nbytes);
+    }
+
+    /// The partition's id.
+    #[getter]
+    fn partition_id(&self) -> String {
+        self.link.partition.clone()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("PartitionScope({:?})", self.link.partition)
     }
 }

@@ -4,6 +4,7 @@
 //!   with dependencies and FIFO / priority / shortest-job ordering, over [`admission`].
 //! - [`admission`] and [`qos`]: memory and bandwidth reservations by QoS class (Guaranteed,
 //!   Burstable, BestEffort), queue limits, best-effort preemption, typed reject reasons.
+//! - [`contexts`]: execution-context budgets: admission and per-allocation accounting.
 //! - [`partition`]: memory, compute share, bandwidth and stream limits per partition.
 //! - [`pacing`]: per-stream token buckets holding each stream to its bandwidth share.
 //! - [`transfer`]: H2D / D2H / D2D copy queues with priorities on dedicated streams.
@@ -17,6 +18,7 @@
 
 pub mod admission;
 pub mod clock;
+pub mod contexts;
 pub mod device;
 pub mod dispatch;
 pub mod error;

@@ -478,4 +478,34 @@ mod tests {
             PacingDecision::Launch
         );
     }
+    #[test]
+    fn saturating_streams_get_their_shares_within_ten_percent_per_two_second_window() {
+        // Two streams launching as fast as allowed (one launch = cost 1) for 10 s of fake time; the
+        // device budget is 2000 launches/s, shares 0.7 and 0.2.
+        let e = KernelPacingEngine::new(PacingConfig::new(2000.0)).unwrap();
+        e.allocate_stream_at(1, 0.7, 0).unwrap();
+        e.allocate_stream_at(2, 0.2, 0).unwrap();
+        let mut counts = [[0u64; 5]; 2];
+        let mut t = 0;
+        while t < 10_000 * MS {
+            for (i, stream) in [1u64, 2].into_iter().enumerate() {
+                while e.try_launch_at(stream, 1.0, t).unwrap() == PacingDecision::Launch {
+                    counts[i][(t / (2000 * MS)) as usize] += 1;
+                }
+            }
+            t += MS / 4;
+        }
+        for (i, share) in [0.7, 0.2].into_iter().enumerate() {
+            let expected = share * 2000.0 * 2.0;
+            for (w, &n) in counts[i].iter().enumerate() {
+                // The first window also holds the initial bucket (100 ms of the stream's rate).
+                let burst = if w == 0 { share * 2000.0 * 0.1 } else { 0.0 };
+                let err = (n as f64 - expected - burst).abs() / expected;
+                assert!(
+                    err < 0.10,
+                    "stream {i} window {w}: {n} launches, expected {expected}"
+                );
+            }
+        }
+    }
 }

@@ -3,7 +3,8 @@
 //! - a Guaranteed request within what is left of its reservation is always admitted;
 //! - no task is lost or run twice: each is handed out at most once, and once the workload drains
 //!   every task is finished;
-//! - pacing never grants a stream more than its share over any window (plus one bucket of burst).
+//! - pacing never grants a stream more than its share over any window (plus one bucket of burst);
+//! - context budgets bound to partitions match a reference model and never exceed a limit.
 
 use std::collections::{HashMap, HashSet};
 
@@ -595,5 +596,62 @@ proptest! {
     ) {
         // A device smaller than the quota makes it refuse before the quota does (eviction on OOM).
         run_ten_thousand_blocks(seed, quota, quota * device_share / 100, free_pct);
+    }
+}
+
+// Context budgets bound to partitions: under any sequence of charges and refunds from several
+// contexts, no context exceeds its budget, no partition its limit, the device is never exceeded,
+// every counter equals a reference model's, and a refused charge changes nothing.
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn context_budgets_and_partitions_match_a_reference(
+        ops in proptest::collection::vec((0usize..4, 1u64..400, any::<bool>()), 1..200)
+    ) {
+        use std::sync::Arc;
+        use pygpukit_sched::contexts::{ContextRegistry, PartitionLink};
+        use pygpukit_sched::partition::{PartitionConfig, PartitionLimits, PartitionManager};
+
+        let mut cfg = PartitionConfig::new(1000);
+        cfg.allow_overcommit = true;
+        cfg.overcommit_ratio = 1.2;
+        let m = Arc::new(PartitionManager::new(cfg).unwrap());
+        m.create_partition("p", "", PartitionLimits::new().memory(600)).unwrap();
+        m.create_partition("q", "", PartitionLimits::new().memory(600)).unwrap();
+        let r = ContextRegistry::new(1000).unwrap();
+        let parts = [Some("p"), Some("p"), Some("q"), None];
+        let limits = [500u64, 300, 600, 200];
+        let ctxs: Vec<_> = (0..4)
+            .map(|i| {
+                let link = parts[i].map(|p| PartitionLink { manager: m.clone(), partition: p.into() });
+                r.admit(&format!("c{i}"), QosClass::Burstable, limits[i], 0, link).unwrap()
+            })
+            .collect();
+        let mut held: Vec<Vec<u64>> = vec![Vec::new(); 4];
+        for (i, bytes, free) in ops {
+            if free {
+                if let Some(b) = held[i].pop() {
+                    ctxs[i].refund(b);
+                }
+                continue;
+            }
+            let used = |h: &[Vec<u64>], k: usize| h[k].iter().sum::<u64>();
+            let part_used = |h: &[Vec<u64>], p: &str| {
+                (0..4).filter(|&k| parts[k] == Some(p)).map(|k| used(h, k)).sum::<u64>()
+            };
+            let device_used = part_used(&held, "p") + part_used(&held, "q");
+            let fits = used(&held, i) + bytes <= limits[i]
+                && parts[i].is_none_or(|p| part_used(&held, p) + bytes <= 600 && device_used + bytes <= 1000);
+            prop_assert_eq!(ctxs[i].charge(bytes).is_ok(), fits);
+            if fits {
+                held[i].push(bytes);
+            }
+            for (k, ctx) in ctxs.iter().enumerate() {
+                prop_assert_eq!(ctx.used(), used(&held, k));
+            }
+            prop_assert_eq!(m.partition("p").unwrap().memory_used, part_used(&held, "p"));
+            prop_assert_eq!(m.partition("q").unwrap().memory_used, part_used(&held, "q"));
+            prop_assert!(m.stats().memory_used <= 1000);
+        }
     }
 }

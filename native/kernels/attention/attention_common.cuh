@@ -49,8 +49,10 @@ struct AttentionArgs {
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
 __device__ __forceinline__ int kv_length(const AttentionArgs& a, int b) {
-  const int len = a.lens != nullptr ? a.lens[b] + a.lens_add : a.kv_capacity;
-  return max(0, min(len, a.kv_capacity));
+  // In 64 bits: a length near 2**31 plus lens_add must not wrap (signed overflow is undefined).
+  const long long len = a.lens != nullptr ? static_cast<long long>(a.lens[b]) + a.lens_add
+                                          : static_cast<long long>(a.kv_capacity);
+  return static_cast<int>(max(0LL, min(len, static_cast<long long>(a.kv_capacity))));
 }
 
 // Keys of a decode split are a multiple of this (attention_decode.cu).

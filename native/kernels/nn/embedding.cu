@@ -52,7 +52,10 @@ __global__ void gather_rows(GatherArgs a) {
       index_t offsets[1];
       strided_offsets<1>(
           r, a.ids_ndim, a.ids_shape, [&](int, int d) { return a.ids_strides[d]; }, small, offsets);
-      index = static_cast<index_t>(ids[offsets[0]]) + a.shift;
+      // Range-checked before the shift is added, so that no id (any int64) can overflow: an id
+      // outside [-shift, limit - shift) becomes -1, outside like every other bad value.
+      const index_t raw = static_cast<index_t>(ids[offsets[0]]);
+      index = raw >= -a.shift && raw < a.limit - a.shift ? raw + a.shift : -1;
     }
     const bool inside = index >= 0 && index < a.limit;
     if (!inside && a.error != nullptr && lane == 0) *a.error = 1;

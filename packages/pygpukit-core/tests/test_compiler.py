@@ -263,3 +263,23 @@ def test_core_and_ops_read_the_same_checkout_tree() -> None:
     if builtins.kernel_root() == _kernels.kernel_root():  # a checkout (wheels each ship their own copy)
         assert builtins.SOURCES.headers_digest() == _kernels.SOURCES.headers_digest()
     assert _kernels.SOURCES.source("reduction/reduce.cu") is _kernels.SOURCES.source("reduction/reduce.cu")
+
+
+def test_toolkit_headers_of_another_cuda_major_are_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVRTC 12 with a CUDA 13 toolkit's headers fails to compile cuda_fp16.h: such a toolkit include
+    directory is left out; one of the same major, or whose cuda.h gives no version, is kept."""
+    from pygpukit.core import compiler
+
+    roots = {}
+    for name, text in (("cuda12", "#define CUDA_VERSION 12090\n"), ("cuda13", "#define CUDA_VERSION 13000\n"),
+                       ("unknown", "/* no version */\n")):  # fmt: skip
+        root = tmp_path / name
+        root.mkdir()
+        (root / "cuda.h").write_text(text)
+        (root / "cuda_fp16.h").write_text("")
+        roots[name] = str(root)
+    monkeypatch.setattr(compiler, "_TOOLKIT_INCLUDES", tuple(roots.values()))
+    monkeypatch.setattr(compiler.sys, "path", [])
+    assert compiler.cuda_include_dirs(12) == [roots["cuda12"], roots["unknown"]]
+    assert compiler.cuda_include_dirs(13) == [roots["cuda13"], roots["unknown"]]
+    assert compiler._toolkit_major(tmp_path / "missing") is None

@@ -53,6 +53,36 @@ def test_replay_is_bitwise_identical_to_eager() -> None:
         assert_bitwise_equal(gout.to_numpy(), eager)
 
 
+SLOW_FILL = r"""
+extern "C" __global__ void slow_fill(float* x, float value, long long n, long long spin) {
+    long long start = clock64();
+    while (clock64() - start < spin) {
+    }
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < n) x[i] = value;
+}
+"""
+
+
+@pytest.mark.gpu
+def test_replay_is_ordered_after_and_before_the_current_stream() -> None:
+    """Work issued on the current stream before a replay (new inputs) is seen by the graph, and work
+    issued after it (reading outputs) sees the graph's results, although the graph runs on its own
+    capture stream: a slow kernel writing the input makes a missing order show."""
+    n = 4099
+    fill = gp.jit(SLOW_FILL, "slow_fill")
+    axpby = gp.jit(AXPBY, "axpby")
+    x, y = gp.full(n, 1.0, gp.float32), gp.full(n, 0.0, gp.float32)
+    graph = gp.CudaGraph()
+    with graph.capture():
+        axpby(2.0, x, 0.0, y, n, grid=(n + 255) // 256, block=256)  # y = 2 x
+    for round_, value in enumerate((3.0, -5.0, 7.25)):
+        # about 50 ms on the current (default) stream before x holds `value`
+        fill(x, value, n, 100_000_000, grid=(n + 255) // 256, block=256)
+        graph.replay()
+        np.testing.assert_array_equal(y.to_numpy(), np.full(n, 2 * value, np.float32), err_msg=f"round {round_}")
+
+
 @pytest.mark.gpu
 def test_recapture_updates_in_place_and_reset() -> None:
     kernel = gp.jit(AXPBY, "axpby")

@@ -9,6 +9,7 @@ from typing import Any
 
 from ._distributions import installed_versions
 from .core import _env, _install, _libraries, _variant
+from .core._sharing import detect_sharing
 from .core.backend import BackendState, backend_state
 from .core.compiler import nvrtc_status
 from .core.cublaslt import cublaslt_status
@@ -83,6 +84,7 @@ def _collect() -> dict[str, Any]:
                 "l2_cache_bytes": d.l2_cache_bytes,
                 "max_shared_memory_per_block_optin": d.max_shared_memory_per_block_optin,
                 "pci_bus_id": d.pci_bus_id,
+                "sharing": _sharing(d.ordinal, d.name),
             }
         )
     return {
@@ -97,6 +99,19 @@ def _collect() -> dict[str, Any]:
         "distributions": installed_versions(),
         "environment": _environment(),
     }
+
+
+def _sharing(ordinal: int, name: str) -> dict[str, Any]:
+    """MIG / MPS facts of a device (pygpukit.core._sharing), as plain data."""
+    s = detect_sharing(ordinal, name)
+    return {"mig": s.mig, "mig_profile": s.mig_profile, "mps": s.mps,
+            "mps_active_thread_percentage": s.mps_active_thread_percentage,
+            "mps_pinned_memory_limit": s.mps_pinned_memory_limit,
+            "evidence": list(s.evidence), "scheduler": list(s.scheduler)}  # fmt: skip
+
+
+def _yes_no(value: bool | None) -> str:
+    return "unknown" if value is None else ("yes" if value else "no")
 
 
 def _gib(n: int) -> str:
@@ -124,6 +139,13 @@ def format_info(info: dict[str, Any]) -> str:
                 f"{d['multiprocessor_count']} SMs, L2 {d['l2_cache_bytes'] // 2**20} MiB, "
                 f"smem/block {d['max_shared_memory_per_block_optin'] // 1024} KiB"
             )
+            sharing = d.get("sharing")
+            if sharing:
+                profile = f" ({sharing['mig_profile']})" if sharing["mig_profile"] else ""
+                lines.append(f"           MIG instance: {_yes_no(sharing['mig'])}{profile}; "
+                             f"MPS: {_yes_no(sharing['mps'])}")  # fmt: skip
+                lines.extend(f"             {e}" for e in sharing["evidence"])
+                lines.extend(f"           scheduler: {n}" for n in sharing["scheduler"])
     else:
         lines.append("devices:   none")
     for key, label in (("nvrtc", "NVRTC"), ("cublaslt", "cuBLASLt")):

@@ -21,7 +21,10 @@ else:
         _QuotaBase = MemoryError
 
 __all__ = [
+    "AdmissionError",
     "AdmissionRejectedError",
+    "BudgetExceededError",
+    "ContextError",
     "DependencyCycleError",
     "DeviceOperationError",
     "DuplicateIdError",
@@ -97,3 +100,30 @@ class DeviceOperationError(SchedulerError, RuntimeError):
 
     code: int
     call: str
+
+
+class ContextError(SchedulerError):
+    """An unknown, destroyed or duplicate execution context, or the scheduler used before
+    ``initialize`` (``pygpukit.scheduler.ContextError``)."""
+
+
+class AdmissionError(ContextError):
+    """A context was refused at creation; ``reason`` says why: the Rust evaluator's reject kind
+    (``"insufficient_memory"``, ``"partition_limit"``, ...), ``"capacity"`` (a budget above the
+    device) or ``"duplicate"`` (``pygpukit.scheduler.AdmissionError``)."""
+
+    def __init__(self, message: str, *, reason: str = "refused") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class BudgetExceededError(QuotaExceededError):
+    """A real allocation refused by an execution context's budget or a partition's limit
+    (``pygpukit.scheduler.QuotaExceededError``, a ``pygpukit.QuotaExceededError``). ``context``
+    names the context (None for a partition scope), ``partition`` the partition (None when the
+    context's own budget refused); ``requested``, ``in_use`` and ``limit`` are bytes (``quota`` is
+    ``limit``)."""
+
+    context: str | None
+    partition: str | None
+    limit: int

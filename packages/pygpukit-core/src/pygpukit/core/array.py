@@ -190,6 +190,11 @@ class GPUArray:
             raise _int4.unsupported("device_ptr (the address of one element)")
         return self._buffer.ptr + self._offset * self._dtype.itemsize
 
+    def data_ptr(self) -> int:
+        """:attr:`device_ptr` as a method: the pointer protocol (``data_ptr()`` and ``dtype``) that
+        Triton reads, so a GPUArray is a pointer argument of a ``@triton.jit`` kernel (pygpukit.triton)."""
+        return self.device_ptr
+
     def _freed_error(self) -> InvalidPointerError:
         reset = reset_error(self._buffer, f"this array (shape {self._shape}, dtype {self._dtype.name})")
         if reset is not None:  # the buffer died with a device reset (pygpukit.reset_device)

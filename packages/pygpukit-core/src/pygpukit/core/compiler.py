@@ -62,12 +62,27 @@ def get_nvrtc_version() -> tuple[int, int] | None:
     return int(major), int(minor)
 
 
+_CUDA_VERSION = re.compile(rb"^#define CUDA_VERSION (\d+)", re.MULTILINE)
+_TOOLKIT_INCLUDES = ("/usr/local/cuda/include",)
+
+
+def _toolkit_major(include: Path) -> int | None:
+    """The CUDA major of a toolkit's headers (``CUDA_VERSION`` in its cuda.h), or None if unreadable."""
+    try:
+        found = _CUDA_VERSION.search((include / "cuda.h").read_bytes())
+    except OSError:
+        return None
+    return int(found.group(1)) // 1000 if found else None
+
+
 def cuda_include_dirs(major: int) -> list[str]:
-    """Include directories of the CUDA headers (cuda_fp16.h, cuda_bf16.h, ...) for NVRTC of ``major``."""
+    """Include directories of the CUDA headers (cuda_fp16.h, cuda_bf16.h, ...) for NVRTC of ``major``:
+    the matching pip wheel's, then a toolkit's of the same major (the headers of another major do not
+    compile with this NVRTC, e.g. CUDA 13 headers under NVRTC 12)."""
     rel = Path("nvidia", "cu13", "include") if major >= 13 else Path("nvidia", "cuda_runtime", "include")
     dirs = [str(Path(entry) / rel) for entry in sys.path if entry and (Path(entry) / rel / "cuda_fp16.h").is_file()]
-    for root in ("/usr/local/cuda/include",):
-        if (Path(root) / "cuda_fp16.h").is_file():
+    for root in _TOOLKIT_INCLUDES:
+        if (Path(root) / "cuda_fp16.h").is_file() and _toolkit_major(Path(root)) in (major, None):
             dirs.append(root)
     return list(dict.fromkeys(dirs))
 

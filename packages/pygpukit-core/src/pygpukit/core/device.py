@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field
 
 from . import _variant
+from ._sharing import DeviceSharing, detect_sharing
 from .backend import MIN_COMPUTE_CAPABILITY, backend_state, native_module
 from .errors import DeviceError
 from .stream import set_thread_device, thread_device
@@ -20,6 +21,7 @@ __all__ = [
     "get_device",
     "get_device_capabilities",
     "get_device_info",
+    "get_device_sharing",
     "get_driver_version",
     "set_device",
 ]
@@ -75,6 +77,13 @@ def get_device_info(ordinal: int = 0) -> DeviceInfo:
     props = dict(native_module().device_properties(ordinal))
     props["compute_capability"] = tuple(props["compute_capability"])
     return DeviceInfo(**props)
+
+
+def get_device_sharing(ordinal: int = 0) -> DeviceSharing:
+    """Whether device ``ordinal`` is a MIG instance or shared through MPS, how that was detected and
+    what it means for pygpukit.scheduler (``core/_sharing.py`` documents the detection and its limits).
+    Raises :class:`DeviceError` when the device does not exist."""
+    return detect_sharing(ordinal, get_device_info(ordinal).name)
 
 
 def get_device() -> int:

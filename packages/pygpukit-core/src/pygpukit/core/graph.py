@@ -25,7 +25,7 @@ from typing import Any, Literal
 from ._recording import CpuRecorder, Step, active_recorder, replay_steps
 from .backend import backend_state
 from .errors import DeviceResetError, PyGPUkitError
-from .stream import Stream, thread_device
+from .stream import Stream, current_stream, thread_device
 
 __all__ = ["CudaGraph", "is_capturing", "is_capturing_on_cpu"]
 
@@ -45,12 +45,15 @@ def is_capturing_on_cpu() -> bool:
     return active_recorder() is not None
 
 
+_DESTROY = {"exec": "graph_exec_destroy", "graph": "graph_destroy", "before": "event_destroy", "after": "event_destroy"}
+
+
 def _destroy(native: Any, handles: dict[str, int]) -> None:
-    for kind in ("exec", "graph"):
+    for kind, destroy in _DESTROY.items():
         handle = handles.pop(kind, None)
         if handle:
             try:
-                getattr(native, f"graph_{'exec_' if kind == 'exec' else ''}destroy")(handle)
+                getattr(native, destroy)(handle)
             except Exception:
                 return
 
@@ -152,8 +155,12 @@ class CudaGraph:
         self._cpu_steps = recorder.steps
 
     def replay(self, stream: Stream | None = None) -> None:
-        """Launch the captured work on ``stream`` (the capture stream by default); asynchronous. On the
-        CPU backend: make the recorded calls again, in order (synchronous, like all work there)."""
+        """Launch the captured work; asynchronous. Without ``stream`` it runs on the capture stream,
+        ordered like work on the current stream: after everything already issued there (e.g. a
+        ``copy_`` of new inputs), and before anything issued there afterwards (e.g. ``to_numpy``), by an
+        event each way when the two streams differ. With ``stream`` it is simply launched there, and
+        ordering it against other streams is the caller's. On the CPU backend: make the recorded calls
+        again, in order (synchronous, like all work there)."""
         if self._reset is not None and not self.is_ready:
             raise DeviceResetError.of("this graph's capture", self._reset)
         if self._native is None:
@@ -164,9 +171,30 @@ class CudaGraph:
             return
         if not self.is_ready:
             raise PyGPUkitError("nothing captured yet: use `with graph.capture():` first")
-        target = stream or self._stream
+        native = self._native
+        handles = self._handles
+        if stream is not None:
+            native.graph_launch(handles["exec"], stream.handle)
+            return
+        target = self._stream
         assert target is not None
-        self._native.graph_launch(self._handles["exec"], target.handle)
+        current = current_stream().handle
+        if current == target.handle:
+            native.graph_launch(handles["exec"], current)
+            return
+        before = handles.get("before") or self._event("before")
+        after = handles.get("after") or self._event("after")
+        native.event_record(before, current)
+        native.stream_wait_event(target.handle, before)
+        native.graph_launch(handles["exec"], target.handle)
+        native.event_record(after, target.handle)
+        native.stream_wait_event(current, after)
+
+    def _event(self, kind: str) -> int:
+        """The graph's ordering event ``kind`` (created on first use, destroyed with the graph)."""
+        assert self._native is not None
+        handle = self._handles[kind] = int(self._native.event_create(False, False))
+        return handle
 
     def synchronize(self) -> None:
         """Wait for the capture stream (and so for replays launched on it)."""

@@ -7,8 +7,10 @@
     with context_session(llm):          # or `async with`
         ...                             # allocations here count against llm's budget
 
-Execution contexts (budgets, QoS classes, their own streams, asyncio waiting) are defined in
-``_contexts``; the scheduling engine (task state machine, admission, QoS, partitions, pacing,
+Execution contexts (QoS classes, their own streams, asyncio waiting) are orchestrated in
+``_contexts`` (their budgets, admission and accounting are the Rust ``ContextRegistry``'s),
+partition sessions in ``_partitions``, paced streams in ``_pacing``; the scheduling
+engine (task state machine, admission, QoS, partitions, pacing,
 transfer engine, dispatcher) is the Rust module ``_pygpukit_rust`` of the same distribution.
 """
 
@@ -38,5 +40,7 @@ build_info = _pygpukit_rust.build_info
 
 from . import _contexts  # noqa: E402
 from ._contexts import *  # noqa: E402,F403
+from ._pacing import PacedStream  # noqa: E402
+from ._partitions import partition_session, partition_stream  # noqa: E402
 
-__all__ = ["__version__", "build_info", *_contexts.__all__]
+__all__ = ["PacedStream", "__version__", "build_info", "partition_session", "partition_stream", *_contexts.__all__]

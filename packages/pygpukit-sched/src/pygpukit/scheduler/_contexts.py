@@ -6,7 +6,12 @@ Burstable and BestEffort ones reserve nothing and are held to their budget). Ins
 ``context_session(ctx)`` every device allocation of the calling thread or asyncio task is charged to
 the context through pygpukit-core's allocation scope, so the budget holds for real allocations: one
 that would exceed it raises :class:`QuotaExceededError` there and nowhere else. Work issued inside the
-session goes to the context's stream (high priority for Guaranteed, low for BestEffort).
+session goes to the context's stream (high priority for Guaranteed, low for BestEffort; paced to its
+``compute_share`` when it has one).
+
+Admission, reservations and the budgets' accounting are Rust's (``_pygpukit_rust.ContextRegistry``
+and ``ContextBudget``, whose ``charge`` is the allocation scope itself); this module orchestrates:
+argument checks, names to objects, sessions, streams and the error messages of admission.
 """
 
 from __future__ import annotations
@@ -18,11 +23,14 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pygpukit.core import errors as _core_errors
+import _pygpukit_rust
+from _pygpukit_rust import errors as _rust_errors
 from pygpukit.core.backend import backend_state
-from pygpukit.core.errors import ArgumentError, PyGPUkitError
+from pygpukit.core.errors import ArgumentError
 from pygpukit.core.memory import allocation_scope, get_memory_info
 from pygpukit.core.stream import Event, Stream
+
+from ._pacing import PacedStream
 
 __all__ = [
     "GB",
@@ -53,27 +61,10 @@ QosClass = Literal["guaranteed", "burstable", "best_effort"]
 _QOS: tuple[str, ...] = ("guaranteed", "burstable", "best_effort")
 
 
-class ContextError(PyGPUkitError):
-    """An unknown, destroyed or duplicate context, or the scheduler used before ``initialize``."""
-
-
-class AdmissionError(ContextError):
-    """A context was refused at creation; ``reason`` says why: the Rust evaluator's reject kind
-    (``"insufficient_memory"``, ...), ``"capacity"`` (a budget above the device) or ``"duplicate"``."""
-
-    def __init__(self, message: str, *, reason: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-class QuotaExceededError(_core_errors.QuotaExceededError):
-    """An allocation inside a context session would exceed the context's budget (a
-    ``pygpukit.QuotaExceededError`` with the context's name). ``context`` names it;
-    ``requested``, ``in_use`` and ``limit`` are in bytes."""
-
-    def __init__(self, message: str, *, context: str, requested: int, in_use: int, limit: int) -> None:
-        super().__init__(message, requested=requested, in_use=in_use, cached=0, limit=limit)
-        self.context = context
+# The error classes are defined next to the Rust module, which raises them from the allocation path.
+ContextError = _rust_errors.ContextError
+AdmissionError = _rust_errors.AdmissionError
+QuotaExceededError = _rust_errors.BudgetExceededError
 
 
 def _bytes(value: int) -> str:
@@ -85,53 +76,57 @@ def _bytes(value: int) -> str:
 
 class ExecutionContext:
     """One model's share of the GPU. Create with :func:`create_context`; use with
-    :func:`context_session`. Thread-safe: allocations may be charged and refunded from any thread."""
+    :func:`context_session`. Its budget and counters live in Rust (``budget``, a
+    ``_pygpukit_rust.ContextBudget``), which is the allocation scope of its sessions: every real
+    allocation is charged there, lock-free, from any thread."""
 
-    def __init__(self, name: str, max_vram: int, qos: str, priority: int, device: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        max_vram: int,
+        qos: str,
+        priority: int,
+        device: int,
+        *,
+        budget: Any = None,
+        compute_share: float | None = None,
+        launch_rate: float = 0.0,
+        partition: str | None = None,
+    ) -> None:
         self.name = name
         self.max_vram = max_vram
         self.qos = qos
         self.priority = priority
         self.device = device
+        self.compute_share = compute_share
+        self.partition = partition
+        self._launch_rate = launch_rate
+        if budget is None:  # a context made outside create_context: admitted nowhere, still budgeted
+            budget = _pygpukit_rust.ContextRegistry(max(max_vram, 1)).admit(name, qos, max_vram, priority)
+        self.budget = budget
         self._lock = threading.Lock()
-        self._used = 0
-        self._peak = 0
-        self._allocations = 0
-        self._refused = 0
         self._sessions = 0
-        self._destroyed = False
         self._stream: Stream | None = None
 
-    # -- the AllocationScope protocol of pygpukit-core ----------------------------------------------
+    # -- the AllocationScope protocol of pygpukit-core (the session makes `budget` itself the scope) --
     def charge(self, nbytes: int) -> None:
-        with self._lock:
-            if self._destroyed:
-                raise ContextError(f"context {self.name!r} was destroyed; allocations in its session are refused")
-            if self._used + nbytes > self.max_vram:
-                self._refused += 1
-                raise QuotaExceededError(
-                    f"context {self.name!r}: allocating {_bytes(nbytes)} would exceed its budget "
-                    f"({_bytes(self._used)} in use of {_bytes(self.max_vram)})",
-                    context=self.name,
-                    requested=nbytes,
-                    in_use=self._used,
-                    limit=self.max_vram,
-                )
-            self._used += nbytes
-            self._allocations += 1
-            self._peak = max(self._peak, self._used)
+        self.budget.charge(nbytes)
 
     def refund(self, nbytes: int) -> None:
-        with self._lock:
-            self._used -= nbytes
+        self.budget.refund(nbytes)
 
     # -- streams and waiting ------------------------------------------------------------------------
     @property
     def stream(self) -> Stream:
-        """The context's own stream (created on first use; priority from the QoS class)."""
+        """The context's own stream (created on first use; priority from the QoS class; a
+        :class:`PacedStream` held to ``compute_share`` when the context has one)."""
         with self._lock:
             if self._stream is None:
-                self._stream = Stream(priority=_stream_priority(self.qos))
+                priority = _stream_priority(self.qos)
+                if self.compute_share is None:
+                    self._stream = Stream(priority=priority)
+                else:
+                    self._stream = PacedStream(self.compute_share, self._launch_rate, priority=priority)
             return self._stream
 
     def synchronize(self) -> None:
@@ -145,29 +140,24 @@ class ExecutionContext:
     # -- inspection ----------------------------------------------------------------------------------
     @property
     def used_bytes(self) -> int:
-        with self._lock:
-            return self._used
+        return int(self.budget.used_bytes)
 
     @property
     def destroyed(self) -> bool:
-        return self._destroyed
+        return bool(self.budget.destroyed)
 
     def snapshot(self) -> dict[str, Any]:
-        with self._lock:
-            return {
-                "name": self.name,
-                "qos": self.qos,
-                "priority": self.priority,
-                "max_vram": self.max_vram,
-                "used_bytes": self._used,
-                "peak_bytes": self._peak,
-                "allocations": self._allocations,
-                "refused": self._refused,
-                "sessions": self._sessions,
-            }
+        row: dict[str, Any] = dict(self.budget.usage())
+        row["sessions"] = self._sessions
+        row["compute_share"] = self.compute_share
+        stream = self._stream
+        if isinstance(stream, PacedStream):
+            pacing = stream.pacing_stats()
+            row["launches"], row["throttled"] = int(pacing["launches"]), int(pacing["throttled"])
+        return row
 
     def __repr__(self) -> str:
-        state = "destroyed" if self._destroyed else f"{_bytes(self.used_bytes)} of {_bytes(self.max_vram)}"
+        state = "destroyed" if self.destroyed else f"{_bytes(self.used_bytes)} of {_bytes(self.max_vram)}"
         return f"ExecutionContext({self.name!r}, {self.qos}, priority={self.priority}, {state})"
 
 
@@ -177,40 +167,41 @@ def _stream_priority(qos: str) -> int:
 
 
 class _Runtime:
-    def __init__(self, device: int, capacity: int) -> None:
-        import _pygpukit_rust
-
+    def __init__(self, device: int, capacity: int, launch_rate: float) -> None:
         self.device = device
         self.capacity = capacity
+        self.launch_rate = launch_rate
         self.lock = threading.Lock()
         self.contexts: dict[str, ExecutionContext] = {}
-        # The Rust QoS evaluator decides admission: Guaranteed contexts reserve their budget (up to the
-        # whole capacity); Burstable and BestEffort ones reserve nothing and are held to their budget.
-        self.qos = _pygpukit_rust.QosPolicyEvaluator(capacity, guaranteed_share=1.0, burst_share=1.0)
-        self.rust = _pygpukit_rust
-
-    def meta(self, name: str, qos: str, max_vram: int) -> Any:
-        task = self.rust.QosTaskMeta
-        if qos == "guaranteed":
-            return task.guaranteed(name, name, max_vram)
-        if qos == "burstable":
-            return task.burstable(name, name, 0, memory_limit=max_vram)
-        return task.best_effort(name, name, 0)
+        # Admission (Guaranteed contexts reserve their budget up to the whole capacity; Burstable and
+        # BestEffort ones reserve nothing and are held to their budget) and accounting are Rust's.
+        self.registry = _pygpukit_rust.ContextRegistry(capacity)
+        # Paced streams of partitions, by (manager, partition id); see partition_session.
+        self.partition_streams: dict[tuple[int, str], tuple[Any, Stream]] = {}
 
     def reserved(self) -> int:
-        return int(self.qos.stats()["memory_by_class"]["guaranteed"])
+        return int(self.registry.reserved)
 
 
 _runtime: _Runtime | None = None
 _runtime_lock = threading.Lock()
 
 
-def initialize(device_id: int = 0, *, capacity: int | None = None) -> None:
+def _positive_number(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ContextError(f"{name} must be a positive, finite number, got {value!r}")
+    return float(value)
+
+
+def initialize(device_id: int = 0, *, capacity: int | None = None, launch_rate: float = 20_000.0) -> None:
     """Start the scheduler for ``device_id``. ``capacity`` (bytes) is what contexts are admitted
-    against; by default the device's total memory (host memory on the CPU backend)."""
+    against; by default the device's total memory (host memory on the CPU backend). ``launch_rate``
+    (launches per second) is what compute shares divide: a context or partition with share ``s``
+    may issue ``s * launch_rate`` launches per second on its stream."""
     global _runtime
     if not isinstance(device_id, int) or isinstance(device_id, bool) or device_id < 0:
         raise ContextError(f"device_id must be a non-negative int, got {device_id!r}")
+    rate = _positive_number("launch_rate", launch_rate)
     state = backend_state()
     if state.name == "cuda":
         from pygpukit.core.device import device_count, set_device
@@ -226,7 +217,7 @@ def initialize(device_id: int = 0, *, capacity: int | None = None) -> None:
     with _runtime_lock:
         if _runtime is not None and _runtime.contexts:
             raise ContextError("the scheduler is already initialised with contexts; call shutdown() first")
-        _runtime = _Runtime(device_id, capacity or total)
+        _runtime = _Runtime(device_id, capacity or total, rate)
 
 
 def is_initialized() -> bool:
@@ -239,8 +230,7 @@ def shutdown() -> None:
     with _runtime_lock:
         runtime, _runtime = _runtime, None
     if runtime is not None:
-        for ctx in list(runtime.contexts.values()):
-            ctx._destroyed = True
+        runtime.registry.clear()
 
 
 def _require() -> _Runtime:
@@ -250,40 +240,77 @@ def _require() -> _Runtime:
     return runtime
 
 
-def create_context(name: str, max_vram: int, qos: QosClass = "burstable", priority: int = 0) -> ExecutionContext:
+def _check_partition(partition: object) -> tuple[Any, str] | None:
+    if partition is None:
+        return None
+    if (
+        isinstance(partition, tuple)
+        and len(partition) == 2
+        and isinstance(partition[0], _pygpukit_rust.PartitionManager)
+        and isinstance(partition[1], str)
+    ):
+        return partition[0], partition[1]
+    raise ContextError(f"partition must be a (PartitionManager, partition_id) pair, got {partition!r}")
+
+
+def create_context(
+    name: str,
+    max_vram: int,
+    qos: QosClass = "burstable",
+    priority: int = 0,
+    *,
+    compute_share: float | None = None,
+    partition: tuple[Any, str] | None = None,
+) -> ExecutionContext:
     """Admit a context named ``name`` with a budget of ``max_vram`` bytes.
 
     ``qos``: "guaranteed" reserves the budget (refused when the reservations would exceed the device's
     capacity), "burstable" and "best_effort" reserve nothing and are held to their budget; the class
     also sets the stream priority. ``priority`` orders contexts of one class in :func:`stats`.
+    ``compute_share`` in (0, 1] paces every launch on the context's stream to that share of the
+    scheduler's ``launch_rate`` (None: not paced). ``partition``, a ``(PartitionManager,
+    partition_id)`` pair, also charges the context's allocations to that partition: they must fit
+    its memory limit too (and the budget must not exceed it).
     """
     runtime = _require()
     if not isinstance(name, str) or not name:
         raise ContextError(f"a context needs a non-empty name, got {name!r}")
     if not isinstance(max_vram, int) or isinstance(max_vram, bool) or max_vram <= 0:
         raise ContextError(f"max_vram must be a positive number of bytes, got {max_vram!r}")
-    if max_vram > runtime.capacity:
-        raise AdmissionError(
-            f"context {name!r}: max_vram {_bytes(max_vram)} exceeds the device's capacity {_bytes(runtime.capacity)}",
-            reason="capacity",
-        )
     if qos not in _QOS:
         raise ContextError(f"qos must be one of {_QOS}, got {qos!r}")
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise ContextError(f"priority must be an int, got {priority!r}")
+    if compute_share is not None and (_positive_number("compute_share", compute_share) > 1.0):
+        raise ContextError(f"compute_share must be in (0, 1], got {compute_share!r}")
+    link = _check_partition(partition)
     with runtime.lock:
-        if name in runtime.contexts:
-            raise AdmissionError(f"a context named {name!r} already exists", reason="duplicate")
-        decision = runtime.qos.reserve(runtime.meta(name, qos, max_vram))
-        if not decision:
-            reason = decision.reason
-            why, kind = (reason.message, reason.kind) if reason is not None else ("refused", "refused")
+        try:
+            if link is None:
+                budget = runtime.registry.admit(name, qos, max_vram, priority)
+            else:
+                budget = runtime.registry.admit(name, qos, max_vram, priority, link[0], link[1])
+        except _rust_errors.DuplicateIdError:
+            raise AdmissionError(f"a context named {name!r} already exists", reason="duplicate") from None
+        except _rust_errors.UnknownIdError as error:
+            raise ContextError(f"context {name!r}: {error}") from None
+        except _rust_errors.AdmissionRejectedError as error:
+            kind, why = error.reason.kind, error.reason.message
+            if kind == "exceeds_capacity":
+                raise AdmissionError(
+                    f"context {name!r}: max_vram {_bytes(max_vram)} exceeds the device's capacity "
+                    f"{_bytes(runtime.capacity)}",
+                    reason="capacity",
+                ) from None
             raise AdmissionError(
                 f"context {name!r} ({qos}, {_bytes(max_vram)}) was not admitted: {why} "
                 f"(guaranteed reservations {_bytes(runtime.reserved())} of {_bytes(runtime.capacity)})",
                 reason=kind,
-            )
-        ctx = ExecutionContext(name, max_vram, qos, priority, runtime.device)
+            ) from None
+        ctx = ExecutionContext(
+            name, max_vram, qos, priority, runtime.device, budget=budget, compute_share=compute_share,
+            launch_rate=runtime.launch_rate, partition=None if link is None else link[1],
+        )  # fmt: skip
         runtime.contexts[name] = ctx
     return ctx
 
@@ -318,9 +345,8 @@ def destroy_context(ctx: ExecutionContext | str) -> None:
     with runtime.lock:
         found = runtime.contexts.get(name)
         if found is not None and (expected is None or found is expected):
+            runtime.registry.destroy(name, found.budget.serial)
             del runtime.contexts[name]
-            runtime.qos.release(name)
-            found._destroyed = True
             return
     if expected is None or found is None:
         raise ContextError(f"no context named {name!r} (already destroyed?)")
@@ -337,7 +363,7 @@ def destroy_context(ctx: ExecutionContext | str) -> None:
 def list_contexts() -> list[ExecutionContext]:
     runtime = _require()
     with runtime.lock:
-        return sorted(runtime.contexts.values(), key=lambda c: (_QOS.index(c.qos), -c.priority, c.name))
+        return [runtime.contexts[b.name] for b in runtime.registry.contexts() if b.name in runtime.contexts]
 
 
 class _Session:
@@ -353,10 +379,10 @@ class _Session:
 
     def __enter__(self) -> ExecutionContext:
         stack = contextlib.ExitStack()
-        stack.enter_context(allocation_scope(self.ctx))
+        stack.enter_context(allocation_scope(self.ctx.budget))
         stack.enter_context(self.ctx.stream)
         with self.ctx._lock:
-            self.ctx._sessions += 1
+            self.ctx._sessions += 1  # orchestration only: budgets and admission are Rust's
         self._stacks.append(stack)
         return self.ctx
 
@@ -415,12 +441,20 @@ class SchedulerStats:
     contexts: tuple[dict[str, Any], ...]
 
     def __str__(self) -> str:
-        header = ("context", "qos", "prio", "budget", "in use", "peak", "allocs", "refused", "sessions")
-        rows = [
+        header: tuple[str, ...] = ("context", "qos", "prio", "budget", "in use", "peak", "allocs", "refused",
+                                   "sessions")  # fmt: skip
+        rows: list[tuple[str, ...]] = [
             (c["name"], c["qos"], str(c["priority"]), _bytes(c["max_vram"]), _bytes(c["used_bytes"]),
              _bytes(c["peak_bytes"]), str(c["allocations"]), str(c["refused"]), str(c["sessions"]))
             for c in self.contexts
         ]  # fmt: skip
+        if any(c.get("compute_share") is not None for c in self.contexts):  # paced contexts: their pacing
+            header += ("share", "launches", "throttled")
+            rows = [
+                (*r, *(("-", "-", "-") if c.get("compute_share") is None else
+                       (f"{c['compute_share']:g}", str(c.get("launches", 0)), str(c.get("throttled", 0)))))
+                for r, c in zip(rows, self.contexts, strict=True)
+            ]  # fmt: skip
         widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
         lines = [
             f"pygpukit scheduler on device {self.device}: capacity {_bytes(self.capacity)}, "

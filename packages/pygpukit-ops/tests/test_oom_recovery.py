@@ -1,0 +1,181 @@
+"""Out of memory in the middle of work (issue 21, item 3): with the pool full, a GEMM, attention with a
+split-K workspace, KV-cache growth, a weights upload (what a model load does) and a CUDA graph capture
+each either work or raise OutOfMemoryError (never another exception, never a crash); afterwards
+everything is freed, the pool's in-use bytes are back at the baseline and the process still computes
+correct results.
+
+The unmarked test fills the pool up to a memory limit (``set_memory_limit``), so it runs on every
+backend; the gpu-marked test fills the whole device, with no limit."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import pygpukit as gp
+from pygpukit.core.errors import OutOfMemoryError
+
+Array = np.ndarray[Any, Any]
+MiB = 1 << 20
+
+
+def in_use() -> int:
+    return int(gp.memory_stats()["in_use_bytes"])
+
+
+def fill(chunk: int, floor: int = MiB) -> list[gp.GPUArray]:
+    """Allocate blocks of ``chunk`` bytes, halving the size after each refusal down to ``floor``,
+    until nothing more fits; returns the blocks (the pool is then full)."""
+    held: list[gp.GPUArray] = []
+    while chunk >= floor:
+        try:
+            held.append(gp.empty(chunk, gp.uint8))
+        except OutOfMemoryError:
+            chunk //= 2
+    assert held, "not even one block could be allocated"
+    return held
+
+
+def attempt(what: str, work: Callable[[], None], outcomes: dict[str, str]) -> None:
+    """Run ``work``: it may finish or raise OutOfMemoryError; anything else fails the test."""
+    requested = 0
+    try:
+        work()
+    except OutOfMemoryError as error:
+        requested = error.requested
+        outcomes[what] = f"OutOfMemoryError: {error}"
+    else:
+        outcomes[what] = "ok"
+    if outcomes[what] != "ok":
+        assert requested > 0, (what, outcomes[what])  # the error names the refused request
+    # The traceback (and the arrays its frames hold) must go before the pool is checked.
+
+
+def matmul_check(rng: np.random.Generator, n: int) -> None:
+    a = rng.standard_normal((n, n)).astype(np.float32)
+    b = rng.standard_normal((n, n)).astype(np.float32)
+    got = gp.matmul(gp.from_numpy(a), gp.from_numpy(b)).to_numpy()
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-3 * np.sqrt(n))
+
+
+def decode_check(rng: np.random.Generator, max_len: int) -> None:
+    batch, heads, kv_heads, d = 4, 8, 2, 64
+    q = gp.from_numpy(rng.standard_normal((batch, heads, d)).astype(np.float16))
+    kc = gp.from_numpy(rng.standard_normal((batch, kv_heads, max_len, d)).astype(np.float16))
+    out = gp.decode_attention(q, kc, kc, [max_len, 1, max_len // 2, 7]).to_numpy()
+    assert np.isfinite(out.astype(np.float32)).all()
+
+
+def kv_growth(max_seq: int) -> None:
+    cache = gp.KVCache(4, 1, 8, max_seq, 128, gp.float16)
+    k = gp.zeros((1, 1, 8, 128), gp.float16)
+    cache.append(0, k, k, gp.zeros(1, gp.int32))
+    assert cache.nbytes == 2 * 4 * 8 * max_seq * 128 * 2
+
+
+def weights_upload(n: int) -> None:
+    """What a model load does: host weights copied into a new device array, then used."""
+    host = np.full((n, n), 0.5, np.float16)
+    weights = gp.from_numpy(host)
+    assert float(gp.sum(weights[:8].astype(gp.float32)).to_numpy()) == 0.5 * 8 * n
+
+
+def capture_check(rng: np.random.Generator) -> None:
+    x_host = rng.standard_normal((64, 256)).astype(np.float32)
+    x = gp.from_numpy(x_host)
+    out = gp.empty((64, 64))
+    w = gp.from_numpy(rng.standard_normal((64, 256)).astype(np.float32))
+    stream = gp.Stream()
+    with stream:
+        gp.matmul(x, w.T, out=out)  # eager once: kernels and plans exist before the capture
+        stream.synchronize()
+    graph = gp.CudaGraph()
+    with graph.capture(stream):
+        gp.exp(gp.matmul(x, w.T) * 0.01, out=out)
+    with stream:
+        out.copy_(np.full((64, 64), np.nan, np.float32))
+        graph.replay()
+        stream.synchronize()
+    want = np.exp((x_host.astype(np.float64) @ w.to_numpy().T.astype(np.float64)) * 0.01)
+    np.testing.assert_allclose(out.to_numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def exercise(rng: np.random.Generator, held: list[gp.GPUArray], sizes: dict[str, int]) -> dict[str, str]:
+    """The four kinds of work with the pool full, then again after freeing a quarter of ``held``."""
+    outcomes: dict[str, str] = {}
+    for phase in ("full", "quarter freed"):
+        attempt(f"{phase}: matmul", lambda: matmul_check(rng, sizes["gemm"]), outcomes)
+        attempt(f"{phase}: decode attention", lambda: decode_check(rng, sizes["decode"]), outcomes)
+        attempt(f"{phase}: KV cache growth", lambda: kv_growth(sizes["kv"]), outcomes)
+        attempt(f"{phase}: weights upload", lambda: weights_upload(sizes["gemm"]), outcomes)
+        attempt(f"{phase}: graph capture", lambda: capture_check(rng), outcomes)
+        del held[: len(held) // 4 + 1]
+    return outcomes
+
+
+def warm_up(rng: np.random.Generator, sizes: dict[str, int]) -> int:
+    """Run the work once with memory to spare (kernels compiled, plans and any workspace an op keeps for
+    its shapes made), and return the pool's in-use bytes afterwards: the baseline."""
+    matmul_check(rng, sizes["gemm"])
+    decode_check(rng, sizes["decode"])
+    capture_check(rng)
+    kv_growth(sizes["kv"])
+    weights_upload(sizes["gemm"])
+    gc.collect()
+    gp.synchronize()
+    return in_use()
+
+
+def recover(baseline: int, held: list[gp.GPUArray], rng: np.random.Generator, sizes: dict[str, int]) -> None:
+    """Free everything: the pool is back at the baseline, and the same work computes correct results."""
+    held.clear()
+    gc.collect()
+    gp.synchronize()
+    assert in_use() == baseline, f"in_use_bytes {in_use()} after freeing everything, {baseline} before"
+    gp.empty_cache()
+    stats = gp.memory_stats()
+    # The pool's books balance: every successful request freed or still held, nothing cached after
+    # empty_cache.
+    assert stats["requests"] - stats["frees"] == stats["in_use_blocks"], stats
+    assert stats["cached_bytes"] == stats["cached_blocks"] == 0, stats
+    assert warm_up(rng, sizes) == baseline, f"in_use_bytes {in_use()} after the work again, {baseline} before"
+
+
+def test_work_under_a_full_memory_limit_then_recovery() -> None:
+    rng = np.random.default_rng(21)
+    sizes = {"gemm": 1024, "decode": 4096, "kv": 4096}
+    baseline = warm_up(rng, sizes)
+    gp.set_memory_limit(baseline + 96 * MiB)
+    try:
+        held = fill(16 * MiB, floor=64 << 10)
+        assert in_use() > baseline + 90 * MiB
+        with pytest.raises(OutOfMemoryError):
+            gp.empty(1 * MiB, gp.uint8)
+        outcomes = exercise(rng, held, sizes)
+        assert outcomes["full: KV cache growth"].startswith("OutOfMemoryError")  # 64 MiB cannot fit in a full pool
+        assert outcomes["quarter freed: matmul"] == "ok"  # 12 MiB in at least 24 MiB freed
+        assert in_use() <= baseline + 96 * MiB
+    finally:
+        gp.set_memory_limit(None)
+    recover(baseline, held, rng, sizes)
+
+
+@pytest.mark.gpu
+def test_gpu_filled_to_the_last_block_then_recovery() -> None:
+    rng = np.random.default_rng(22)
+    # The model-sized requests: a 4096 x 4096 GEMM (64 MiB of operands), decode over 32k keys, a KV
+    # cache of 512 MiB; first with the device full, then with a quarter of the blocks freed.
+    sizes = {"gemm": 4096, "decode": 32768, "kv": 32768}
+    baseline = warm_up(rng, sizes)
+    free_before, total = gp.get_memory_info()
+    held = fill(1 << 30, floor=MiB)
+    assert in_use() - baseline > free_before // 2, (in_use(), baseline, free_before, total)
+    outcomes = exercise(rng, held, sizes)
+    assert outcomes["full: KV cache growth"].startswith("OutOfMemoryError")
+    # A quarter of the device is many GiB: everything fits again.
+    assert all(result == "ok" for what, result in outcomes.items() if what.startswith("quarter")), outcomes
+    recover(baseline, held, rng, sizes)
