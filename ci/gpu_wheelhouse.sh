@@ -31,6 +31,9 @@
 #                       13 toolkit only, NVRTC 12 and its headers come from there, as from a pip install.
 #   WHEELHOUSE_JOBS     shards per (Python, variant), all run at once (default 1): 2 Pythons x 2 variants
 #                       x 3 shards keep 12 cores busy compiling kernels.
+#   WHEELHOUSE_SHARD    run only this shard (0 .. WHEELHOUSE_JOBS-1), e.g. one per 10-minute command.
+#   WHEELHOUSE_TIMEOUT  seconds each pytest may run (default: none); past it pytest is interrupted
+#                       (SIGINT), so its log and junit XML still report the tests that ran.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [[ $# -lt 1 || ! -d "$1" ]]; then
@@ -179,12 +182,15 @@ for version in "${tested[@]}"; do
     echo "=== $name: pygpukit info"
     PYGPUKIT_CUDA_VARIANT=$variant "${nvrtc[@]}" "$venv/bin/python" -m pygpukit info 2>&1 | tee "$out/info-$name.log"
     for ((shard = 0; shard < jobs_wanted; shard++)); do
+      [[ -z "${WHEELHOUSE_SHARD:-}" || "$WHEELHOUSE_SHARD" == "$shard" ]] || continue
       read -r -a these <<<"${shard_files[$shard]:-}"
       [[ ${#these[@]} -gt 0 || ${#files[@]} -eq 0 ]] || continue
       run="$name-shard$shard"
       echo "=== $run: pytest ${options[*]} ${these[*]}"
       (
-        PYGPUKIT_CUDA_VARIANT=$variant "${nvrtc[@]}" "$venv/bin/python" -m pytest -p no:cacheprovider -q -rs \
+        limit=()
+        [[ -z "${WHEELHOUSE_TIMEOUT:-}" ]] || limit=(timeout -s INT -k 30 "$WHEELHOUSE_TIMEOUT")
+        PYGPUKIT_CUDA_VARIANT=$variant "${nvrtc[@]}" "${limit[@]}" "$venv/bin/python" -m pytest -p no:cacheprovider -q -rs \
           --junitxml="$out/junit-$run.xml" -o addopts="--strict-markers --import-mode=importlib" \
           "${options[@]}" "${these[@]}" >"$out/tests-$run.log" 2>&1
         echo $? >"$scratch/rc-$run"
