@@ -40,3 +40,17 @@ def speech_8k() -> list[Path]:
 def music_8k() -> list[Path]:
     """asterisk-moh-opsound-wav's 8 kHz music."""
     return _files("asterisk-moh-opsound-wav")
+
+
+@pytest.fixture(scope="session")
+def whisper_tiny() -> Path:
+    """The Whisper tiny.en CTranslate2 directory of pygpukit.asr.hub (fetched into the cache on first use)."""
+    from pygpukit.asr import hub
+
+    try:
+        return hub.pull(progress=False)
+    except hub.ModelDownloadError as exc:
+        reason = f"Whisper tiny.en unavailable: {exc}"
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)

@@ -1,8 +1,9 @@
-"""Command line: ``python -m pygpukit info [--json]``, and ``chat``, ``generate``, ``models``.
+"""Command line: ``python -m pygpukit info [--json]``, and ``chat``, ``generate``, ``models``, ``transcribe``.
 
 ``chat``, ``generate`` and ``models`` belong to the pygpukit-llm distribution: they are handed to
 ``pygpukit.llm.cli`` when it is installed. pygpukit-core does not depend on it, so without it those
-commands exit with status 2 and say what to install.
+commands exit with status 2 and say what to install. ``transcribe`` belongs to pygpukit-audio
+(``pygpukit.asr.cli``) in the same way.
 """
 
 from __future__ import annotations
@@ -49,8 +50,30 @@ def _run_llm_command(argv: list[str]) -> int:
     return status
 
 
+# command -> help; run by pygpukit.asr.cli (the pygpukit-audio distribution)
+_AUDIO_COMMANDS: dict[str, str] = {"transcribe": "speech to text with Whisper (pygpukit-audio)"}
+
+
+def _run_audio_command(argv: list[str]) -> int:
+    try:
+        cli = importlib.import_module("pygpukit.asr.cli")
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("pygpukit.asr", "pygpukit.asr.cli"):
+            raise
+        print(f"pygpukit {argv[0]}: this command needs the pygpukit-audio distribution, which is not installed: "
+              f"{_install.install_hint('pygpukit-audio')}", file=sys.stderr)  # fmt: skip
+        return 2
+    except PyGPUkitError as exc:
+        print(f"pygpukit: error: {exc}", file=sys.stderr)
+        return 2
+    status: int = cli.main(argv)
+    return status
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] in _AUDIO_COMMANDS:
+        return _run_audio_command(args_list)
     # The LLM commands parse their own arguments; importing pygpukit.llm only for them keeps `info`
     # fast and independent of the optional distribution.
     if args_list and args_list[0] in _LLM_COMMANDS:
@@ -60,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     info_parser = sub.add_parser("info", help="report backend, driver, devices, NVRTC, cuBLASLt and versions")
     info_parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    for name, text in _LLM_COMMANDS.items():
+    for name, text in {**_LLM_COMMANDS, **_AUDIO_COMMANDS}.items():
         sub.add_parser(name, help=text, add_help=False)  # listed in --help; handled above
     args = parser.parse_args(args_list)
 

@@ -18,14 +18,36 @@ except ImportError as exc:  # pygpukit-core (which owns pygpukit/__init__.py) is
 
 check_siblings("pygpukit-audio", required=("pygpukit-core", "pygpukit-ops"))
 
-from . import effects, features, filters, io, phase, resampling, spectral, streaming, vad  # noqa: E402
+from . import (  # noqa: E402
+    constantq,
+    decompose,
+    dynamics,
+    effects,
+    features,
+    filters,
+    io,
+    music,
+    onset,
+    phase,
+    pitch,
+    resampling,
+    spectral,
+    streaming,
+    vad,
+)
 from . import fft as _fft  # noqa: E402
 from ._kernels import precompile  # noqa: E402
+from .constantq import *  # noqa: E402,F403
+from .decompose import *  # noqa: E402,F403
+from .dynamics import *  # noqa: E402,F403
 from .effects import *  # noqa: E402,F403
 from .features import *  # noqa: E402,F403
 from .fft import *  # noqa: E402,F403
 from .io import *  # noqa: E402,F403
+from .music import *  # noqa: E402,F403
+from .onset import *  # noqa: E402,F403
 from .phase import *  # noqa: E402,F403
+from .pitch import *  # noqa: E402,F403
 from .resampling import *  # noqa: E402,F403
 from .spectral import *  # noqa: E402,F403
 from .streaming import *  # noqa: E402,F403
@@ -35,10 +57,13 @@ __version__ = distribution_version("pygpukit-audio") or "0+unknown"
 
 __all__ = [
     "__version__",
+    "constantq",
+    "decompose",
     "effects",
     "features",
     "filters",
     "io",
+    "music",
     "phase",
     "precompile",
     "resampling",
@@ -46,9 +71,18 @@ __all__ = [
     "streaming",
     "vad",
     *_fft.__all__,
+    "dynamics",
+    "onset",
+    "pitch",
+    *dynamics.__all__,
+    *onset.__all__,
+    *pitch.__all__,
+    *constantq.__all__,
+    *decompose.__all__,
     *effects.__all__,
     *features.__all__,
     *io.__all__,
+    *music.__all__,
     *phase.__all__,
     *resampling.__all__,
     *spectral.__all__,

@@ -58,6 +58,9 @@ FILES: dict[str, tuple[str, ...]] = {
     ),
     "audio/resample.cu": ("resample_poly", "resample_direct"),
     "audio/phase.cu": ("phase_vocoder",),
+    "audio/analysis.cu": ("yin_frames", "sos_filter", "onset_flux", "frame_gate", "viterbi"),
+    "audio/music.cu": ("median_filter", "hpss_mask", "band_contrast", "normalize_rows", "stack_block",
+                       "spectrum_crop"),
 }  # fmt: skip
 _FILE_OF = {name: file for file, names in FILES.items() for name in names}
 _SUFFIXES = {"float32": "f32", "float64": "f64"}

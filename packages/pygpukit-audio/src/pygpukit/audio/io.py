@@ -3,7 +3,9 @@
 ``load(path)`` decodes on the host (libsndfile), copies the samples to the device once and returns
 ``(samples, sample_rate)`` with librosa's layout: (T,) for mono, (channels, T) otherwise; ``mono=True``
 (the default, as librosa) averages the channels on the device. ``offset`` and ``duration`` (seconds)
-select a part. There is no resampling on load yet: the file's own rate is returned. ``save`` writes a
+select a part. ``sr`` resamples on the device after the channels are mixed, as librosa does
+(pygpukit.audio.resample, ``res_type`` as there); the default ``sr=None`` keeps the file's own rate (librosa's
+default is 22050). ``save`` writes a
 (T,) or (channels, T) array. :class:`AudioBuffer` carries samples with their rate (``to_mono``,
 ``normalize``). Unreadable, truncated or corrupt files and unknown formats raise :class:`AudioFileError`.
 """
@@ -42,10 +44,13 @@ def _soundfile() -> Any:
     return soundfile
 
 
-def load(path: str | os.PathLike[str], *, mono: bool = True, offset: float = 0.0, duration: float | None = None,
-         dtype: Any = float32) -> tuple[GPUArray, int]:  # fmt: skip
-    """Decode ``path`` into a GPUArray of ``dtype`` (float32 or float64, samples in [-1, 1]) and its sample rate."""
+def load(path: str | os.PathLike[str], *, sr: int | None = None, mono: bool = True, offset: float = 0.0,
+         duration: float | None = None, dtype: Any = float32,
+         res_type: str = "soxr_hq") -> tuple[GPUArray, int]:  # fmt: skip
+    """Decode ``path`` into a GPUArray of ``dtype`` (float32 or float64, samples in [-1, 1]) and its sample rate;
+    with ``sr`` (Hz, an integer) the samples are resampled on the device to that rate."""
     name = "load"
+    target_sr = None if sr is None else _target_rate(name, sr)
     target = as_dtype(dtype)
     if target not in (float32, float64):
         raise DTypeError(f"{name}: dtype must be float32 or float64, got {target.name}")
@@ -71,8 +76,21 @@ def load(path: str | os.PathLike[str], *, mono: bool = True, offset: float = 0.0
         raise AudioFileError(f"{name}: cannot decode {text!r}: {exc}", path=text) from exc
     samples = from_numpy(np.ascontiguousarray(data.T))  # (channels, T), librosa's layout
     if samples.shape[0] == 1:
-        return samples.reshape(samples.shape[1]), rate
-    return (_mean_channels(samples) if mono else samples), rate
+        samples = samples.reshape(samples.shape[1])
+    elif mono:
+        samples = _mean_channels(samples)
+    if target_sr is not None and target_sr != rate and samples.shape[-1] > 0:
+        from .resampling import resample
+
+        samples = resample(samples, orig_sr=rate, target_sr=target_sr, res_type=res_type)
+    return samples, (rate if target_sr is None else target_sr)
+
+
+def _target_rate(name: str, sr: Any) -> int:
+    value = number(name, "sr", sr, minimum=0.0, exclusive=True)
+    if value != int(value):
+        raise ArgumentError(f"{name}: sr must be a whole number of Hz, got {sr!r}")
+    return int(value)
 
 
 def _mean_channels(samples: GPUArray) -> GPUArray:

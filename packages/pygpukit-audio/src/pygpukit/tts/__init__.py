@@ -1,4 +1,9 @@
-"""pygpukit.tts: speech synthesis (Kokoro) on pygpukit (from the pygpukit-audio distribution)."""
+"""pygpukit.tts: speech synthesis (Kokoro) on pygpukit (from the pygpukit-audio distribution).
+
+So far (docs/tts.md): fetching the model (:func:`fetch`), reading its int8 ONNX file into float weights
+(:func:`read_onnx`, needs the ``onnx`` package), and the model's duration and F0 / N predictors
+(:class:`KokoroDurations`, :class:`KokoroProsody`, :func:`expand`) text encoder
+(:class:`KokoroTextEncoder`) and decoder front (:class:`KokoroDecoderFront`); the generator is not written yet."""
 
 from __future__ import annotations
 
@@ -11,6 +16,29 @@ except ImportError as exc:  # pygpukit-core (which owns pygpukit/__init__.py) is
 
 check_siblings("pygpukit-audio", required=("pygpukit-core", "pygpukit-ops"))
 
+from .errors import KokoroDownloadError, KokoroModelError  # noqa: E402
+from .fetch import fetch, model_dir  # noqa: E402
+from .kokoro_decoder import KokoroDecoderFront  # noqa: E402
+from .kokoro_durations import DurationOutput, KokoroDurations  # noqa: E402
+from .kokoro_prosody import KokoroProsody, expand  # noqa: E402
+from .kokoro_text import KokoroTextEncoder  # noqa: E402
+from .onnx_reader import KokoroOnnx, LstmWeights, read_onnx  # noqa: E402
+
 __version__ = distribution_version("pygpukit-audio") or "0+unknown"
 
-__all__ = ["__version__"]
+__all__ = [
+    "DurationOutput",
+    "KokoroDecoderFront",
+    "KokoroDownloadError",
+    "KokoroDurations",
+    "KokoroModelError",
+    "KokoroOnnx",
+    "KokoroProsody",
+    "KokoroTextEncoder",
+    "LstmWeights",
+    "__version__",
+    "expand",
+    "fetch",
+    "model_dir",
+    "read_onnx",
+]

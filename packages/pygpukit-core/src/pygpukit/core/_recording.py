@@ -59,6 +59,11 @@ def _qualname(code: types.CodeType) -> str:
     return getattr(code, "co_qualname", code.co_name)  # co_qualname: Python 3.11+
 
 
+# A pygpukit module that captures graphs itself (pygpukit.llm.decode) sets this global to True: the
+# calls it makes into pygpukit inside a capture are then recorded like a user's.
+_OPT_IN = "__pygpukit_record_calls__"
+
+
 def _in_pygpukit(name: str) -> bool:
     return name == "pygpukit" or name.startswith("pygpukit.")
 
@@ -188,11 +193,11 @@ class CpuRecorder:
         """A call made while no recorded call is running: record it when it enters pygpukit's public
         API from outside; ignore what runs inside it (or inside an ignored call) until it returns."""
         module = _module_of(frame)
-        if not _in_pygpukit(module):
-            return
+        if not _in_pygpukit(module) or frame.f_globals.get(_OPT_IN):
+            return  # user code (or an opted-in module's, which is treated as such)
         caller = frame.f_back
-        if caller is not None and _in_pygpukit(_module_of(caller)):
-            return  # the capture's own machinery
+        if caller is not None and _in_pygpukit(_module_of(caller)) and not caller.f_globals.get(_OPT_IN):
+            return  # the capture's own machinery (a module setting _OPT_IN is recorded as user code)
         code = frame.f_code
         if code in self._exclude:
             return

@@ -37,6 +37,7 @@ from .config import (  # noqa: E402
     config_from_hf,
     detect_model_spec,
 )
+from .decode import DecodeM1, DecodeM1Graph, UnsupportedStrategyError  # noqa: E402
 from .generation import GenerationStats, SamplingParams, generate, generate_stream  # noqa: E402
 from .gguf import GGUFError, GGUFFile, GGUFTensorInfo  # noqa: E402
 from .loader import MissingWeightError, load, load_gguf, load_model_from_safetensors  # noqa: E402
@@ -64,6 +65,8 @@ __all__ = [
     "ChatMessage",
     "ChatTemplate",
     "ChatTemplateError",
+    "DecodeM1",
+    "DecodeM1Graph",
     "DecodeState",
     "GGUFError",
     "GGUFFile",
@@ -82,6 +85,7 @@ __all__ = [
     "TensorInfo",
     "Tokenizer",
     "TransformerConfig",
+    "UnsupportedStrategyError",
     "__version__",
     "config_from_gguf_metadata",
     "config_from_hf",

@@ -122,7 +122,7 @@ class _Run:
     """One batch being generated: yields the new token ids of every row, step by step."""
 
     def __init__(self, model: CausalTransformerModel, prompts: list[list[int]], max_new_tokens: int,
-                 sampling: SamplingParams) -> None:  # fmt: skip
+                 sampling: SamplingParams, strategy: str | None = None) -> None:  # fmt: skip
         if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
             raise ArgumentError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
         _check_ids(model, prompts)
@@ -135,6 +135,9 @@ class _Run:
             raise ArgumentError(f"a {longest}-token prompt exceeds the model's {limit} positions")
         self.max_new_tokens = min(max_new_tokens, limit - longest)
         self.longest = longest
+        from .decode import choose_strategy
+
+        self.strategy = choose_strategy(model, len(prompts), sampling, strategy)
         self.stats = GenerationStats(prompt_tokens=sum(len(p) for p in prompts), batch=len(prompts),
                                      backend=model.backend)  # fmt: skip
 
@@ -147,11 +150,14 @@ class _Run:
         ids = np.full((batch, self.longest), pad, np.int32)
         for row, p in enumerate(self.prompts):
             ids[row, : len(p)] = p
+        seed = s.seed if s.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
+        if self.strategy != "eager":
+            yield from self._decoder_tokens(ids, seed)
+            return
         state = model.new_state(batch, self.longest + self.max_new_tokens)
         vocab = model.config.vocab_size
         sampler = None
         if not s.greedy:
-            seed = s.seed if s.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
             sampler = ops.Sampler(seed, batch, vocab, model.dtype)
         history = history_host = None
         if s.repetition_penalty:
@@ -167,6 +173,32 @@ class _Run:
         self._first = start
         try:
             yield from self._loop(model, ids, state, sampler, settings, out, history, history_host, start)
+        finally:
+            end = time.perf_counter()
+            self.stats.total_s = end - start
+            if self.stats.new_tokens > 1 and end > self._first:
+                self.stats.decode_tokens_per_s = (self.stats.new_tokens - 1) / (end - self._first)
+
+    def _decoder_tokens(self, ids: np.ndarray[Any, Any], seed: int) -> Iterator[np.ndarray[Any, Any]]:
+        """The loop over a DecodeM1 / DecodeM1Graph (pygpukit.llm.decode), built (and captured) before
+        the clock starts."""
+        from .decode import DecodeM1, DecodeM1Graph
+
+        kind = DecodeM1Graph if self.strategy == "graph" else DecodeM1
+        decoder = kind(self.model, len(self.prompts), self.longest + self.max_new_tokens, self.sampling, seed)
+        start = time.perf_counter()
+        self._first = start
+        try:
+            host = decoder.start(ids, [len(p) for p in self.prompts])
+            for step in range(self.max_new_tokens):
+                if step == 0:
+                    self._first = time.perf_counter()
+                    self.stats.time_to_first_token_s = self._first - start
+                self.stats.new_tokens = step + 1
+                yield host
+                if step + 1 == self.max_new_tokens:
+                    break
+                host = decoder.step()
         finally:
             end = time.perf_counter()
             self.stats.total_s = end - start
@@ -280,6 +312,7 @@ def generate(
     ignore_eos: bool = False,
     add_special_tokens: bool = True,
     skip_special_tokens: bool = True,
+    strategy: str | None = None,
 ) -> Any:
     """Generate up to ``max_new_tokens`` tokens after ``prompt``.
 
@@ -288,9 +321,16 @@ def generate(
     Generation of a row stops at an end-of-sequence id (the tokenizer's, unless ``ignore_eos``), at one
     of ``stop_token_ids``, or when its text contains one of the ``stop`` strings (the text is cut
     before it). ``temperature=0`` is
-    greedy; the same ``seed`` gives the same tokens. ``model.last_stats`` holds the timing."""
+    greedy; the same ``seed`` gives the same tokens. ``model.last_stats`` holds the timing.
+
+    ``strategy``: how the decode steps run (pygpukit.llm.decode): ``"graph"`` (the whole step one
+    CUDA graph replay), ``"m1"`` (preallocated buffers, no per-step allocation) or ``"eager"``. The
+    default is "graph" on the CUDA backend for batch 1 when the model and sampling allow it, else
+    "m1". An explicit strategy that cannot run raises UnsupportedStrategyError."""
     prompts, kind = _prompts(model, prompt, add_special_tokens)
-    run = _Run(model, prompts, max_new_tokens, _sampling(temperature, top_k, top_p, min_p, repetition_penalty, seed))
+    run = _Run(
+        model, prompts, max_new_tokens, _sampling(temperature, top_k, top_p, min_p, repetition_penalty, seed), strategy
+    )
     stop_ids = _stop_ids(model, stop_token_ids, ignore_eos)
     batch = len(prompts)
     new_ids: list[list[int]] = [[] for _ in range(batch)]
@@ -322,6 +362,7 @@ def generate_stream(
     ignore_eos: bool = False,
     add_special_tokens: bool = True,
     skip_special_tokens: bool = True,
+    strategy: str | None = None,
 ) -> Iterator[str]:
     """Like :func:`generate` for one prompt (a str or token ids), yielding the new text in pieces as
     the tokens are sampled; the pieces never split a UTF-8 character and never show a stop string."""
@@ -329,7 +370,9 @@ def generate_stream(
     if kind not in ("text", "ids"):
         raise ArgumentError("generate_stream takes one prompt; use generate for a batch")
     _tokenizer(model)
-    run = _Run(model, prompts, max_new_tokens, _sampling(temperature, top_k, top_p, min_p, repetition_penalty, seed))
+    run = _Run(
+        model, prompts, max_new_tokens, _sampling(temperature, top_k, top_p, min_p, repetition_penalty, seed), strategy
+    )
     stop_ids = _stop_ids(model, stop_token_ids, ignore_eos)
     try:
         for _, _, piece, _ in _events(model, run, stop_ids, _normalize_stop(stop), skip_special_tokens):

@@ -18,6 +18,7 @@ import pygpukit.ops as ops
 from pygpukit.core.array import GPUArray, empty, from_numpy
 from pygpukit.core.dtypes import DType, as_dtype
 from pygpukit.core.errors import ArgumentError, PyGPUkitError
+from pygpukit.ops.quant import QUANT_FORMATS, QuantizedTensor
 
 from .config import (
     GPT2_SPEC,
@@ -32,7 +33,8 @@ from .config import (
 )
 from .model import CausalTransformerModel, LayerWeights, ModelWeights
 
-__all__ = ["MissingWeightError", "load", "load_gguf", "load_model_from_safetensors"]
+__all__ = ["LOAD_QUANTIZE", "MissingWeightError", "load", "load_gguf", "load_model_from_safetensors",
+           "quantize_weights"]  # fmt: skip
 
 _DTYPES = ("float32", "float16", "bfloat16")
 
@@ -253,10 +255,40 @@ def _unpermute_rows(w: GPUArray, heads: int) -> GPUArray:
     return ops.embedding(w, from_numpy(np.ascontiguousarray(index)))
 
 
-def load_gguf(path: str | Path, dtype: Any = None, *, progress: bool = True) -> CausalTransformerModel:
-    """A model from a GGUF v2/v3 file: the config, tokenizer and chat template come from its metadata;
-    quantized tensors are uploaded in their block format and dequantized on the device (dtype defaults
-    to float32)."""
+def _row_permutation(rows: int, heads: int) -> np.ndarray[Any, Any]:
+    """The row gather of _unpermute_rows: result row i is stored row index[i]."""
+    half = rows // heads // 2
+    index: np.ndarray[Any, Any] = np.arange(rows).reshape(heads, half, 2).swapaxes(1, 2).reshape(-1)
+    return index
+
+
+def _gguf_quantized(f: Any, names: Sequence[str], heads: int | None = None) -> QuantizedTensor | None:
+    """The linear weight stacked from the rows of ``names`` kept in its GGUF block format (rows
+    permuted as _unpermute_rows does when ``heads``), or None when they are not all 2-D tensors of
+    one format of QUANT_FORMATS with one K (they are dequantized then)."""
+    infos = [f.info(n) for n in names]
+    if any(i.qtype not in QUANT_FORMATS or len(i.shape) != 2 for i in infos):
+        return None
+    if len({i.qtype for i in infos}) != 1 or len({i.shape[1] for i in infos}) != 1:
+        return None
+    parts = []
+    for info in infos:
+        raw = np.asarray(f.raw(info.name)).reshape(info.shape[0], -1)
+        parts.append(raw[_row_permutation(info.shape[0], heads)] if heads else raw)
+    raw = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return QuantizedTensor.from_raw(raw, infos[0].qtype, (raw.shape[0], infos[0].shape[1]))
+
+
+def load_gguf(
+    path: str | Path, dtype: Any = None, *, progress: bool = True, keep_quantized: bool = True
+) -> CausalTransformerModel:
+    """A model from a GGUF v2/v3 file: the config, tokenizer and chat template come from its metadata
+    (dtype defaults to float32). With ``keep_quantized`` (the default) the linear weights stored in a
+    block format of :data:`pygpukit.ops.QUANT_FORMATS` stay in it on the device
+    (:class:`pygpukit.ops.QuantizedTensor`) and run through the quantized GEMV/GEMM; every other
+    tensor, and every tensor with ``keep_quantized=False``, is uploaded in its block format and
+    dequantized on the device. A tied output head (no ``output.weight``) then runs on the embedding's
+    blocks while the token lookup uses its dequantized copy."""
     from .chat import ChatTemplate
     from .gguf import GGUFFile
     from .tokenizer import Tokenizer
@@ -279,15 +311,27 @@ def load_gguf(path: str | Path, dtype: Any = None, *, progress: bool = True) -> 
         if c.spec is GPT2_SPEC:
             raise ModelConfigError(f"{path}: GGUF GPT-2 files are not supported yet; use the safetensors checkpoint")
         permute = arch in ("llama", "mistral")
+
+        def linear(names: Sequence[str], heads: int | None = None) -> Any:
+            """A linear weight (rows of ``names`` stacked): kept quantized where it can be."""
+            if keep_quantized:
+                found = _gguf_quantized(f, names, heads)
+                if found is not None:
+                    bar.update(len(names))
+                    return found
+            arrays = [src.get(n) for n in names]
+            if heads:
+                arrays = [_unpermute_rows(a, heads) for a in arrays]
+            return arrays[0] if len(arrays) == 1 else _stack_rows(arrays)
+
         layers = []
         for i in range(c.num_layers):
             p = f"blk.{i}."
-            wq, wk = src.get(p + "attn_q.weight"), src.get(p + "attn_k.weight")
-            if permute:
-                wq, wk = _unpermute_rows(wq, c.num_heads), _unpermute_rows(wk, c.num_kv_heads)
+            wq = linear([p + "attn_q.weight"], c.num_heads if permute else None)
+            wk = linear([p + "attn_k.weight"], c.num_kv_heads if permute else None)
             layer = LayerWeights(
                 attn_norm=src.get(p + "attn_norm.weight"), mlp_norm=src.get(p + "ffn_norm.weight"), wq=wq, wk=wk,
-                wv=src.get(p + "attn_v.weight"), wo=src.get(p + "attn_output.weight"),
+                wv=linear([p + "attn_v.weight"]), wo=linear([p + "attn_output.weight"]),
                 bq=src.optional(p + "attn_q.bias"), bk=src.optional(p + "attn_k.bias"),
                 bv=src.optional(p + "attn_v.bias"), bo=src.optional(p + "attn_output.bias"),
             )  # fmt: skip
@@ -302,13 +346,15 @@ def load_gguf(path: str | Path, dtype: Any = None, *, progress: bool = True) -> 
                 stacked[:, i_size:].copy_(up)
                 layer.experts_gate_up, layer.experts_down = stacked, src.get(p + "ffn_down_exps.weight")
             else:
-                layer.w_gate_up = _stack_rows([src.get(p + "ffn_gate.weight"), src.get(p + "ffn_up.weight")])
-                layer.w_down = src.get(p + "ffn_down.weight")
+                layer.w_gate_up = linear([p + "ffn_gate.weight", p + "ffn_up.weight"])
+                layer.w_down = linear([p + "ffn_down.weight"])
             layers.append(layer)
         embed = _check_shape("token_embd", src.get("token_embd.weight"), (c.vocab_size, c.hidden_size))
-        lm_head = src.get("output.weight") if src.has("output.weight") else embed
+        lm_head: Any = linear(["output.weight"]) if src.has("output.weight") else embed
         if not src.has("output.weight"):
             config = config.with_(tie_word_embeddings=True)
+            if keep_quantized:  # the tied head reads the embedding's blocks (the gather keeps the dense copy)
+                lm_head = _gguf_quantized(f, ["token_embd.weight"]) or embed
         weights = ModelWeights(embed=embed, layers=layers, final_norm=src.get("output_norm.weight"), lm_head=lm_head)
     if config.spec.moe and config.spec is not MIXTRAL_SPEC:
         config = config.with_(norm_topk_prob=bool(metadata.get(f"{arch}.expert_weights_norm", True)))
@@ -320,11 +366,52 @@ def load_gguf(path: str | Path, dtype: Any = None, *, progress: bool = True) -> 
     return CausalTransformerModel(config, weights, model_dtype, tokenizer, chat)
 
 
-def load(path: str | Path, dtype: Any = None, *, progress: bool = True) -> CausalTransformerModel:
+LOAD_QUANTIZE = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "fp8", "int8")
+"""The formats ``load(..., quantize=...)`` converts dense linear weights to."""
+
+
+def quantize_weights(weights: ModelWeights, fmt: str) -> None:
+    """Replace every dense linear weight of ``weights`` (Q, K, V, O, gate/up, down, an untied output
+    head) by its ``fmt`` form (:data:`LOAD_QUANTIZE`: a GGUF block format through
+    ``pygpukit.ops.quantize``, or ``"fp8"`` / ``"int8"`` with per-channel scales), one weight at a
+    time on the host. Weights already quantized, the embedding, norms, biases and MoE experts stay."""
+
+    def convert(value: Any) -> Any:
+        return ops.quantize(value, fmt) if isinstance(value, GPUArray) else value
+
+    for layer in weights.layers:
+        for attr in ("wq", "wk", "wv", "wo", "w_gate_up", "w_down"):
+            setattr(layer, attr, convert(getattr(layer, attr)))
+    if weights.lm_head is not weights.embed:
+        weights.lm_head = convert(weights.lm_head)
+
+
+def load(
+    path: str | Path,
+    dtype: Any = None,
+    *,
+    progress: bool = True,
+    keep_quantized: bool = True,
+    quantize: str | None = None,
+) -> CausalTransformerModel:
     """Load a model from a checkpoint directory, a ``.safetensors`` file, a sharded index
     (``*.index.json``) or a ``.gguf`` file; the kind is detected from the path (and a GGUF file's
-    magic bytes)."""
-    path = Path(path).expanduser()
+    magic bytes). ``keep_quantized``: GGUF block-quantized linear weights stay packed on the device
+    (see :func:`load_gguf`). ``quantize`` (one of :data:`LOAD_QUANTIZE`, any case): the dense linear
+    weights are quantized after loading (:func:`quantize_weights`); the k-quants are refused (there
+    is no reference quantizer for them)."""
+    fmt = None
+    if quantize is not None:
+        fmt = quantize.lower() if isinstance(quantize, str) else quantize
+        if fmt not in LOAD_QUANTIZE:
+            raise ArgumentError(f"load: quantize must be one of {', '.join(LOAD_QUANTIZE)}, got {quantize!r}")
+    model = _load(Path(path).expanduser(), dtype, progress, keep_quantized)
+    if fmt is not None:
+        quantize_weights(model.weights, fmt)
+    return model
+
+
+def _load(path: Path, dtype: Any, progress: bool, keep_quantized: bool) -> CausalTransformerModel:
     if not path.exists():
         raise ArgumentError(f"model path {path} does not exist")
     if path.is_dir():
@@ -332,12 +419,12 @@ def load(path: str | Path, dtype: Any = None, *, progress: bool = True) -> Causa
         if (path / "config.json").is_file():
             return load_model_from_safetensors(path, dtype, progress=progress)
         if len(ggufs) == 1:
-            return load_gguf(ggufs[0], dtype, progress=progress)
+            return load_gguf(ggufs[0], dtype, progress=progress, keep_quantized=keep_quantized)
         raise ArgumentError(f"{path}: no config.json and not exactly one .gguf file; cannot tell what to load")
     with path.open("rb") as fh:
         magic = fh.read(4)
     if magic == b"GGUF":
-        return load_gguf(path, dtype, progress=progress)
+        return load_gguf(path, dtype, progress=progress, keep_quantized=keep_quantized)
     if path.suffix == ".json" or path.suffix == ".safetensors":
         return load_model_from_safetensors(path, dtype, progress=progress)
     raise ArgumentError(f"{path}: neither a GGUF file (magic {magic!r}) nor a .safetensors/.index.json file")

@@ -21,6 +21,7 @@ from pygpukit.core.array import GPUArray, from_numpy, zeros
 from pygpukit.core.backend import backend_state
 from pygpukit.core.dtypes import DType, as_dtype, int32
 from pygpukit.core.errors import ArgumentError, ShapeError
+from pygpukit.ops.quant import ChannelQuantizedTensor, QuantizedTensor
 
 from .config import TransformerConfig
 
@@ -29,7 +30,11 @@ if TYPE_CHECKING:
     from .generation import GenerationStats
     from .tokenizer import Tokenizer
 
-__all__ = ["CausalTransformerModel", "DecodeState", "LayerWeights", "ModelWeights"]
+__all__ = ["CausalTransformerModel", "DecodeState", "LayerWeights", "LinearWeight", "ModelWeights"]
+
+# A linear layer's weight (out_features, in_features): dense, in a GGUF block format, or FP8/INT8 with
+# per-channel scales; ops.linear runs each.
+LinearWeight = GPUArray | QuantizedTensor | ChannelQuantizedTensor
 
 
 @dataclass
@@ -37,10 +42,10 @@ class LayerWeights:
     """The device weights of one transformer block (absent parts are None)."""
 
     attn_norm: GPUArray
-    wq: GPUArray
-    wk: GPUArray
-    wv: GPUArray
-    wo: GPUArray
+    wq: LinearWeight
+    wk: LinearWeight
+    wv: LinearWeight
+    wo: LinearWeight
     mlp_norm: GPUArray
     attn_norm_bias: GPUArray | None = None
     mlp_norm_bias: GPUArray | None = None
@@ -52,9 +57,9 @@ class LayerWeights:
     k_norm: GPUArray | None = None
     # Dense MLP: SwiGLU keeps gate and up stacked as one (2I, H) weight ([gate | up] rows), so one GEMM
     # produces the concatenated input of swiglu; GPT-2 keeps its (I, H) fc weight here.
-    w_gate_up: GPUArray | None = None
+    w_gate_up: LinearWeight | None = None
     b_gate_up: GPUArray | None = None
-    w_down: GPUArray | None = None
+    w_down: LinearWeight | None = None
     b_down: GPUArray | None = None
     # Sparse MoE MLP.
     w_router: GPUArray | None = None
@@ -69,7 +74,7 @@ class ModelWeights:
     embed: GPUArray  # (vocab, hidden)
     layers: list[LayerWeights]
     final_norm: GPUArray
-    lm_head: GPUArray  # (vocab, hidden); the embedding itself when tied
+    lm_head: LinearWeight  # (vocab, hidden); the embedding itself when tied
     final_norm_bias: GPUArray | None = None
     position_embed: GPUArray | None = None  # GPT-2's learned positions (max_positions, hidden)
 
@@ -81,13 +86,24 @@ class ModelWeights:
         return sum(seen.values())
 
     def _arrays(self) -> Iterator[GPUArray]:
+        """Every device array, a quantized weight's bytes included."""
         for value in (self.embed, self.final_norm, self.lm_head, self.final_norm_bias, self.position_embed):
             if value is not None:
-                yield value
+                yield from _device_arrays(value)
         for layer in self.layers:
             for value in vars(layer).values():
-                if isinstance(value, GPUArray):
-                    yield value
+                yield from _device_arrays(value)
+
+
+def _device_arrays(value: Any) -> Iterator[GPUArray]:
+    """The device arrays a weight consists of (none for anything else)."""
+    if isinstance(value, GPUArray):
+        yield value
+    elif isinstance(value, QuantizedTensor):
+        yield value.data
+    elif isinstance(value, ChannelQuantizedTensor):
+        yield value.data
+        yield value.scale
 
 
 @dataclass

@@ -26,10 +26,13 @@ from . import (  # noqa: E402
     moe,
     nn,
     promotion,
+    quant,
+    recurrent,
     reduction,
     rope,
     sampling,
     shape,
+    tts_ops,
 )
 from ._kernels import precompile  # noqa: E402
 from .attention import *  # noqa: E402,F403
@@ -40,10 +43,13 @@ from .kv_cache import *  # noqa: E402,F403
 from .moe import *  # noqa: E402,F403
 from .nn import *  # noqa: E402,F403
 from .promotion import *  # noqa: E402,F403
+from .quant import *  # noqa: E402,F403
+from .recurrent import *  # noqa: E402,F403
 from .reduction import *  # noqa: E402,F403
 from .rope import *  # noqa: E402,F403
 from .sampling import *  # noqa: E402,F403
 from .shape import *  # noqa: E402,F403
+from .tts_ops import *  # noqa: E402,F403
 
 __version__ = distribution_version("pygpukit-ops") or "0+unknown"
 
@@ -58,8 +64,11 @@ __all__ = [
     *nn.__all__,
     *moe.__all__,
     *promotion.__all__,
+    *quant.__all__,
+    *recurrent.__all__,
     *reduction.__all__,
     *sampling.__all__,
     *rope.__all__,
     *shape.__all__,
+    *tts_ops.__all__,
 ]

@@ -14,7 +14,7 @@ int32. fp8 needs scales: :func:`scaled_matmul`.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +28,10 @@ from pygpukit.core.stream import Stream, thread_device
 from . import cublaslt, host
 from ._base import PLANS, check_activation, device_props
 from .dispatch import DirectPlan, Problem, plan_for
+
+if TYPE_CHECKING:
+    from ..quant.tensor import QuantizedTensor, TransposedWeight
+    from ..quant.weight_only import ChannelQuantizedTensor
 
 __all__ = [
     "bias_add_inplace",
@@ -121,9 +125,21 @@ def _plan(a2: GPUArray, b2: GPUArray, d: GPUArray, batch: tuple[int, ...], m: in
     return plan_for(problem, result_shape)
 
 
+def _quantized_matmul(a: GPUArray, w: Any, out: GPUArray | None, stream: Stream | None) -> GPUArray:
+    """``a @ w.T`` for a quantized weight ``w`` (pygpukit.ops.quant): its linear, into ``out`` if given."""
+    from ..quant.gemv import quantized_linear
+
+    result = quantized_linear(a, w, stream=stream)
+    if out is None:
+        return result
+    _check_out(out, result.shape, result.dtype, "matmul", result.buffer.device)
+    out.copy_(result)
+    return out
+
+
 def matmul(
     a: GPUArray,
-    b: GPUArray,
+    b: GPUArray | TransposedWeight,
     *,
     out: GPUArray | None = None,
     use_tf32: bool | None = None,
@@ -132,7 +148,8 @@ def matmul(
     """``a @ b`` with NumPy's rules: 1-D operands are vectors, leading dimensions broadcast as batches.
 
     Both operands must have the same dtype (float64, float32, float16, bfloat16 or int8; int8 gives
-    int32). ``out`` (contiguous, the result's shape and dtype) receives the result when given.
+    int32). ``out`` (contiguous, the result's shape and dtype) receives the result when given. ``b``
+    may be ``w.T`` of a quantized weight ``w`` (pygpukit.ops.quant): then ``linear(a, w)``.
     """
     key = None
     if type(a) is GPUArray and type(b) is GPUArray and (out is None or type(out) is GPUArray):
@@ -143,7 +160,10 @@ def matmul(
         plan = PLANS.get(key)
         if plan is not None:
             return plan(a, b, None, out, stream)  # type: ignore[no-any-return]
+    if not isinstance(b, GPUArray) and getattr(b, "_quantized_t", False):  # w.T of a quantized weight
+        return _quantized_matmul(a, b.weight, out, stream)
     _check_pair(a, b, "matmul")
+    assert isinstance(b, GPUArray)  # _check_pair raised otherwise
     if a.dtype != b.dtype:
         raise DTypeError(f"matmul needs operands of one dtype, got {a.dtype.name} and {b.dtype.name}")
     dtype = a.dtype
@@ -258,14 +278,16 @@ def scaled_matmul(
 
 def linear(
     x: GPUArray,
-    w: GPUArray,
+    w: GPUArray | QuantizedTensor | ChannelQuantizedTensor,
     b: GPUArray | None = None,
     activation: str | None = None,
     *,
     stream: Stream | None = None,
 ) -> GPUArray:
     """``activation(x @ w.T + b)`` for a weight ``w`` of shape (out_features, in_features), like
-    torch.nn.functional.linear; x is (..., in_features). ``activation`` is None, ``"relu"``,
+    torch.nn.functional.linear; x is (..., in_features). ``w`` may be a GGUF block-quantized
+    :class:`~pygpukit.ops.quant.QuantizedTensor` (then :func:`~pygpukit.ops.quant.quantized_linear`
+    runs the product). ``activation`` is None, ``"relu"``,
     ``"gelu"`` (the exact erf form, torch's default), ``"gelu_tanh"`` (the tanh approximation) or
     ``"silu"``. The bias add and the activation are fused into the GEMM's epilogue; where cuBLASLt's
     epilogue has no such activation (exact GELU, SiLU) one fused elementwise kernel follows on the
@@ -283,7 +305,12 @@ def linear(
         plan = PLANS.get(key)
         if plan is not None:
             return plan(x, w, b, None, stream)  # type: ignore[no-any-return]
+    if not isinstance(w, GPUArray) and getattr(w, "_quantized", False):
+        from ..quant.gemv import quantized_linear  # a QuantizedTensor: its own GEMV/GEMM (pygpukit.ops.quant)
+
+        return quantized_linear(x, w, b, activation, stream=stream)
     _check_pair(x, w, "linear")
+    assert isinstance(w, GPUArray)  # _check_pair raised otherwise
     code = check_activation(activation, "linear")
     if w.ndim != 2:
         raise ShapeError(f"linear: w must be 2-D (out_features, in_features), got shape {w.shape}")

@@ -10,6 +10,10 @@ The routes, in order (the first that takes the product wins):
 5. mma.sync (mma.py, SM 80+): fp16/bf16 whose matrices are row- or column-major;
 6. SIMT (simt.py): every dtype and layout left.
 
+A weight held in a GGUF block format (pygpukit.ops.quant.QuantizedTensor) never reaches this table
+as such: ``linear`` hands it to pygpukit.ops.quant, whose GEMV reads the packed blocks (up to 8 rows)
+and whose prefill dequantizes row tiles that come back through this table as ordinary operands.
+
 The CPU simulation backend has its own functions (host.py) and no routes. Each route answers from
 shapes, strides, dtypes, options and the device's capability, never by trying a launch: no exception
 and no error message picks a kernel. The plan that comes out holds the route's prepared launch and

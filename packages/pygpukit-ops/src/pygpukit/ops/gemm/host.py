@@ -10,6 +10,7 @@ import numpy as np
 
 from pygpukit.core.array import GPUArray
 
+from .. import _cpu
 from ._base import apply_activation
 
 __all__ = ["gemm", "gemv", "linear", "matmul", "scaled_matmul"]
@@ -28,7 +29,7 @@ def matmul(a: GPUArray, b: GPUArray, d: GPUArray) -> None:
         result = np.matmul(ha.astype(np.int64), hb.astype(np.int64)).astype(np.int32)
     else:
         result = np.matmul(_wide(a), _wide(b)).astype(d.dtype.numpy)
-    d.copy_(np.ascontiguousarray(result.reshape(d.shape)))
+    _cpu.store(d, result.reshape(d.shape))  # in place: no staging buffer (an out= matmul allocates nothing)
 
 
 def linear(x2: GPUArray, w: GPUArray, bias: GPUArray | None, code: int, d: GPUArray) -> None:

@@ -1,0 +1,416 @@
+// Decode GEMV over GGUF (ggml) block-quantized weights (pygpukit/ops/quant/gemv.py):
+//
+//   gguf_gemv<Type, T, M>(x, w, y, bias, rows, n, k, ldx, ldy, vector, split)
+//       y[m, r] = sum_k x[m, k] * W[r, k] (+ bias[r]) for m < rows <= M and r < n, in T (float,
+//       __half or __nv_bfloat16) with float32 accumulation. Row r of W is k / QK consecutive blocks
+//       of ggml type `Type` (Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q2_K = 10, Q3_K = 11,
+//       Q4_K = 12, Q5_K = 13, Q6_K = 14) exactly as a GGUF file stores them, rows back to back.
+//
+// One warp per row of W, eight rows per block of 256 threads; with `split` (2, 4 or 8; for short, wide
+// products that would leave SMs idle) that many warps share a row, taking every split-th segment,
+// and the row's first warp adds their sums (through shared memory, in a fixed order). A warp walks
+// its row in segments of 1024 elements (32 whole blocks of the 32-element formats, 4 of the
+// k-quants): it copies the segment's bytes into its own shared-memory buffer with coalesced 16-byte
+// loads from the 16-byte aligned address at or below the segment's start (blocks are 18 to 272 bytes
+// and need not be aligned), the next segment's loads in flight while the current one is decoded.
+// Then lane l decodes elements 32 l .. 32 l + 31 of the segment (one or two scale groups), 8 at a
+// time, as value = s * q + o (s and o the scale and offset of their group, decoded once per group)
+// and accumulates s * sum(q x) + o * sum(x) for each row of x in float32. x is read straight from
+// global memory (it is small and stays in L1/L2), 16 bytes at a time when `vector` (x and its row
+// stride 16-byte aligned). Lane partial sums are reduced with warp shuffles. Loads that would leave
+// [w, w + n * row bytes) are done byte by byte.
+#include "../common/types.cuh"
+
+namespace pygpukit {
+namespace ops {
+namespace qgemv {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kSegElems = 1024;  // elements of a row per warp step: 32 per lane
+
+__device__ __forceinline__ unsigned int u8(const unsigned char* p, int offset) {
+  return static_cast<unsigned int>(p[offset]);
+}
+
+__device__ __forceinline__ float f16_at(const unsigned char* p, int offset) {
+  return float_from_half_bits(u8(p, offset) | (u8(p, offset + 1) << 8));
+}
+
+// Q4_K/Q5_K: the 6-bit scale and min of sub-block j from the 12 packed bytes at s.
+__device__ __forceinline__ void k_scale_min(const unsigned char* s, int j, unsigned int& scale,
+                                            unsigned int& min) {
+  if (j < 4) {
+    scale = u8(s, j) & 0x3fu;
+    min = u8(s, j + 4) & 0x3fu;
+  } else {
+    scale = (u8(s, j + 4) & 0x0fu) | ((u8(s, j - 4) >> 2) & 0x30u);
+    min = (u8(s, j + 4) >> 4) | ((u8(s, j) >> 2) & 0x30u);
+  }
+}
+
+// The 8 bytes at p (any alignment) as two little-endian words: three aligned 32-bit shared-memory
+// loads and two funnel shifts instead of eight byte loads. Reads up to 4 bytes past p + 7 (the
+// staging buffers leave room).
+struct Bytes8 {
+  unsigned int lo, hi;  // bytes 0-3, bytes 4-7
+};
+__device__ __forceinline__ Bytes8 bytes8(const unsigned char* p) {
+  const unsigned long long a = reinterpret_cast<unsigned long long>(p);
+  const unsigned int* w = reinterpret_cast<const unsigned int*>(a & ~3ull);
+  const unsigned int shift = static_cast<unsigned int>(a & 3ull) * 8u;
+  const unsigned int w0 = w[0], w1 = w[1], w2 = w[2];
+  return {__funnelshift_r(w0, w1, shift), __funnelshift_r(w1, w2, shift)};
+}
+
+// Each byte of a word shifted right and masked (bits of the next byte shifted in are masked away).
+__device__ __forceinline__ Bytes8 field8(Bytes8 v, int shift, unsigned int mask) {
+  return {(v.lo >> shift) & mask, (v.hi >> shift) & mask};
+}
+
+// Bits 0-3 of h at bit 0 of bytes 0-3 (the four products land on distinct bits: no carries).
+__device__ __forceinline__ unsigned int spread4(unsigned int h) {
+  return ((h & 0x0fu) * 0x00204081u) & 0x01010101u;
+}
+
+// Byte j of v as float minus Bias: one byte permute builds the float 2^23 + byte, one subtraction.
+template <int Bias>
+__device__ __forceinline__ void floats8(Bytes8 v, float* q) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const unsigned int word = j < 4 ? v.lo : v.hi;
+    q[j] = __uint_as_float(__byte_perm(word, 0x4b000000u, 0x7440u | static_cast<unsigned int>(j & 3))) -
+           (8388608.0f + static_cast<float>(Bias));
+  }
+}
+
+__device__ __forceinline__ Bytes8 or8(Bytes8 a, Bytes8 b, int shift) {
+  return {a.lo | (b.lo << shift), a.hi | (b.hi << shift)};
+}
+
+// Format<Type>: kElems elements in kBytes bytes per block; kGroup consecutive elements share one scale
+// s and offset o, given by scale(b, i, s, o) for the group of element i of block b; quants(b, i, q)
+// decodes elements i .. i + 7 (i a multiple of 8) to q, the value of element i + j being s * q[j] + o.
+// kMin: o may be non-zero (sum(x) is accumulated as well).
+template <int Type>
+struct Format;
+
+template <>
+struct Format<2> {  // Q4_0: f16 d, 16 bytes of nibbles (0-15 low, 16-31 high); d * (q - 8)
+  static constexpr int kElems = 32, kBytes = 18, kGroup = 32;
+  static constexpr bool kMin = false;
+  __device__ static void scale(const unsigned char* b, int, float& s, float& o) {
+    s = f16_at(b, 0);
+    o = 0.0f;
+  }
+  __device__ static void quants(const unsigned char* b, int i, float* q) {
+    floats8<8>(field8(bytes8(b + 2 + (i & 15)), (i >> 4) * 4, 0x0f0f0f0fu), q);
+  }
+};
+
+template <>
+struct Format<3> {  // Q4_1: f16 d, f16 m, nibbles as Q4_0; d * q + m
+  static constexpr int kElems = 32, kBytes = 20, kGroup = 32;
+  static constexpr bool kMin = true;
+  __device__ static void scale(const unsigned char* b, int, float& s, float& o) {
+    s = f16_at(b, 0);
+    o = f16_at(b, 2);
+  }
+  __device__ static void quants(const unsigned char* b, int i, float* q) {
+    floats8<0>(field8(bytes8(b + 4 + (i & 15)), (i >> 4) * 4, 0x0f0f0f0fu), q);
+  }
+};
+
+// The fifth bits of elements i .. i + 7 (byte i / 8 of the little-endian u32 at byte `at`, bit j for
+// element i + j) at bit 4 of each element's byte.
+__device__ __forceinline__ Bytes8 fifth_bits(const unsigned char* b, int at, int i) {
+  const unsigned int high = u8(b, at + (i >> 3));
+  return {spread4(high) << 4, spread4(high >> 4) << 4};
+}
+
+template <>
+struct Format<6> {  // Q5_0: f16 d, u32 of fifth bits (bit i: element i), nibbles; d * (q - 16)
+  static constexpr int kElems = 32, kBytes = 22, kGroup = 32;
+  static constexpr bool kMin = false;
+  __device__ static void scale(const unsigned char* b, int, float& s, float& o) {
+    s = f16_at(b, 0);
+    o = 0.0f;
+  }
+  __device__ static void quants(const unsigned char* b, int i, float* q) {
+    const Bytes8 low = field8(bytes8(b + 6 + (i & 15)), (i >> 4) * 4, 0x0f0f0f0fu);
+    floats8<16>(or8(low, fifth_bits(b, 2, i), 0), q);
+  }
+};
+
+template <>
+struct Format<7> {  // Q5_1: f16 d, f16 m, u32 of fifth bits, nibbles; d * q + m
+  static constexpr int kElems = 32, kBytes = 24, kGroup = 32;
+  static constexpr bool kMin = true;
+  __device__ static void scale(const unsigned char* b, int, float& s, float& o) {
+    s = f16_at(b, 0);
+    o = f16_at(b, 2);
+  }
+  __device__ static void quants(const unsigned char* b, int i, float* q) {
+    const Bytes8 low = field8(bytes8(b + 8 + (i & 15)), (i >> 4) * 4, 0x0f0f0f0fu);
+    floats8<0>(or8(low, fifth_bits(b, 4, i), 0), q);
+  }
+};
+
+template <>
+struct Format<8> {  // Q8_0: f16 d, 32 int8 quants; d * q
+  static constexpr int kElems = 32, kBytes = 34, kGroup = 32;
+  static constexpr bool kMin = false;
+  __device__ static void scale(const unsigned char* b, int, float& s, float& o) {
+    s = f16_at(b, 0);
+    o = 0.0f;
+  }
+  __device__ static void quants(const unsigned char* b, int i, float* q) {
+    const Bytes8 v = bytes8(b + 2 + i);
+    floats8<128>({v.lo ^ 0x80808080u, v.hi ^ 0x80808080u}, q);  // int8 + 128, minus 128
+  }
+};
+
+template <>
+struct Format<10> {  // Q2_K: 16 scale|min nibble bytes, 64 bytes of 2-bit quants, f16 d, f16 dmin
+  static constexpr int kElems = 256, kBytes = 84, kGroup = 16;
+  static constexpr bool kMin = true;
+  __device__ static void scale(const unsigned char* b, int i, float& s, float& o) {
+    const unsigned int packed = u8(b, i >> 4);
+    s = f16_at(b, 80) * static_cast<float>(packed & 0x0fu);
+    o = -(f16_at(b, 82) * static_cast<float>(packed >> 4));
+  }
+  __device__ static void quants(const unsigned char* b, int i, float* q) {
+    floats8<0>(field8(bytes8(b + 16 + (i >> 7) * 32 + (i & 31)), ((i >> 5) & 3) * 2, 0x03030303u), q);
+  }
+};
+
+template <>
+struct Format<11> {  // Q3_K: 32 bytes of high bits, 64 of 2-bit lows, 12 of 6-bit scales, f16 d
+  static constexpr int kElems = 256, kBytes = 110, kGroup = 16;
+  static constexpr bool kMin = false;
+  __device__ static void scale(const unsigned char* b, int i, float& s, float& o) {
+    const int g = i >> 4;
+    const unsigned int low_bits = (u8(b, 96 + (g & 7)) >> ((g >> 3) * 4)) & 0x0fu;
+    const unsigned int high_bits = (u8(b, 104 + (g & 3)) >> ((g >> 2) * 2)) & 3u;
+    s = f16_at(b, 108) * static_cast<float>(static_cast<int>(low_bits | (high_bits << 4)) - 32);
+    o = 0.0f;
+  }
+  __device__ static void quants(const unsigned char* b, int i, float* q) {
+    // q = low - 4 * (1 - high), in -4 .. 3: low + 4 * high minus 4
+    const int l = i & 31;
+    const Bytes8 low = field8(bytes8(b + 32 + (i >> 7) * 32 + l), ((i >> 5) & 3) * 2, 0x03030303u);
+    const Bytes8 high = field8(bytes8(b + l), i >> 5, 0x01010101u);
+    floats8<4>(or8(low, high, 2), q);
+  }
+};
+
+template <>
+struct Format<12> {  // Q4_K: f16 d, f16 dmin, 12 bytes of scales/mins, 128 bytes of nibbles
+  static constexpr int kElems = 256, kBytes = 144, kGroup = 32;
+  static constexpr bool kMin = true;
+  __device__ static void scale(const unsigned char* b, int i, float& s, float& o) {
+    unsigned int sc, mn;
+    k_scale_min(b + 4, i >> 5, sc, mn);
+    s = f16_at(b, 0) * static_cast<float>(sc);
+    o = -(f16_at(b, 2) * static_cast<float>(mn));
+  }
+  __device__ static void quants(const unsigned char* b, int i, float* q) {
+    floats8<0>(field8(bytes8(b + 16 + (i >> 6) * 32 + (i & 31)), ((i >> 5) & 1) * 4, 0x0f0f0f0fu), q);
+  }
+};
+
+template <>
+struct Format<13> {  // Q5_K: Q4_K plus 32 bytes of fifth bits before the nibbles
+  static constexpr int kElems = 256, kBytes = 176, kGroup = 32;
+  static constexpr bool kMin = true;
+  __device__ static void scale(const unsigned char* b, int i, float& s, float& o) {
+    Format<12>::scale(b, i, s, o);  // the same header
+  }
+  __device__ static void quants(const unsigned char* b, int i, float* q) {
+    const int l = i & 31;
+    const Bytes8 low = field8(bytes8(b + 48 + (i >> 6) * 32 + l), ((i >> 5) & 1) * 4, 0x0f0f0f0fu);
+    const Bytes8 high = field8(bytes8(b + 16 + l), i >> 5, 0x01010101u);
+    floats8<0>(or8(low, high, 4), q);
+  }
+};
+
+template <>
+struct Format<14> {  // Q6_K: 128 bytes of low nibbles, 64 of high pairs, 16 int8 scales, f16 d
+  static constexpr int kElems = 256, kBytes = 210, kGroup = 16;
+  static constexpr bool kMin = false;
+  __device__ static void scale(const unsigned char* b, int i, float& s, float& o) {
+    s = f16_at(b, 208) * static_cast<float>(static_cast<int>(static_cast<signed char>(b[192 + (i >> 4)])));
+    o = 0.0f;
+  }
+  __device__ static void quants(const unsigned char* b, int i, float* q) {
+    const int h = i >> 7, r = i & 127;
+    const Bytes8 low = field8(bytes8(b + h * 64 + (r & 63)), (r >> 6) * 4, 0x0f0f0f0fu);
+    const Bytes8 high = field8(bytes8(b + 128 + h * 32 + (r & 31)), (r >> 5) * 2, 0x03030303u);
+    floats8<32>(or8(low, high, 4), q);
+  }
+};
+
+// 8 consecutive elements of x as float: 16-byte loads when `vector`.
+template <typename T>
+__device__ __forceinline__ void load_x8(const T* p, float* v, bool vector) {
+  if (vector) {
+    if constexpr (sizeof(T) == 4) {
+      const float4 a = *reinterpret_cast<const float4*>(p);
+      const float4 c = *reinterpret_cast<const float4*>(p + 4);
+      v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = c.x, v[5] = c.y, v[6] = c.z, v[7] = c.w;
+    } else {
+      const Pack<T, 8> pack = *reinterpret_cast<const Pack<T, 8>*>(p);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = to_float(pack.v[j]);
+    }
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = to_float(p[j]);
+}
+
+// The 16 bytes at address a, of which only those inside [lo, hi) are read (the others are zero).
+__device__ __forceinline__ uint4 load_chunk(unsigned long long a, unsigned long long lo,
+                                            unsigned long long hi) {
+  if (a >= lo && a + 16 <= hi) return __ldg(reinterpret_cast<const uint4*>(a));
+  union {
+    uint4 v;
+    unsigned char c[16];
+  } u;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const unsigned long long at = a + j;
+    u.c[j] = (at >= lo && at < hi) ? *reinterpret_cast<const unsigned char*>(at) : 0;
+  }
+  return u.v;
+}
+
+template <int Type, typename T, int M>
+__global__ void __launch_bounds__(kThreads)
+    gguf_gemv(const T* __restrict__ x, const unsigned char* __restrict__ w, T* __restrict__ y,
+              const T* __restrict__ bias, int rows, int n, int k, long long ldx, long long ldy, int vector,
+              int split) {
+  using F = Format<Type>;
+  constexpr int kSegBlocks = kSegElems / F::kElems;
+  constexpr int kSegBytes = kSegBlocks * F::kBytes;
+  // 16-byte chunks of a segment from an aligned-down start, and room for bytes8's reads past its end
+  constexpr int kChunks = (kSegBytes + 15 + 15) / 16;
+  static_assert(((kChunks + 31) / 32) * 32 * 16 >= kSegBytes + 15 + 4, "bytes8 reads stay in the buffer");
+  constexpr int kPerLane = (kChunks + 31) / 32;
+  __shared__ __align__(16) unsigned char stage[kWarps][kPerLane * 32 * 16];
+
+  const int warp = static_cast<int>(threadIdx.x) >> 5;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int part = warp % split;  // split warps share a row, taking every split-th segment
+  const int row = static_cast<int>(blockIdx.x) * (kWarps / split) + warp / split;
+  const bool active = row < n;
+  const int blocks_per_row = k / F::kElems;
+  const long long row_bytes = static_cast<long long>(blocks_per_row) * F::kBytes;
+  const unsigned long long lo = reinterpret_cast<unsigned long long>(w);
+  const unsigned long long hi =
+      lo + static_cast<unsigned long long>(row_bytes) * static_cast<unsigned long long>(n);
+  const unsigned long long row_start = lo + static_cast<unsigned long long>(row_bytes) * row;
+  const int segments = active ? (blocks_per_row + kSegBlocks - 1) / kSegBlocks : 0;
+  unsigned char* buf = stage[warp];
+  const bool vec = vector != 0;
+
+  float acc[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+
+  uint4 regs[kPerLane];
+#pragma unroll
+  for (int p = 0; p < kPerLane; ++p) regs[p] = make_uint4(0u, 0u, 0u, 0u);
+  int lead = 0;
+  auto fetch = [&](int s) {
+    const unsigned long long start = row_start + static_cast<unsigned long long>(s) * kSegBytes;
+    const unsigned long long aligned = start & ~15ull;
+    const int seg_blocks = min(kSegBlocks, blocks_per_row - s * kSegBlocks);
+    lead = static_cast<int>(start - aligned);
+    const int chunks = (lead + seg_blocks * F::kBytes + 15) >> 4;
+#pragma unroll
+    for (int p = 0; p < kPerLane; ++p) {
+      const int c = p * 32 + lane;
+      if (c < chunks) regs[p] = load_chunk(aligned + 16ull * c, lo, hi);
+    }
+  };
+
+  if (part < segments) fetch(part);
+  for (int s = part; s < segments; s += split) {
+    __syncwarp();  // every lane is done decoding the previous segment
+#pragma unroll
+    for (int p = 0; p < kPerLane; ++p) reinterpret_cast<uint4*>(buf)[p * 32 + lane] = regs[p];
+    const int cur_lead = lead;
+    __syncwarp();
+    if (s + split < segments) fetch(s + split);  // in flight while this segment is decoded
+    const int elems = min(kSegBlocks, blocks_per_row - s * kSegBlocks) * F::kElems;
+    const int e0 = lane * 32;
+    if (e0 < elems) {
+      const unsigned char* blk = buf + cur_lead + (e0 / F::kElems) * F::kBytes;
+      const int i0 = e0 % F::kElems;
+      const long long kk = static_cast<long long>(s) * kSegElems + e0;
+#pragma unroll
+      for (int g0 = 0; g0 < 32; g0 += F::kGroup) {  // the lane's 32 elements: one or two scale groups
+        float sc, off;
+        F::scale(blk, i0 + g0, sc, off);
+        float dot[M], sum[M];
+#pragma unroll
+        for (int m = 0; m < M; ++m) dot[m] = sum[m] = 0.0f;
+#pragma unroll
+        for (int g = g0; g < g0 + F::kGroup; g += 8) {
+          float q[8];
+          F::quants(blk, i0 + g, q);
+#pragma unroll
+          for (int m = 0; m < M; ++m) {
+            if (m < rows) {
+              float xv[8];
+              load_x8(x + m * ldx + kk + g, xv, vec);
+#pragma unroll
+              for (int j = 0; j < 8; ++j) {
+                dot[m] = fmaf(xv[j], q[j], dot[m]);
+                if constexpr (F::kMin) sum[m] += xv[j];
+              }
+            }
+          }
+        }
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          acc[m] = fmaf(sc, dot[m], acc[m]);
+          if constexpr (F::kMin) acc[m] = fmaf(off, sum[m], acc[m]);
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+#pragma unroll
+    for (int delta = 16; delta > 0; delta >>= 1) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], delta);
+  }
+  if (split > 1) {  // the row's first warp adds the split warps' sums in a fixed order
+    __shared__ float partial[kWarps][M];
+    if (lane == 0) {
+#pragma unroll
+      for (int m = 0; m < M; ++m) partial[warp][m] = acc[m];
+    }
+    __syncthreads();
+    if (part != 0) return;
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      float total = 0.0f;
+      for (int p = 0; p < split; ++p) total += partial[warp + p][m];
+      acc[m] = total;
+    }
+  }
+  if (active && lane == 0) {
+    const float b = bias != nullptr ? to_float(bias[row]) : 0.0f;
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      if (m < rows) y[m * ldy + row] = from_float<T>(acc[m] + b);
+    }
+  }
+}
+
+}  // namespace qgemv
+}  // namespace ops
+}  // namespace pygpukit

@@ -1,0 +1,242 @@
+"""Decoding one 30 s window: greedy, sampling (temperature > 0, best of N) and beam search (size, patience),
+with Whisper's token rules applied to the logits of each step (host side, float64):
+
+- the suppressed tokens (non-speech symbols and the task/start tokens) at every step, and a leading blank
+  or <|endoftext|> at the first step (``suppress_blank``);
+- the timestamp rules: <|notimestamps|> never; the first token a timestamp of at most
+  ``max_initial_timestamp``; timestamps in pairs except before <|endoftext|>; timestamps never decrease;
+  a timestamp is forced when the timestamps' total probability beats every text token.
+
+The rules, step counting, candidate handling of the beam search (2 x beam candidates, finished hypotheses
+replaced by the next unfinished candidate, ``round(beam x patience)`` finished hypotheses, scores divided
+by length) and the scores (sum of log-probabilities; average over tokens + 1) follow CTranslate2's
+Whisper generation as faster-whisper calls it, so greedy decoding gives the same tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pygpukit.core.array import GPUArray
+from pygpukit.core.errors import ArgumentError
+
+__all__ = ["DecodeResult", "TokenRules", "decode_batch", "decode_window"]
+
+Array = np.ndarray[Any, Any]
+_NEG = -np.inf
+
+
+@dataclass
+class DecodeResult:
+    """One window's decoding: generated tokens (without <|endoftext|>), the sum of their log-probabilities
+    (with the end token's), the average (sum / (len + 1)), the no-speech probability and the temperature."""
+
+    tokens: list[int]
+    sum_logprob: float
+    avg_logprob: float
+    no_speech_prob: float
+    temperature: float
+    candidates: list[tuple[list[int], float]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TokenRules:
+    """The token ids and options the logit rules need."""
+
+    eot: int
+    no_timestamps: int
+    timestamp_begin: int
+    vocab_size: int
+    suppress: tuple[int, ...] = ()
+    suppress_blank: tuple[int, ...] = ()
+    timestamps: bool = True
+    max_initial_timestamp_index: int = 50
+
+    def apply(self, logits: Array, generated: list[list[int]], step: int) -> Array:
+        """Mask ``logits`` (rows, vocab) float64 in place for each row's ``generated`` tokens; returns it."""
+        if self.suppress:
+            logits[:, list(self.suppress)] = _NEG
+        if step == 0 and self.suppress_blank:
+            logits[:, list(self.suppress_blank)] = _NEG
+        if not self.timestamps:
+            return logits
+        tsb, last_ts = self.timestamp_begin, self.vocab_size - 1
+        logits[:, self.no_timestamps] = _NEG
+        check: list[int] = []
+        for row, seq in enumerate(generated):
+            if step == 0:
+                logits[row, :tsb] = _NEG
+                logits[row, tsb + self.max_initial_timestamp_index + 1 : last_ts + 1] = _NEG
+                continue
+            last = seq[-1]
+            if last >= tsb:
+                penultimate = seq[-2] if len(seq) >= 2 else last
+                if penultimate >= tsb:
+                    logits[row, tsb:] = _NEG
+                else:
+                    logits[row, : self.eot] = _NEG
+                    logits[row, tsb:last] = _NEG
+                    check.append(row)
+            else:
+                check.append(row)
+                for token in reversed(seq):
+                    if token >= tsb:
+                        logits[row, tsb : token + 1] = _NEG
+                        break
+        for row in check:
+            lp = _log_softmax(logits[row])
+            stamps = lp[tsb:]
+            top = stamps.max()
+            total = top + np.log(np.exp(stamps - top).sum()) if np.isfinite(top) else _NEG
+            if total > lp[:tsb].max():
+                logits[row, :tsb] = _NEG
+        return logits
+
+
+def _log_softmax(x: Array) -> Array:
+    top = x.max(axis=-1, keepdims=True)
+    shifted = x - top
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))  # type: ignore[no-any-return]
+
+
+def _step_logits(model: Any, state: Any, tokens: Array) -> Array:
+    hidden = model.decode(tokens, state)
+    return np.asarray(model.logits(hidden[:, -1]).to_numpy(), dtype=np.float64)
+
+
+def decode_window(model: Any, encoder_out: GPUArray, prompt: list[int], rules: TokenRules, *, sot_index: int,
+                  no_speech: int, temperature: float = 0.0, beam_size: int = 1, patience: float = 1.0,
+                  best_of: int = 1, length_penalty: float = 1.0, max_length: int | None = None,
+                  rng: np.random.Generator | None = None) -> DecodeResult:  # fmt: skip
+    """Decode one window (``encoder_out`` of batch 1) after ``prompt``; ``sot_index`` is the position of
+    <|startoftranscript|> in the prompt, whose logits give the no-speech probability."""
+    if beam_size < 1 or best_of < 1 or patience <= 0:
+        raise ArgumentError(f"beam_size and best_of must be >= 1 and patience > 0, got {beam_size}, {best_of}, "
+                            f"{patience}")  # fmt: skip
+    if encoder_out.shape[0] != 1:
+        raise ArgumentError(f"decode_window decodes one window, got encoder output {encoder_out.shape}")
+    ctx = model.config.n_text_ctx
+    total = ctx if max_length is None else min(int(max_length), ctx)
+    start_step = len(prompt) - 1
+    max_new = min(total // 2, total - start_step)
+    if max_new < 1:
+        raise ArgumentError(f"the prompt of {len(prompt)} tokens leaves no room in the {ctx}-token context")
+    sampling = temperature > 0
+    rows = best_of if sampling else beam_size
+    state = model.new_state(encoder_out, repeat=rows, max_len=min(ctx, len(prompt) + max_new))
+    hidden = model.decode(np.tile(np.asarray(prompt, np.int64), (rows, 1)), state)
+    # the no-speech probability: <|nospeech|> at the <|startoftranscript|> position, before any rule
+    first = np.asarray(model.logits(hidden[:1, sot_index : sot_index + 1]).to_numpy(), np.float64)[0, 0]
+    no_speech_prob = float(np.exp(_log_softmax(first))[no_speech])
+    logits = np.asarray(model.logits(hidden[:, -1]).to_numpy(), dtype=np.float64)
+    if beam_size > 1 and not sampling:
+        return _beam(model, state, logits, rules, beam_size, patience, length_penalty, max_new, no_speech_prob)
+    generator = rng if rng is not None else np.random.default_rng(0)
+    seqs, sums = _sample_rows(model, state, logits, rules, temperature, max_new, generator)
+    lengths = np.array([max(len(s), 1) for s in seqs], dtype=np.float64)
+    scores = sums / lengths**length_penalty
+    best = int(np.argmax(scores))
+    return DecodeResult(seqs[best], float(sums[best]), float(sums[best] / (len(seqs[best]) + 1)), no_speech_prob,
+                        float(temperature), [(s, float(v)) for s, v in zip(seqs, scores, strict=True)])  # fmt: skip
+
+
+def _sample_rows(model: Any, state: Any, logits: Array, rules: TokenRules, temperature: float, max_new: int,
+                 generator: np.random.Generator) -> tuple[list[list[int]], Array]:  # fmt: skip
+    """Greedy (temperature 0) or sampled continuation of every row of ``state``: the tokens of each row
+    (without <|endoftext|>) and the sums of their log-probabilities. Finished rows are fed <|endoftext|>."""
+    rows = logits.shape[0]
+    seqs: list[list[int]] = [[] for _ in range(rows)]
+    sums = np.zeros(rows)
+    done = np.zeros(rows, bool)
+    for step in range(max_new):
+        rules.apply(logits, seqs, step)
+        lp = _log_softmax(logits)
+        if temperature > 0:
+            probs = np.exp(_log_softmax(logits / temperature))
+            tokens = np.array([generator.choice(probs.shape[1], p=p / p.sum()) for p in probs])
+        else:
+            tokens = lp.argmax(axis=-1)
+        for r in range(rows):
+            if done[r]:
+                continue
+            sums[r] += lp[r, tokens[r]]
+            if int(tokens[r]) == rules.eot:
+                done[r] = True
+            else:
+                seqs[r].append(int(tokens[r]))
+        if done.all() or step + 1 == max_new:
+            break
+        feed = np.where(done, rules.eot, tokens).reshape(rows, 1)
+        logits = _step_logits(model, state, feed)
+    return seqs, sums
+
+
+def decode_batch(model: Any, encoder_out: GPUArray, prompt: list[int], rules: TokenRules, *, sot_index: int,
+                 no_speech: int, max_length: int | None = None) -> list[DecodeResult]:  # fmt: skip
+    """Greedy decoding of a batch of windows (``encoder_out`` (batch, n_audio_ctx, d)) that share one
+    ``prompt``: one result per window, each as :func:`decode_window` with temperature 0 gives it."""
+    ctx = model.config.n_text_ctx
+    total = ctx if max_length is None else min(int(max_length), ctx)
+    max_new = min(total // 2, total - (len(prompt) - 1))
+    if max_new < 1:
+        raise ArgumentError(f"the prompt of {len(prompt)} tokens leaves no room in the {ctx}-token context")
+    rows = encoder_out.shape[0]
+    state = model.new_state(encoder_out, max_len=min(ctx, len(prompt) + max_new))
+    hidden = model.decode(np.tile(np.asarray(prompt, np.int64), (rows, 1)), state)
+    first = np.asarray(model.logits(hidden[:, sot_index : sot_index + 1]).to_numpy(), np.float64)[:, 0]
+    no_speech_probs = np.exp(_log_softmax(first))[:, no_speech]
+    logits = np.asarray(model.logits(hidden[:, -1]).to_numpy(), dtype=np.float64)
+    seqs, sums = _sample_rows(model, state, logits, rules, 0.0, max_new, np.random.default_rng(0))
+    return [DecodeResult(seq, float(total_lp), float(total_lp / (len(seq) + 1)), float(ns), 0.0)
+            for seq, total_lp, ns in zip(seqs, sums, no_speech_probs, strict=True)]  # fmt: skip
+
+
+def _beam(model: Any, state: Any, logits: Array, rules: TokenRules, beam: int, patience: float,
+          length_penalty: float, max_new: int, no_speech_prob: float) -> DecodeResult:  # fmt: skip
+    """CTranslate2's beam search for one window (the state holds ``beam`` identical rows)."""
+    candidates_n = 2 * beam
+    wanted = max(1, round(beam * patience))
+    seqs: list[list[int]] = [[]]
+    scores = np.zeros(1)
+    finished: list[tuple[list[int], float, float]] = []  # tokens, cumulative log-prob, normalized score
+    vocab = logits.shape[1]
+    logits = logits[:1]
+    for step in range(max_new):
+        rules.apply(logits, seqs, step)
+        total = _log_softmax(logits) + scores[:, None]
+        flat = total.reshape(-1)
+        order = np.argsort(-flat, kind="stable")[:candidates_n]
+        cand_beam, cand_tok, cand_score = order // vocab, order % vocab, flat[order]
+        last = step + 1 == max_new
+        keep: list[int] = []
+        secondary = beam
+        for k in range(min(beam, len(order))):
+            chosen = k
+            if int(cand_tok[k]) == rules.eot or last:
+                tokens = seqs[cand_beam[k]] + ([] if int(cand_tok[k]) == rules.eot else [int(cand_tok[k])])
+                finished.append(
+                    (tokens, float(cand_score[k]), float(cand_score[k]) / max(len(tokens), 1) ** length_penalty)
+                )
+                for j in range(secondary, len(order)):
+                    if int(cand_tok[j]) != rules.eot:
+                        chosen, secondary = j, j + 1
+                        break
+            keep.append(chosen)
+        if last or len(finished) >= wanted:
+            break
+        parents = cand_beam[keep]
+        seqs = [seqs[p] + [int(cand_tok[c])] for p, c in zip(parents, keep, strict=True)]
+        scores = cand_score[keep]
+        model.reorder(state, parents if step else np.zeros(beam, dtype=np.int64))
+        logits = _step_logits(model, state, np.array([[s[-1]] for s in seqs]))
+    if not finished:
+        finished = [
+            (s, float(v), float(v) / max(len(s), 1) ** length_penalty) for s, v in zip(seqs, scores, strict=True)
+        ]
+    finished.sort(key=lambda f: -f[2])
+    tokens, cum, _ = finished[0]
+    return DecodeResult(tokens, cum, cum / (len(tokens) + 1), no_speech_prob, 0.0,
+                        [(t, s) for t, _, s in finished])  # fmt: skip

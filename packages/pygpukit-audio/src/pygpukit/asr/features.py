@@ -1,0 +1,102 @@
+"""Whisper's log-mel front end on pygpukit arrays, built from pygpukit.audio's STFT and mel filterbank.
+
+``log_mel_spectrogram(audio)``: the periodic Hann window of 400 samples, hop 160, centred frames with reflect
+padding, |STFT|^2 without the last frame, Slaney mel filters (80 or 128 bins, 0..8000 Hz), log10 of
+max(mel, 1e-10), clamped to (max - 8) per signal, then (x + 4) / 4. ``padding`` zeros are appended to the
+audio first: :func:`whisper_features` pads or trims to 30 s (480000 samples) as transformers'
+WhisperFeatureExtractor does; the long-form transcriber pads 160 samples and cuts 3000-frame windows out
+of the features of the whole recording, as faster-whisper does.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from pygpukit.core.array import GPUArray, asarray, zeros
+from pygpukit.core.dtypes import float32, float64
+from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
+
+__all__ = ["CHUNK_SAMPLES", "HOP_LENGTH", "N_FFT", "N_FRAMES", "SAMPLE_RATE", "log_mel_spectrogram",
+           "pad_or_trim", "whisper_features"]  # fmt: skip
+
+SAMPLE_RATE = 16000
+N_FFT = 400
+HOP_LENGTH = 160
+CHUNK_SAMPLES = 30 * SAMPLE_RATE  # 480000
+N_FRAMES = CHUNK_SAMPLES // HOP_LENGTH  # 3000 frames in a 30 s window
+_LOG10 = 1.0 / math.log(10.0)
+
+
+def _signal(audio: Any) -> GPUArray:
+    x = audio if isinstance(audio, GPUArray) else asarray(np.asarray(audio))
+    if x.dtype not in (float32, float64):
+        if x.dtype.kind != "f":
+            raise DTypeError(f"log_mel_spectrogram: audio must be float32 or float64 samples, got {x.dtype.name}")
+        x = x.astype(float32)
+    if x.ndim not in (1, 2):
+        raise ShapeError(f"log_mel_spectrogram: audio must be (samples,) or (batch, samples), got shape {x.shape}")
+    return x
+
+
+def _pad_samples(x: GPUArray, total: int) -> GPUArray:
+    """x (..., T) with zeros appended (or cut) to ``total`` samples along the last axis."""
+    length = x.shape[-1]
+    if length == total:
+        return x
+    if length > total:
+        return x[..., :total].contiguous()
+    from pygpukit.ops import concatenate
+
+    pad = zeros((*x.shape[:-1], total - length), x.dtype)
+    return concatenate([x, pad], axis=-1)
+
+
+def log_mel_spectrogram(audio: Any, n_mels: int = 80, *, padding: int = 0) -> GPUArray:
+    """Whisper's normalized log-mel features: (n_mels, frames) for (samples,) audio, (batch, n_mels, frames)
+    for (batch, samples); ``frames = (samples + padding) // 160``. The dtype follows the audio (float32 or
+    float64); 16 kHz audio is assumed (resample with pygpukit.audio.resample first)."""
+    from pygpukit.audio import melspectrogram
+    from pygpukit.ops import log, maximum, mul
+    from pygpukit.ops import max as amax
+
+    if n_mels not in (80, 128):
+        raise ArgumentError(f"log_mel_spectrogram: n_mels must be 80 or 128 (Whisper's front ends), got {n_mels}")
+    if padding < 0:
+        raise ArgumentError(f"log_mel_spectrogram: padding must be >= 0 samples, got {padding}")
+    x = _signal(audio)
+    if padding:
+        x = _pad_samples(x, x.shape[-1] + padding)
+    if x.shape[-1] < N_FFT // 2 + 1:
+        x = _pad_samples(x, N_FFT // 2 + 1)  # reflect padding needs more samples than half a window
+    mel = melspectrogram(x, sr=SAMPLE_RATE, n_fft=N_FFT, hop_length=HOP_LENGTH, window="hann", center=True,
+                         pad_mode="reflect", power=2.0, n_mels=n_mels, fmin=0.0, fmax=SAMPLE_RATE / 2,
+                         htk=False, norm="slaney")  # fmt: skip
+    mel = mel[..., :-1].contiguous()
+    logs = mul(log(maximum(mel, 1e-10)), _LOG10)
+    rows = logs.reshape(1 if logs.ndim == 2 else logs.shape[0], -1)
+    top = amax(rows, axis=-1, keepdims=True)  # (rows, 1)
+    clamped = maximum(rows, top - 8.0)
+    return ((clamped + 4.0) * 0.25).reshape(logs.shape)
+
+
+def pad_or_trim(features: GPUArray, frames: int = N_FRAMES) -> GPUArray:
+    """Features (..., n_mels, T) cut or zero-padded (in the normalized log-mel domain) to ``frames``."""
+    length = features.shape[-1]
+    if length == frames:
+        return features
+    if length > frames:
+        return features[..., :frames].contiguous()
+    from pygpukit.ops import concatenate
+
+    pad = zeros((*features.shape[:-1], frames - length), features.dtype)
+    return concatenate([features, pad], axis=-1)
+
+
+def whisper_features(audio: Any, n_mels: int = 80) -> GPUArray:
+    """The features of one 30 s window as transformers' WhisperFeatureExtractor computes them: the audio is
+    zero-padded (or cut) to 480000 samples, giving (n_mels, 3000) (or (batch, n_mels, 3000))."""
+    x = _signal(audio)
+    return log_mel_spectrogram(_pad_samples(x, CHUNK_SAMPLES), n_mels)

@@ -1,0 +1,110 @@
+"""transcribe_batch: the first windows encoded and greedily decoded in one batch, everything else per
+recording as transcribe does; equal results to transcribing one by one."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pygpukit.asr import batch, longform
+from pygpukit.asr.decoding import DecodeResult
+from pygpukit.core.errors import ArgumentError
+
+_spec = importlib.util.spec_from_file_location("asr_reference", Path(__file__).with_name("asr_reference.py"))
+assert _spec is not None
+assert _spec.loader is not None
+ref = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ref)
+
+
+class _Tok:
+    multilingual = False
+    eot, sot, sot_prev, no_timestamps, no_speech, timestamp_begin = 50256, 50257, 50360, 50362, 50361, 50363
+
+    def decode(self, tokens: Any) -> str:
+        return " ".join(str(t) for t in tokens if t < self.eot)
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) for c in text]
+
+    def sot_sequence(self, language: Any, task: Any) -> list[int]:
+        return [self.sot]
+
+    def suppressed_tokens(self, tokens: Any) -> tuple[int, ...]:
+        return ()
+
+
+class _Model:
+    class config:  # noqa: N801
+        n_mels, n_vocab, n_text_ctx = 80, 51864, 448
+
+    tokenizer = _Tok()
+
+    def __init__(self) -> None:
+        self.encoded: list[tuple[int, ...]] = []
+
+    def encode(self, window: Any) -> Any:
+        self.encoded.append(window.shape)
+        return window if window.ndim == 3 else window.reshape(1, *window.shape)
+
+
+def test_batch_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    batches: list[int] = []
+    singles: list[float] = []
+
+    def fake_batch(model: Any, enc: Any, prompt: list[int], rules: Any, **kw: Any) -> list[DecodeResult]:
+        batches.append(enc.shape[0])
+        assert prompt == [50360, 32, 104, 105, 50257]  # " hi"
+        # row 1 fails the log-probability threshold and falls back on its own
+        return [DecodeResult([50363, 40 + r, 50413], -0.1, -2.0 if r == 1 else -0.1, 0.0, 0.0) for r in range(3)]
+
+    def fake_window(model: Any, enc: Any, prompt: list[int], rules: Any, **kw: Any) -> DecodeResult:
+        singles.append(kw["temperature"])
+        return DecodeResult([50363, 99, 50413], -0.1, -0.2, 0.0, kw["temperature"])
+
+    monkeypatch.setattr(batch, "decode_batch", fake_batch)
+    monkeypatch.setattr(longform, "decode_window", fake_window)
+    model = _Model()
+    audios = [np.zeros(16000 * n, np.float32) for n in (2, 3, 4)]
+    results = batch.transcribe_batch(model, audios, beam_size=1, temperature=(0.0, 0.4), initial_prompt="hi")
+    assert batches == [3]
+    assert model.encoded == [(3, 80, 3000)]
+    assert singles == [0.4]  # only the failing row decodes again, at the next temperature
+    assert [r.text for r in results] == ["40", "99", "42"]
+    assert [r.duration for r in results] == [2.0, 3.0, 4.0]
+    with pytest.raises(ArgumentError, match="batch_size"):
+        batch.transcribe_batch(model, audios, batch_size=0)
+
+
+def test_beam_search_encodes_in_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(batch, "decode_batch", lambda *a, **k: pytest.fail("beam search must not batch-decode"))
+    monkeypatch.setattr(
+        longform, "decode_window", lambda *a, **k: DecodeResult([50363, 7, 50413], -0.1, -0.1, 0.0, 0.0)
+    )
+    model = _Model()
+    results = batch.transcribe_batch(model, [np.zeros(16000, np.float32)] * 3, batch_size=2, beam_size=5)
+    assert model.encoded == [(2, 80, 3000), (1, 80, 3000)]
+    assert [r.text for r in results] == ["7"] * 3
+
+
+@pytest.mark.slow
+@pytest.mark.audio_data
+def test_batch_equals_one_by_one(whisper_tiny: Path, speech_16k: list[Path]) -> None:
+    from pygpukit.asr import WhisperModel, transcribe_batch
+
+    model = WhisperModel.from_pretrained(whisper_tiny)
+    root = next(p for p in speech_16k if p.name == "001.wav").parent.parent
+    keys = ["cards/001.wav", "cards/004.wav", "librivox/sense_and_sensibility_01_austen_64kb-0930.wav"]
+    reference = ref.load_reference()["clips"]
+    results = transcribe_batch(model, [root / k for k in keys], beam_size=1, temperature=0.0, word_timestamps=True)
+    for key, result in zip(keys, results, strict=True):
+        expected = reference[key]["greedy_words"]
+        assert result.text == expected["text"]
+        for ours, theirs in zip(result.segments, expected["segments"], strict=True):
+            assert abs(ours.start - theirs["start"]) <= 0.02
+            assert abs(ours.end - theirs["end"]) <= 0.02
+            assert [w.word for w in ours.words or ()] == [w[0] for w in theirs["words"]]

@@ -1,0 +1,112 @@
+"""decode_window on a random small Whisper: greedy, sampling and beam search against log-probabilities
+computed by the float64 NumPy reference for the sequences they return (which checks the KV cache, the beam
+reordering and the score bookkeeping), and the argument checks."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pygpukit.asr.decoding import TokenRules, decode_window
+from pygpukit.asr.model import WhisperModel
+from pygpukit.asr.weights import WhisperConfig
+from pygpukit.core.errors import ArgumentError
+
+_spec = importlib.util.spec_from_file_location("asr_reference", Path(__file__).with_name("asr_reference.py"))
+assert _spec is not None
+assert _spec.loader is not None
+ref = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ref)
+
+CFG = WhisperConfig(n_mels=80, n_audio_ctx=10, d_model=128, encoder_layers=1, encoder_heads=2, n_vocab=30,
+                    n_text_ctx=16, decoder_layers=2, decoder_heads=2)  # fmt: skip
+EOT, SOT, NO_TS, NO_SPEECH = 20, 21, 23, 22
+RULES = TokenRules(eot=EOT, no_timestamps=NO_TS, timestamp_begin=24, vocab_size=30, suppress=(SOT, NO_SPEECH),
+                   timestamps=False)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def setup() -> tuple[WhisperModel, dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    weights = ref.random_weights(CFG, seed=26)
+    # random signs in the final norm keep the tied projection from repeating the last token forever
+    weights["dec.ln.g"] = 0.7 * np.random.default_rng(26).choice([-1.0, 1.0], CFG.d_model).astype(np.float32)
+    mel = np.random.default_rng(22).standard_normal((80, 20)).astype(np.float32)
+    return WhisperModel(CFG, weights), weights, mel, ref.encode(weights, CFG, mel)
+
+
+def _logprobs(weights: dict[str, np.ndarray], enc: np.ndarray, prompt: list[int], tokens: list[int]) -> np.ndarray:
+    """Log-probabilities (after the suppression of RULES) of tokens + [EOT] following the prompt."""
+    full = [*prompt, *tokens, EOT]
+    logits = ref.decode(weights, CFG, enc, np.array(full[:-1]))[len(prompt) - 1 :]
+    logits[:, list(RULES.suppress)] = -np.inf
+    logits -= logits.max(-1, keepdims=True)
+    lp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    return lp[np.arange(len(tokens) + 1), full[len(prompt) :]]
+
+
+def test_greedy_follows_the_reference(setup: tuple) -> None:
+    model, weights, mel, enc = setup
+    prompt = [SOT]
+    result = decode_window(model, model.encode(mel), prompt, RULES, sot_index=0, no_speech=NO_SPEECH)
+    # the reference's greedy chain
+    seq: list[int] = []
+    while len(seq) < 8:  # max_new = min(16 // 2, 16 - 0)
+        logits = ref.decode(weights, CFG, enc, np.array(prompt + seq))[-1]
+        logits[list(RULES.suppress)] = -np.inf
+        token = int(np.argmax(logits))
+        if token == EOT:
+            break
+        seq.append(token)
+    assert result.tokens == seq == [14, 28, 28, 8]
+    lp = _logprobs(weights, enc, prompt, seq)
+    np.testing.assert_allclose(result.sum_logprob, lp.sum(), rtol=1e-4)
+    first = ref.decode(weights, CFG, enc, np.array(prompt))[0]
+    np.testing.assert_allclose(result.no_speech_prob, np.exp(first - first.max())[NO_SPEECH] /
+                               np.exp(first - first.max()).sum(), rtol=1e-4)  # fmt: skip
+
+
+@pytest.mark.parametrize("beam", [2, 4])
+def test_beam_scores_match_the_reference(setup: tuple, beam: int) -> None:
+    model, weights, mel, enc = setup
+    prompt = [SOT]
+    result = decode_window(model, model.encode(mel), prompt, RULES, sot_index=0, no_speech=NO_SPEECH,
+                           beam_size=beam)  # fmt: skip
+    assert result.candidates, "beam search returns its finished hypotheses"
+    greedy = decode_window(model, model.encode(mel), prompt, RULES, sot_index=0, no_speech=NO_SPEECH)
+    for tokens, score in result.candidates[:beam]:
+        lp = _logprobs(weights, enc, prompt, tokens)
+        if len(tokens) == 8:  # stopped by the length limit: no end token scored
+            lp = lp[:-1]
+        np.testing.assert_allclose(score, lp.sum() / max(len(tokens), 1), rtol=1e-4, atol=1e-6)
+    best = result.candidates[0][1]
+    assert best >= greedy.sum_logprob / max(len(greedy.tokens), 1) - 1e-6 or len(result.tokens) == 0
+
+
+def test_sampling(setup: tuple) -> None:
+    model, weights, mel, enc = setup
+    enc_gpu = model.encode(mel)
+    cold = decode_window(model, enc_gpu, [SOT], RULES, sot_index=0, no_speech=NO_SPEECH, temperature=1e-4, best_of=3)
+    greedy = decode_window(model, enc_gpu, [SOT], RULES, sot_index=0, no_speech=NO_SPEECH)
+    assert cold.tokens == greedy.tokens
+    assert len(cold.candidates) == 3
+    hot = decode_window(model, enc_gpu, [SOT], RULES, sot_index=0, no_speech=NO_SPEECH, temperature=1.5, best_of=4,
+                        rng=np.random.default_rng(3))  # fmt: skip
+    for tokens, score in hot.candidates:
+        lp = _logprobs(weights, enc, [SOT], tokens)
+        if len(tokens) == 8:  # stopped by the length limit, or by EOT as the 8th token: either sum fits
+            assert np.isclose(score * 8, lp[:-1].sum(), rtol=1e-4) or np.isclose(score * 8, lp.sum(), rtol=1e-4)
+        else:
+            np.testing.assert_allclose(score, lp.sum() / max(len(tokens), 1), rtol=1e-4)
+    assert hot.temperature == 1.5
+
+
+def test_arguments(setup: tuple) -> None:
+    model, _, mel, _ = setup
+    enc = model.encode(mel)
+    with pytest.raises(ArgumentError, match="beam_size"):
+        decode_window(model, enc, [SOT], RULES, sot_index=0, no_speech=NO_SPEECH, beam_size=0)
+    with pytest.raises(ArgumentError, match="no room"):
+        decode_window(model, enc, [SOT] * 17, RULES, sot_index=0, no_speech=NO_SPEECH)

@@ -1,0 +1,349 @@
+"""Decode strategies with preallocated buffers: :class:`DecodeM1` and :class:`DecodeM1Graph`.
+
+``DecodeM1`` runs one decode step with every intermediate (hidden states, q/k/v, attention output,
+MLP activations, logits, the sampled token) in buffers allocated once, through the ops' ``out=``
+arguments: a steady-state step allocates nothing from the pool and synchronizes with the host only
+to read the sampled token. The sampled-token buffer is also the next step's input, and the positions
+(``state.lengths``) advance on the device, so the host writes nothing between steps.
+
+``DecodeM1Graph`` captures that same step once in a :class:`pygpukit.CudaGraph` (rope, the KV-cache
+append and decode attention all read the positions from the device) and replays the one graph at
+every position: one launch per token. Its tokens are bitwise equal to ``DecodeM1``'s (the same
+kernels on the same buffers).
+
+Dense weights run allocation-free; GGUF block-quantized or per-channel quantized weights and MoE
+blocks still allocate (``DecodeM1`` only; ``DecodeM1Graph`` refuses them).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+import pygpukit.ops as ops
+from pygpukit.core.array import GPUArray, empty, from_numpy
+from pygpukit.core.dtypes import int32
+from pygpukit.core.errors import ArgumentError, PyGPUkitError, ShapeError
+from pygpukit.core.graph import CudaGraph
+from pygpukit.core.stream import Stream, current_stream
+
+if TYPE_CHECKING:
+    from .generation import SamplingParams
+    from .model import CausalTransformerModel, LayerWeights, LinearWeight
+
+__all__ = [
+    "STRATEGIES",
+    "DecodeM1",
+    "DecodeM1Graph",
+    "UnsupportedStrategyError",
+    "choose_strategy",
+    "graph_unsupported_reason",
+]
+
+STRATEGIES = ("eager", "m1", "graph")
+
+# The CPU backend's CudaGraph records calls into pygpukit made from outside pygpukit; this module
+# opts in, so the ops it calls inside a capture are recorded (pygpukit.core._recording).
+__pygpukit_record_calls__ = True
+
+
+class UnsupportedStrategyError(ArgumentError):
+    """A decode strategy that cannot run this model or these settings (names what is unsupported)."""
+
+
+def graph_unsupported_reason(model: CausalTransformerModel, sampling: SamplingParams | None) -> str | None:
+    """Why :class:`DecodeM1Graph` cannot run ``model`` with ``sampling`` (None when it can)."""
+    if sampling is not None and sampling.repetition_penalty:
+        return "repetition_penalty (its token history is written by the host each step)"
+    for layer in model.weights.layers:
+        if layer.w_router is not None:
+            return "MoE blocks (the expert routing allocates per step)"
+        for name in ("wq", "wk", "wv", "wo", "w_gate_up", "w_down"):
+            weight = getattr(layer, name)
+            if weight is not None and type(weight) is not GPUArray:
+                return f"quantized weights ({name} is a {type(weight).__name__}; the quantized GEMV allocates)"
+    if type(model.weights.lm_head) is not GPUArray:
+        return f"a quantized lm_head ({type(model.weights.lm_head).__name__})"
+    return None
+
+
+class DecodeM1:
+    """Batch decode with preallocated buffers (the seeds' ``DecodeM1``).
+
+    ``start(ids, lengths)`` runs the prompt and samples the first token; each ``step()`` decodes one
+    token per sequence and returns the sampled ids (batch,) on the host. ``sampling`` None (or a
+    greedy :class:`SamplingParams`) is greedy; ``seed`` seeds the sampler."""
+
+    def __init__(self, model: CausalTransformerModel, batch: int, max_seq_len: int,
+                 sampling: SamplingParams | None = None, seed: int = 0) -> None:  # fmt: skip
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+            raise ArgumentError(f"{type(self).__name__}: batch must be an int >= 1, got {batch!r}")
+        if not isinstance(max_seq_len, int) or isinstance(max_seq_len, bool) or max_seq_len < 1:
+            raise ArgumentError(f"{type(self).__name__}: max_seq_len must be an int >= 1, got {max_seq_len!r}")
+        c = model.config
+        self.model = model
+        self.batch = batch
+        self.max_seq_len = max_seq_len
+        # Two positions at least: DecodeM1Graph warms up and captures on positions 0 and 1.
+        self.state = model.new_state(batch, min(max(max_seq_len, 2), c.max_position_embeddings))
+        self.sampling = sampling
+        self.seed = seed
+        greedy = sampling is None or sampling.greedy
+        self.sampler = None if greedy else ops.Sampler(seed, batch, c.vocab_size, model.dtype)
+        self._settings: dict[str, Any] = {}
+        self._history: GPUArray | None = None
+        self._history_host: np.ndarray[Any, Any] | None = None
+        if sampling is not None and not greedy:
+            self._settings = {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
+                              "min_p": sampling.min_p, "repetition_penalty": sampling.repetition_penalty}  # fmt: skip
+            if sampling.repetition_penalty:
+                self._history_host = np.full((batch, self.state.max_seq_len), -1, np.int32)
+                self._history = from_numpy(self._history_host)
+                self._settings["history"] = self._history
+        self._lengths_host = [0] * batch
+        self._allocate()
+
+    # -- buffers ------------------------------------------------------------------------------------
+    def _allocate(self) -> None:
+        c, b, dt = self.model.config, self.batch, self.model.dtype
+        w = self.model.weights
+        self.tokens = empty(b, int32)  # the sampled tokens: the next step's input
+        self.residual = empty((b, 1, c.hidden_size), dt)
+        self.normed = empty((b, 1, c.hidden_size), dt)
+        self.q = empty((b, 1, c.num_heads, c.head_dim), dt)
+        self.k = empty((b, 1, c.num_kv_heads, c.head_dim), dt)
+        self.v = empty((b, 1, c.num_kv_heads, c.head_dim), dt)
+        self.qn = self.kn = None
+        if w.layers[0].q_norm is not None:
+            self.qn = empty(self.q.shape, dt)
+            self.kn = empty(self.k.shape, dt)
+        self.attn = empty((b, c.num_heads, c.head_dim), dt)
+        self.proj = empty((b, 1, c.hidden_size), dt)  # attention output projected; MLP output
+        self.positions = self.position_rows = None
+        if w.position_embed is not None:
+            self.positions = empty(b, int32)
+            self.position_rows = empty((b, 1, c.hidden_size), dt)
+        first = w.layers[0]
+        self.hidden = self.activated = None
+        if first.w_gate_up is not None:
+            width = _out_features(first.w_gate_up)
+            self.hidden = empty((b, 1, width), dt)
+            self.activated = empty((b, 1, width if self.model.spec.activation == "gelu_tanh" else width // 2), dt)
+        self.final = empty((b, c.hidden_size), dt)
+        self.logits = empty((b, c.vocab_size), dt)
+
+    # -- the step -----------------------------------------------------------------------------------
+    def _linear(self, x: GPUArray, w: LinearWeight, bias: GPUArray | None, out: GPUArray) -> None:
+        """``out = x @ w.T + bias`` into the preallocated ``out`` (dense weights: nothing allocated)."""
+        rows = x.reshape(-1, x.shape[-1])
+        dest = out.reshape(rows.shape[0], -1)
+        if type(w) is GPUArray:
+            ops.matmul(rows, w.T, out=dest)
+            if bias is not None:
+                ops.add(dest, bias, out=dest)
+        else:
+            dest.copy_(ops.linear(rows, w, bias))
+
+    def _norm(self, x: GPUArray, weight: GPUArray, bias: GPUArray | None, out: GPUArray) -> None:
+        eps = self.model.config.norm_eps
+        if self.model.spec.norm == "layernorm":
+            ops.layernorm(x, weight, bias, eps, out=out)
+        else:
+            ops.rmsnorm(x, weight, eps, out=out)
+
+    def _mlp(self, layer: LayerWeights) -> None:
+        """MLP of ``self.normed`` into ``self.proj``."""
+        c = self.model.config
+        if layer.w_router is not None:  # MoE: allocates (refused by DecodeM1Graph)
+            assert layer.experts_gate_up is not None
+            assert layer.experts_down is not None
+            flat = self.normed.reshape(-1, c.hidden_size)
+            logits = ops.linear(flat, layer.w_router)
+            out = ops.moe_mlp(flat, logits, layer.experts_gate_up, layer.experts_down, c.num_experts_per_tok,
+                              renormalize=c.norm_topk_prob, activation="silu")  # fmt: skip
+            self.proj.copy_(out.reshape(self.proj.shape))
+            return
+        assert layer.w_gate_up is not None
+        assert layer.w_down is not None
+        assert self.hidden is not None
+        assert self.activated is not None
+        self._linear(self.normed, layer.w_gate_up, layer.b_gate_up, self.hidden)
+        if self.model.spec.activation == "gelu_tanh":
+            ops.gelu_tanh(self.hidden, out=self.activated)
+        else:
+            ops.swiglu(self.hidden, out=self.activated)
+        self._linear(self.activated, layer.w_down, layer.b_down, self.proj)
+
+    def _step(self) -> None:
+        """One decode step, device work only: reads ``tokens`` and ``lengths``, writes the KV cache,
+        advances ``lengths`` and samples into ``tokens``. This is what DecodeM1Graph captures."""
+        model, st = self.model, self.state
+        c, w, b = model.config, model.weights, self.batch
+        rms = model.spec.norm == "rmsnorm"
+        lengths = st.lengths
+        ops.add(lengths, 1, out=lengths)  # now counts the token being decoded
+        ops.embedding(w.embed, self.tokens.reshape(b, 1), out=self.residual)
+        if w.position_embed is not None:
+            assert self.positions is not None
+            assert self.position_rows is not None
+            ops.sub(lengths, 1, out=self.positions)
+            ops.embedding(w.position_embed, self.positions.reshape(b, 1), out=self.position_rows)
+            ops.add(self.residual, self.position_rows, out=self.residual)
+        for index, layer in enumerate(w.layers):
+            if index == 0:
+                self._norm(self.residual, layer.attn_norm, layer.attn_norm_bias, self.normed)
+            elif rms:
+                ops.add_rmsnorm(self.proj, self.residual, layer.attn_norm, c.norm_eps, out=self.normed,
+                                residual_out=self.residual)  # fmt: skip
+            else:
+                ops.add(self.residual, self.proj, out=self.residual)
+                self._norm(self.residual, layer.attn_norm, layer.attn_norm_bias, self.normed)
+            self._linear(self.normed, layer.wq, layer.bq, self.q)
+            self._linear(self.normed, layer.wk, layer.bk, self.k)
+            self._linear(self.normed, layer.wv, layer.bv, self.v)
+            q, k = self.q, self.k
+            if layer.q_norm is not None and layer.k_norm is not None:
+                assert self.qn is not None
+                assert self.kn is not None
+                q = ops.rmsnorm(self.q, layer.q_norm, c.norm_eps, out=self.qn)
+                k = ops.rmsnorm(self.k, layer.k_norm, c.norm_eps, out=self.kn)
+            if model.rope is not None:
+                model.rope(q, k, lengths, position_offset=-1)
+            st.cache.append(index, k, self.v, lengths, offset=-1)
+            ops.decode_attention(q.reshape(b, c.num_heads, c.head_dim), st.cache.k(index), st.cache.v(index),
+                                 lengths, out=self.attn, workspace=st.workspace)  # fmt: skip
+            self._linear(self.attn.reshape(b, 1, c.q_size), layer.wo, layer.bo, self.proj)
+            if rms:
+                ops.add_rmsnorm(self.proj, self.residual, layer.mlp_norm, c.norm_eps, out=self.normed,
+                                residual_out=self.residual)  # fmt: skip
+            else:
+                ops.add(self.residual, self.proj, out=self.residual)
+                self._norm(self.residual, layer.mlp_norm, layer.mlp_norm_bias, self.normed)
+            self._mlp(layer)
+        flat = self.final.reshape(b, 1, c.hidden_size)
+        if rms:
+            ops.add_rmsnorm(self.proj, self.residual, w.final_norm, c.norm_eps, out=flat, residual_out=self.residual)
+        else:
+            ops.add(self.residual, self.proj, out=self.residual)
+            self._norm(self.residual, w.final_norm, w.final_norm_bias, flat)
+        self._linear(self.final, w.lm_head, None, self.logits)
+        self._sample(self.logits)
+
+    def _sample(self, logits: GPUArray) -> None:
+        if self.sampler is None:
+            ops.greedy(logits, out=self.tokens)
+        else:
+            self.sampler.sample(logits, self.tokens, **self._settings)
+
+    # -- driving ------------------------------------------------------------------------------------
+    def start(self, ids: Any, lengths: list[int] | None = None) -> np.ndarray[Any, Any]:
+        """Run the prompt ``ids`` (int32 (batch, seq), rows right-padded; ``lengths`` the real ones,
+        default seq) and sample the first token of each row; returns them (batch,) on the host."""
+        host = np.asarray(ids.to_numpy() if isinstance(ids, GPUArray) else ids, dtype=np.int32)
+        if host.ndim != 2 or host.shape[0] != self.batch:
+            raise ShapeError(f"{type(self).__name__}.start: ids must be ({self.batch}, seq), got shape {host.shape}")
+        rows = [host.shape[1]] * self.batch if lengths is None else [int(n) for n in lengths]
+        if self.sampler is not None:
+            self.sampler.reset(self.seed, 0)
+        if self._history is not None and self._history_host is not None:
+            self._history_host.fill(-1)
+            for row, n in enumerate(rows):
+                self._history_host[row, :n] = host[row, :n]
+            self._history.copy_(self._history_host)
+        logits = self.model.prefill(from_numpy(host), self.state, rows)
+        self._lengths_host = list(rows)
+        self._sample(logits)
+        return self._read()
+
+    def _read(self) -> np.ndarray[Any, Any]:
+        """The sampled tokens on the host (the step's one synchronization); records them in the
+        repetition-penalty history."""
+        out = self.tokens.to_numpy()
+        if self._history is not None and self._history_host is not None:
+            for row, n in enumerate(self._lengths_host):
+                if n < self._history_host.shape[1]:
+                    self._history_host[row, n] = out[row]
+            self._history.copy_(self._history_host)
+        return out
+
+    def _advance(self) -> None:
+        if max(self._lengths_host) >= self.state.max_seq_len:
+            raise ArgumentError(f"{type(self).__name__}.step: the KV cache holds {self.state.max_seq_len} positions "
+                                "and is full")  # fmt: skip
+        self._lengths_host = [n + 1 for n in self._lengths_host]
+        self.state.host_lengths = self._lengths_host
+
+    def step(self) -> np.ndarray[Any, Any]:
+        """Decode one token per row after the last sampled ones; returns the new ones (batch,)."""
+        self._advance()
+        self._step()
+        return self._read()
+
+
+class DecodeM1Graph(DecodeM1):
+    """:class:`DecodeM1` with the whole step captured once in a CUDA graph and replayed at every
+    position (the seeds' ``DecodeM1Graph``). Capture happens at construction: one eager warm-up step
+    (which fills the ops' plan caches) and the capture, both on scratch positions that ``start``
+    overwrites. Tokens are bitwise equal to ``DecodeM1``'s."""
+
+    def __init__(self, model: CausalTransformerModel, batch: int, max_seq_len: int,
+                 sampling: SamplingParams | None = None, seed: int = 0) -> None:  # fmt: skip
+        reason = graph_unsupported_reason(model, sampling)
+        if reason is not None:
+            raise UnsupportedStrategyError(f"DecodeM1Graph does not support {reason}; use DecodeM1 (strategy='m1')")
+        super().__init__(model, batch, max_seq_len, sampling, seed)
+        self.graph = CudaGraph()
+        self._capture()
+
+    def _capture(self) -> None:
+        st = self.state
+        # The warm-up runs on the capture stream itself: per-stream state (the ops' completion
+        # counters, made by a memset on first use) then exists before the capture, as do the plans,
+        # kernels and workspaces; nothing is allocated inside the capture.
+        stream = Stream()
+        current_stream().synchronize()  # the buffers' allocation and the weights are ready
+        with stream:
+            st.lengths.copy_(np.zeros(self.batch, np.int32))
+            self.tokens.copy_(np.zeros(self.batch, np.int32))
+            self._step()
+        stream.synchronize()
+        with self.graph.capture(stream):
+            self._step()  # recorded (the CPU backend also runs it once)
+        if not self.graph.is_ready:
+            raise PyGPUkitError("DecodeM1Graph: the decode step was not captured")
+        self.graph.synchronize()
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes of the captured step (CPU backend: recorded calls)."""
+        return self.graph.num_nodes
+
+    def step(self) -> np.ndarray[Any, Any]:
+        self._advance()
+        self.graph.replay()
+        return self._read()
+
+
+def _out_features(w: Any) -> int:
+    shape = getattr(w, "shape", None)
+    if shape is None or len(shape) != 2:
+        raise ShapeError(f"decode: a linear weight must be 2-D (out_features, in_features), got {shape}")
+    return int(shape[0])
+
+
+def choose_strategy(model: CausalTransformerModel, batch: int, sampling: SamplingParams | None,
+                    strategy: str | None) -> str:  # fmt: skip
+    """The decode strategy generate() runs: ``strategy`` when given (checked), else "graph" on the
+    CUDA backend for batch 1 when :class:`DecodeM1Graph` supports the model and sampling, else "m1"."""
+    if strategy is None:
+        if model.backend == "cuda" and batch == 1 and graph_unsupported_reason(model, sampling) is None:
+            return "graph"
+        return "m1"
+    if strategy not in STRATEGIES:
+        raise ArgumentError(f"strategy must be one of {', '.join(map(repr, STRATEGIES))} or None, got {strategy!r}")
+    if strategy == "graph":
+        reason = graph_unsupported_reason(model, sampling)
+        if reason is not None:
+            raise UnsupportedStrategyError(f"strategy='graph' does not support {reason}; use strategy='m1'")
+    return strategy

@@ -1,0 +1,140 @@
+"""GPU benchmark of the quantized GEMVs (pygpukit.ops.quant): how fast they read packed GGUF blocks and
+FP8/INT8 (per-channel) weights, as a fraction of the device's measured copy bandwidth (issue 18's
+target: >= 75% for Q4_K, Q8_0 and FP8 at 7B/8B shapes).
+
+    python -m pygpukit.benchmark.quant_gemv [--formats Q4_K,Q8_0,fp8] [--rows 1,8] [--dtype bfloat16]
+                                            [--iterations 200] [--json results.json]
+
+Copy bandwidth: ``dst.copy_(src)`` of a 1 GiB buffer (bytes read + bytes written per second). GEMV
+bandwidth: the weight's packed bytes (plus x and y) per second at each shape, timed with events over
+``--iterations`` launches after a warm-up. Each (format, shape) is checked once against the weight
+dequantized on the device (float32) and a float64 host product before it is timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import pygpukit as gp
+from pygpukit.ops.quant import QUANT_FORMATS, QuantizedTensor, quantize_per_channel, quantized_gemv
+
+# Linear layers of Llama-2-7B (4096 / 11008) and Llama-3-8B (4096 / 14336, GQA kv 1024): (N, K).
+SHAPES_7B = [(4096, 4096), (11008, 4096), (4096, 11008), (1024, 4096), (14336, 4096), (4096, 14336)]
+_BLOCK = {"Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24), "Q8_0": (32, 34), "Q2_K": (256, 84),
+          "Q3_K": (256, 110), "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210)}  # fmt: skip
+_SCALES = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,), "Q2_K": (80, 82),
+           "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}  # fmt: skip
+
+
+def _timed(fn: Callable[[], Any], warmup: int, iterations: int) -> float:
+    """Microseconds per call of ``fn`` on a fresh stream (events around ``iterations`` calls)."""
+    stream = gp.Stream()
+    with stream:
+        for _ in range(warmup):
+            fn()
+        start, end = gp.Event(), gp.Event()
+        start.record(stream)
+        for _ in range(iterations):
+            fn()
+        end.record(stream)
+        end.synchronize()
+    return float(start.elapsed_time(end)) * 1e3 / iterations
+
+
+def copy_bandwidth(nbytes: int = 1 << 30, iterations: int = 20) -> float:
+    """Device copy bandwidth in GB/s (read + write) of a ``nbytes`` buffer copy."""
+    src = gp.zeros((nbytes,), gp.uint8)
+    dst = gp.empty((nbytes,), gp.uint8)
+    us = _timed(lambda: dst.copy_(src), 3, iterations)
+    return 2.0 * nbytes / (us * 1e-6) / 1e9
+
+
+def random_weight(rng: np.random.Generator, fmt: str, n: int, k: int) -> np.ndarray[Any, Any]:
+    """Random quants with float16 scales of moderate size, the raw bytes of an (n, k) weight."""
+    elems, nbytes = _BLOCK[fmt]
+    blocks = n * k // elems
+    data = rng.integers(0, 256, size=(blocks, nbytes), dtype=np.uint8)
+    for offset in _SCALES[fmt]:
+        values = (rng.standard_normal(blocks) * 1e-3).astype(np.float16)
+        data[:, offset : offset + 2] = values.view(np.uint8).reshape(blocks, 2)
+    return data.reshape(-1)
+
+
+def _check(q: Any, x: gp.GPUArray, y: gp.GPUArray) -> float:
+    w = q.dequantize(gp.float32).to_numpy().astype(np.float64)
+    xs = x.to_numpy().astype(np.float64)
+    ref = xs @ w.T
+    scale = np.abs(xs) @ np.abs(w).T + 1e-30
+    return float(np.max(np.abs(y.to_numpy().astype(np.float64) - ref) / scale))
+
+
+def run(formats: list[str], rows: list[int], dtype: str, iterations: int,
+        shapes: list[tuple[int, int]]) -> dict[str, Any]:  # fmt: skip
+    rng = np.random.default_rng(0)
+    copy = copy_bandwidth()
+    results: dict[str, Any] = {"device": gp.get_device_info().name, "copy_gbps": copy, "cases": []}
+    print(f"device copy bandwidth: {copy:.0f} GB/s ({results['device']})")
+    print(f"{'format':6} {'M':>2} {'N x K':>13} {'us':>9} {'GB/s':>8} {'of copy':>8} {'rel err':>9}")
+    for fmt in formats:
+        for n, k in shapes:
+            q: Any
+            if fmt in ("FP8", "INT8"):
+                q = quantize_per_channel(rng.standard_normal((n, k)).astype(np.float32), fmt)
+                nbytes = n * k + 4 * n
+            else:
+                q = QuantizedTensor.from_raw(random_weight(rng, fmt, n, k), fmt, (n, k))
+                nbytes = q.nbytes
+            for m in rows:
+                x = gp.from_numpy(rng.standard_normal((m, k)).astype(np.float32)).astype(dtype)
+                call = functools.partial(gp.ops.linear, x, q)
+                if isinstance(q, QuantizedTensor):
+                    y = gp.empty((m, n), dtype)
+                    call = functools.partial(quantized_gemv, x, q, y)
+                y = call()
+                err = _check(q, x, y) if m == rows[0] else float("nan")
+                us = _timed(call, 10, iterations)
+                moved = nbytes + (m * k + m * n) * y.itemsize
+                gbps = moved / (us * 1e-6) / 1e9
+                results["cases"].append({"format": fmt, "m": m, "n": n, "k": k, "us": us, "gbps": gbps,
+                                         "fraction_of_copy": gbps / copy, "max_rel_err": err})  # fmt: skip
+                print(f"{fmt:6} {m:>2} {f'{n}x{k}':>13} {us:9.2f} {gbps:8.0f} {gbps / copy:8.1%} {err:9.2e}")
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--formats", default="Q4_K,Q8_0,Q4_0,Q6_K,Q5_K,FP8,INT8",
+                        help="comma-separated GGUF formats, fp8, int8")  # fmt: skip
+    parser.add_argument("--rows", default="1,8", help="rows of x (M <= 8), comma-separated")
+    parser.add_argument("--dtype", default="bfloat16", choices=("float32", "float16", "bfloat16"))
+    parser.add_argument("--iterations", type=int, default=200)
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args(argv)
+    formats = [f.strip().upper() for f in args.formats.split(",") if f.strip()]
+    unknown = [f for f in formats if f not in (*QUANT_FORMATS, "FP8", "INT8")]
+    if unknown:
+        parser.error(f"unknown formats {unknown}; choose from {', '.join(QUANT_FORMATS)}, fp8, int8")
+    rows = [int(r) for r in args.rows.split(",")]
+    if any(not 1 <= r <= 8 for r in rows):
+        parser.error(f"--rows must be within 1..8, got {rows}")
+    from pygpukit.core.backend import backend_state
+
+    if backend_state().name != "cuda":
+        print("quant_gemv benchmark: needs the CUDA backend (no GPU found)", file=sys.stderr)
+        return 2
+    results = run(formats, rows, args.dtype, args.iterations, SHAPES_7B)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

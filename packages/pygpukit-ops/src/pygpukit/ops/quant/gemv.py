@@ -1,0 +1,316 @@
+"""Products with GGUF block-quantized weights (:class:`~pygpukit.ops.quant.tensor.QuantizedTensor`).
+
+- :func:`quantized_gemv`: the decode path, ``y (M, N) = x (M, K) @ W.T`` for M = 1 .. 8, one kernel
+  (native/kernels/quant/gguf_gemv.cu) that reads W's packed blocks straight from device memory: a
+  warp per row of W (2 to 8 warps per row where N is too small to fill the device: :func:`_split`),
+  16-byte loads of the blocks, float32 accumulation. Instantiated per format,
+  activation dtype (float32, float16, bfloat16) and rows of x rounded up to 1, 2, 4 or 8.
+- :func:`quantized_linear`: ``act(x @ W.T + b)`` for x of any leading shape: the GEMV up to 8 rows;
+  beyond (prefill), W is dequantized to x's dtype in row tiles and each tile goes through the
+  existing GEMM (:func:`pygpukit.ops.linear`), so at most :data:`PREFILL_TILE_BYTES` of decoded
+  weight exist at a time. ``pygpukit.ops.linear(x, q)`` with a QuantizedTensor lands here.
+
+Precision: the kernel sums in float32 in its own order (per lane over 8-element groups, then a warp
+tree), so results differ from a float64 reference by float32 rounding of a K-term dot product: the
+tests bound ``|y - ref| <= 2e-5 * sum_k |x_k| |w_k| + 1 ulp of the output dtype``. The CPU simulation
+backend computes the same product in NumPy (weights decoded to float32 as the gguf package decodes
+them, the product in float64 like the backend's ``linear``, one rounding).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pygpukit.core.array import GPUArray, empty
+from pygpukit.core.dtypes import DType, bfloat16, float16, float32
+from pygpukit.core.errors import DTypeError, ShapeError
+from pygpukit.core.jit import JITKernel
+from pygpukit.core.plans import PlanCache
+from pygpukit.core.stream import Stream, thread_device
+
+from .. import _cpu
+from .._kernels import (
+    NAMESPACE,
+    Groups,
+    c_param,
+    code_param,
+    group,
+    launch,
+    pointer,
+    register_enumerator,
+    size_param,
+    sm_count,
+)
+from .._layout import check_devices, is_cuda
+from ..gemm._base import check_activation, check_bias, row_major_ld
+from .tensor import _IDS, QUANT_FORMATS, QuantizedTensor
+from .weight_only import ChannelQuantizedTensor, weight_only_linear
+
+__all__ = ["GEMV_BUCKETS", "PREFILL_TILE_BYTES", "QUANT_GEMV_MAX_ROWS", "quantized_gemv", "quantized_linear"]
+
+_FILE = "quant/gguf_gemv.cu"
+QUANT_GEMV_MAX_ROWS = 8
+GEMV_BUCKETS = (1, 2, 4, 8)  # the kernel's M template values; rows of x round up to one
+PREFILL_TILE_BYTES = 256 << 20  # decoded weight bytes per prefill tile
+_ROWS_PER_BLOCK = 8  # kWarps of the kernel: a warp per row of W
+_DTYPES = (float32, float16, bfloat16)
+_PARAMS = [pointer("x"), pointer("w"), pointer("y"), pointer("bias"), c_param("rows", "int"), c_param("n", "int"),
+           c_param("k", "int"), size_param("ldx"), size_param("ldy"), code_param("vector"),
+           code_param("split")]  # fmt: skip
+_SEGMENT = 1024  # kSegElems of the kernel: elements of a row per warp step
+_SPLIT_FOR_TESTS: int | None = None  # forces the warps-per-row split (tests)
+_INT32_MAX = 2**31 - 1
+_KERNELS: PlanCache[JITKernel] = PlanCache("ops.quant_gemv")
+
+
+def _expression(fmt: str, dtype: DType, bucket: int) -> str:
+    return f"{NAMESPACE}qgemv::gguf_gemv<{_IDS[fmt]}, {dtype.ctype}, {bucket}>"
+
+
+def _expressions(fmt: str, dtype: DType) -> tuple[str, ...]:
+    """One compilation per format and dtype holds every row bucket (a model uses them all)."""
+    return tuple(_expression(fmt, dtype, b) for b in GEMV_BUCKETS)
+
+
+def _bucket(rows: int) -> int:
+    return next(b for b in GEMV_BUCKETS if b >= rows)
+
+
+def _kernel(fmt: str, dtype: DType, bucket: int) -> JITKernel:
+    key = (fmt, dtype, bucket, thread_device())
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        expression = _expression(fmt, dtype, bucket)
+        kernel = _KERNELS.put(key, group(_FILE, _expressions(fmt, dtype)).kernel(expression, _PARAMS))
+    return kernel
+
+
+def _check_weight(q: Any, op: str) -> QuantizedTensor:
+    if not isinstance(q, QuantizedTensor):
+        raise DTypeError(f"{op}: w must be a QuantizedTensor, got {type(q).__name__}")
+    return q
+
+
+def _check_x(x: Any, k: int, op: str) -> GPUArray:
+    if not isinstance(x, GPUArray):
+        raise DTypeError(f"{op}: x must be a GPUArray, got {type(x).__name__}")
+    if x.dtype not in _DTYPES:
+        raise DTypeError(f"{op}: x must be float32, float16 or bfloat16, got {x.dtype}")
+    if x.ndim == 0 or x.shape[-1] != k:
+        raise ShapeError(f"{op}: x of shape {x.shape} does not have the weight's K = {k} features")
+    return x
+
+
+def _host_product(x2: GPUArray, q: QuantizedTensor, bias: GPUArray | None, code: int, out: GPUArray) -> None:
+    """The CPU simulation backend: W decoded to float32 (bit for bit the gguf package's), the product,
+    bias and activation in float64 as the backend's ``linear`` computes them, one rounding to out's
+    dtype (so a float32 model gives the same bits as with the weight dequantized to float32)."""
+    from ..gemm._base import apply_activation
+
+    w = q.host_weights().astype(np.float64)
+    y = _cpu.host(x2).astype(np.float64) @ w.T
+    if bias is not None:
+        y = y + _cpu.host(bias).astype(np.float64)
+    if code:
+        y = apply_activation(y, code)
+    _cpu.store(out, y)
+
+
+def quantized_gemv(
+    x: GPUArray,
+    w: QuantizedTensor,
+    out: GPUArray | None = None,
+    *,
+    bias: GPUArray | None = None,
+    stream: Stream | None = None,
+) -> GPUArray:
+    """``out = x @ W.T (+ bias)`` for ``x`` of shape (K,) or (M, K) with M <= 8 (float32, float16 or
+    bfloat16, rows of unit stride) and a :class:`QuantizedTensor` ``w`` of shape (N, K); ``out`` (N,)
+    or (M, N) of x's dtype (allocated when None), ``bias`` (N,) of x's dtype. Reads W's blocks once;
+    with ``out`` given nothing is allocated (graph-capturable). Typed errors (:class:`DTypeError`,
+    :class:`ShapeError`) name the bad value; nothing is launched then."""
+    op = "quantized_gemv"
+    q = _check_weight(w, op)
+    n, k = q.shape
+    x = _check_x(x, k, op)
+    if x.ndim > 2:
+        raise ShapeError(f"{op}: x must be (K,) or (M, K), got shape {x.shape}")
+    x2 = x.reshape(1, k) if x.ndim == 1 else x
+    m = x2.shape[0]
+    if m > QUANT_GEMV_MAX_ROWS:
+        raise ShapeError(f"{op}: x has {m} rows; the GEMV takes at most {QUANT_GEMV_MAX_ROWS} (use quantized_linear)")
+    want = (n,) if x.ndim == 1 else (m, n)
+    if out is None:
+        out = empty(want, x.dtype, stream=stream)
+    elif not isinstance(out, GPUArray):
+        raise DTypeError(f"{op}: out must be a GPUArray, got {type(out).__name__}")
+    elif out.shape != want or out.dtype != x.dtype:
+        raise ShapeError(f"{op}: out must have shape {want} and dtype {x.dtype}, got {out.shape} {out.dtype}")
+    out2 = out.reshape(1, n) if out.ndim == 1 else out
+    bias = check_bias(bias, n, x.dtype, op, x.dtype)
+    ldx, ldy = row_major_ld(x2), row_major_ld(out2)
+    if ldx is None or ldy is None:
+        raise ShapeError(f"{op}: x (strides {x.strides}) and out (strides {out.strides}) must be row-major")
+    if max(n, k) > _INT32_MAX:
+        raise ShapeError(f"{op}: N = {n} and K = {k} must be below 2**31")
+    check_devices(op, [v for v in (x, q.data, out, bias) if v is not None])
+    if m == 0:
+        return out
+    if not is_cuda():
+        _host_product(x2, q, bias, 0, out2)
+        return out
+    _Launch(q.format, x.dtype, m, n, k, ldx, ldy, x.itemsize, 0).run(x2, q, bias, out2, stream)
+    return out
+
+
+def _split(n: int, k: int) -> int:
+    """Warps per row of W (1, 2, 4 or 8): more while the grid would be under two blocks per SM and
+    every warp still gets a segment of K (short, wide products such as a 7B model's K/V projections)."""
+    segments = -(-k // _SEGMENT)
+    target = 2 * sm_count()
+    split = 1
+    while split < _ROWS_PER_BLOCK and 2 * split <= segments and -(-n * split // _ROWS_PER_BLOCK) < target:
+        split *= 2
+    return split
+
+
+class _Launch:
+    """A checked GEMV call shape: the kernel, its grid and scalars; ``run`` launches it for one call's
+    addresses (x's 16-byte alignment read then). With ``code`` an activation follows on the device."""
+
+    __slots__ = ("aligned", "code", "grid", "kernel", "scalars", "split")
+
+    def __init__(self, fmt: str, dtype: DType, m: int, n: int, k: int, ldx: int, ldy: int, itemsize: int,
+                 code: int) -> None:  # fmt: skip
+        self.kernel = _kernel(fmt, dtype, _bucket(m))
+        split = _split(n, k) if _SPLIT_FOR_TESTS is None else _SPLIT_FOR_TESTS
+        self.grid = -(-n // (_ROWS_PER_BLOCK // split))
+        self.scalars = (m, n, k, ldx, ldy)
+        self.split = split
+        self.aligned = (ldx * itemsize) % 16 == 0
+        self.code = code
+
+    def run(self, x2: GPUArray, q: QuantizedTensor, bias: GPUArray | None, out2: GPUArray,
+            stream: Stream | None) -> None:  # fmt: skip
+        x_ptr = x2.device_ptr
+        vector = int(self.aligned and x_ptr % 16 == 0)
+        args = (x_ptr, q.data.device_ptr, out2.device_ptr, 0 if bias is None else bias.device_ptr, *self.scalars,
+                vector, self.split)  # fmt: skip
+        if stream is None:
+            launch(self.kernel, args, self.grid, 256)
+        else:
+            self.kernel(*args, grid=self.grid, block=256, stream=stream)
+        if self.code:
+            _activate(out2, self.code, stream)
+
+
+class _DecodePlan:
+    """quantized_linear's repeated decode call (contiguous x of at most 8 rows on the device): allocate
+    the result, launch; no checks (they ran when the call shape was first seen)."""
+
+    __slots__ = ("dtype", "launch", "result_shape", "rows_shape")
+
+    def __init__(self, launch: _Launch, rows_shape: tuple[int, int], result_shape: tuple[int, ...],
+                 dtype: DType) -> None:  # fmt: skip
+        self.launch, self.rows_shape, self.dtype = launch, rows_shape, dtype
+        self.result_shape = None if result_shape == rows_shape else result_shape
+
+    def __call__(self, x: GPUArray, q: QuantizedTensor, bias: GPUArray | None, stream: Stream | None) -> GPUArray:
+        out = empty(self.rows_shape, self.dtype, stream=stream)
+        self.launch.run(x, q, bias, out, stream)
+        return out if self.result_shape is None else out.reshape(self.result_shape)
+
+
+_DECODE: PlanCache[_DecodePlan] = PlanCache("ops.quant_linear")
+
+
+def _activate(y: GPUArray, code: int, stream: Stream | None) -> None:
+    from pygpukit.core.codes import ACTIVATION_CODES
+
+    from .. import elementwise
+
+    names = {v: name for name, v in ACTIVATION_CODES.items()}
+    function = {"relu": elementwise.relu, "gelu": elementwise.gelu, "gelu_tanh": elementwise.gelu_tanh,
+                "silu": elementwise.silu}[names[code]]  # fmt: skip
+    if stream is None:
+        function(y, out=y)
+    else:
+        with stream:
+            function(y, out=y)
+
+
+def quantized_linear(
+    x: GPUArray,
+    w: QuantizedTensor | ChannelQuantizedTensor,
+    b: GPUArray | None = None,
+    activation: str | None = None,
+    *,
+    stream: Stream | None = None,
+) -> GPUArray:
+    """``activation(x @ W.T + b)`` like :func:`pygpukit.ops.linear`, for a :class:`QuantizedTensor`
+    ``w`` of shape (out_features, in_features) and x (..., in_features) of float32, float16 or
+    bfloat16. Up to 8 rows: :func:`quantized_gemv` on the packed blocks (the activation, if any,
+    after it); more (prefill): W dequantized to x's dtype in row tiles of at most
+    :data:`PREFILL_TILE_BYTES`, each through the GEMM dispatch (cuBLASLt / tensor cores). A
+    :class:`~pygpukit.ops.quant.weight_only.ChannelQuantizedTensor` (FP8/INT8 with per-channel
+    scales) goes to :func:`~pygpukit.ops.quant.weight_only.weight_only_linear`."""
+    key = None
+    if type(x) is GPUArray and type(w) is QuantizedTensor and (b is None or type(b) is GPUArray):
+        # The buffers' devices are >= 0 only on the CUDA backend: a key never matches across backends.
+        key = ("quantized_linear", x._shape, x._strides, x._dtype, x._buffer.device, w.format, w.shape,
+               w.data._buffer.device, None if b is None else (b._shape, b._strides, b._dtype, b._buffer.device),
+               activation)  # fmt: skip
+        plan = _DECODE.get(key)
+        if plan is not None:
+            return plan(x, w, b, stream)
+    op = "linear"
+    if isinstance(w, ChannelQuantizedTensor):
+        return weight_only_linear(x, w, b, activation, stream=stream)
+    q = _check_weight(w, op)
+    n, k = q.shape
+    x = _check_x(x, k, op)
+    code = check_activation(activation, op)
+    bias = check_bias(b, n, x.dtype, op, x.dtype)
+    lead = x.shape[:-1]
+    rows = int(np.prod(lead)) if lead else 1
+    x2 = x.reshape(rows, k) if x.is_contiguous else x.contiguous(stream=stream).reshape(rows, k)
+    out = empty((rows, n), x.dtype, stream=stream)
+    if rows == 0:
+        return out.reshape((*lead, n))
+    if not is_cuda():
+        check_devices(op, [v for v in (x, q.data, bias) if v is not None])
+        _host_product(x2, q, bias, code, out)
+        return out.reshape((*lead, n))
+    if rows <= QUANT_GEMV_MAX_ROWS:
+        quantized_gemv(x2, q, out, bias=bias, stream=stream)  # every check, then the launch
+        if code:
+            _activate(out, code, stream)
+        if key is not None and x.is_contiguous:
+            launch_ = _Launch(q.format, x.dtype, rows, n, k, k, n, x.itemsize, code)
+            _DECODE.put(key, _DecodePlan(launch_, (rows, n), (*lead, n), x.dtype))
+        return out.reshape((*lead, n))
+    from ..gemm.api import linear
+
+    tile = max(1, PREFILL_TILE_BYTES // (k * x.itemsize))
+    if tile >= n:
+        wd = q.dequantize(x.dtype)
+        return linear(x2, wd, bias, activation, stream=stream).reshape((*lead, n))
+    from .. import shape as _shape
+
+    parts = []
+    for first in range(0, n, tile):
+        last = min(n, first + tile)
+        wd = q.rows(first, last).dequantize(x.dtype)
+        part_bias = None if bias is None else bias[first:last]
+        parts.append(linear(x2, wd, part_bias, activation, stream=stream))
+    return _shape.concatenate(parts, axis=1).reshape((*lead, n))
+
+
+# -- compile-check enumeration ----------------------------------------------------------------------
+def _enumerate() -> Groups:
+    return {_FILE: [_expressions(f, d) for f in QUANT_FORMATS for d in _DTYPES]}
+
+
+register_enumerator(_enumerate)

@@ -1,0 +1,220 @@
+"""Weight-only quantization with per-channel scales: FP8 e4m3 (W8A16) and INT8.
+
+:class:`ChannelQuantizedTensor` holds a linear weight W (N, K) as ``data`` (float8_e4m3fn or int8,
+row-major) and ``scale`` (N,) float32: ``W[r, k] = scale[r] * data[r, k]``. :func:`quantize_per_channel`
+makes one from float weights (scale = max |W[r]| / 448 for FP8, / 127 for INT8; FP8 values are the
+float32 quotient cast to float8_e4m3fn with round-to-nearest-even, as ``torch``'s cast and ml_dtypes
+round; INT8 values round half to even). ``pygpukit.ops.linear(x, cw)`` runs:
+
+- up to 8 rows of x: one GEMV kernel (native/kernels/quant/wo_gemv.cu) reading the 1-byte weights with
+  16-byte loads, float32 accumulation, the scale applied once per output;
+- more rows: W dequantized to x's dtype on the device, then the GEMM dispatch.
+
+The CPU simulation backend computes the product in float64 from the stored values and scales.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pygpukit.core.array import GPUArray, empty, from_numpy
+from pygpukit.core.dtypes import DType, as_dtype, bfloat16, float16, float32
+from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
+from pygpukit.core.jit import JITKernel
+from pygpukit.core.plans import PlanCache
+from pygpukit.core.stream import Stream, thread_device
+
+from .. import _cpu
+from .._kernels import NAMESPACE, Groups, c_param, code_param, group, launch, pointer, register_enumerator, size_param
+from .._layout import check_devices, is_cuda
+from ..gemm._base import check_activation, check_bias, row_major_ld
+from .tensor import TransposedWeight
+
+__all__ = ["WEIGHT_ONLY_KINDS", "ChannelQuantizedTensor", "quantize_per_channel", "weight_only_linear"]
+
+_FILE = "quant/wo_gemv.cu"
+WEIGHT_ONLY_KINDS = ("fp8_e4m3", "int8")
+_STORAGE = {"fp8_e4m3": "float8_e4m3fn", "int8": "int8"}
+_LIMIT = {"fp8_e4m3": 448.0, "int8": 127.0}
+_BUCKETS = (1, 2, 4, 8)
+_MAX_ROWS = 8
+_DTYPES = (float32, float16, bfloat16)
+_PARAMS = [pointer("x"), pointer("w"), pointer("scale"), pointer("y"), pointer("bias"), c_param("rows", "int"),
+           c_param("n", "int"), c_param("k", "int"), size_param("ldx"), size_param("ldw"), size_param("ldy"),
+           code_param("vector")]  # fmt: skip
+_KERNELS: PlanCache[JITKernel] = PlanCache("ops.weight_only_gemv")
+
+
+def _kind(name: str, kind: Any) -> str:
+    found = kind.lower() if isinstance(kind, str) else None
+    found = {"fp8": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3"}.get(found or "", found)
+    if found not in WEIGHT_ONLY_KINDS:
+        raise ArgumentError(f"{name}: unsupported weight-only kind {kind!r}; supported: fp8_e4m3 (fp8), int8")
+    return found
+
+
+class ChannelQuantizedTensor:
+    """A linear weight (N, K) as 1-byte values ``data`` (float8_e4m3fn or int8, row-major with unit
+    stride along K) times a per-row float32 ``scale`` (N,)."""
+
+    __slots__ = ("data", "kind", "scale", "shape")
+    _quantized = True  # what linear() looks for
+
+    def __init__(self, data: GPUArray, scale: GPUArray, kind: str | None = None) -> None:
+        name = "ChannelQuantizedTensor"
+        if not isinstance(data, GPUArray) or not isinstance(scale, GPUArray):
+            raise DTypeError(f"{name}: data and scale must be GPUArrays, got {type(data).__name__} and "
+                             f"{type(scale).__name__}")  # fmt: skip
+        found = {"float8_e4m3fn": "fp8_e4m3", "int8": "int8"}.get(data.dtype.name)
+        if found is None:
+            raise DTypeError(f"{name}: data must be float8_e4m3fn or int8, got {data.dtype}")
+        if kind is not None and _kind(name, kind) != found:
+            raise DTypeError(f"{name}: kind {kind!r} does not match data of dtype {data.dtype}")
+        if data.ndim != 2 or row_major_ld(data) is None:
+            raise ShapeError(f"{name}: data must be a row-major 2-D (N, K) array, got shape {data.shape} and "
+                             f"strides {data.strides}")  # fmt: skip
+        n = data.shape[0]
+        if scale.dtype != float32 or scale.shape != (n,) or not scale.is_contiguous:
+            raise ShapeError(f"{name}: scale must be a contiguous float32 ({n},) array, got {scale.dtype} "
+                             f"{scale.shape}")  # fmt: skip
+        self.data, self.scale, self.kind = data, scale, found
+        self.shape = (int(n), int(data.shape[1]))
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    @property
+    def T(self) -> TransposedWeight:  # noqa: N802 (NumPy's name)
+        """The (K, N) transpose, for ``pygpukit.ops.matmul(x, w.T)``."""
+        return TransposedWeight(self)
+
+    def dequantize(self, dtype: Any = float32) -> GPUArray:
+        """``scale[:, None] * data`` on the device, in ``dtype`` (float32, float16 or bfloat16)."""
+        from .. import elementwise
+
+        target = as_dtype(dtype)
+        if target not in _DTYPES:
+            raise DTypeError(f"dequantize: dtype must be float32, float16 or bfloat16, got {target}")
+        wide = elementwise.mul(self.data.astype(float32), self.scale.reshape(self.shape[0], 1))
+        return wide if target == float32 else wide.astype(target)
+
+    def __repr__(self) -> str:
+        return f"ChannelQuantizedTensor({self.kind}, shape={self.shape})"
+
+
+def quantize_per_channel(w: Any, kind: str = "fp8_e4m3", *, stream: Stream | None = None) -> ChannelQuantizedTensor:
+    """``w`` (2-D float GPUArray or NumPy array, (N, K)) as a :class:`ChannelQuantizedTensor` of
+    ``kind`` ``"fp8_e4m3"`` (alias ``"fp8"``) or ``"int8"``: per row, scale = max |w| / 448 (FP8) or
+    / 127 (INT8) (1 for an all-zero row) and values w / scale, cast to float8_e4m3fn with
+    round-to-nearest-even (torch's and ml_dtypes' cast) or rounded half to even into int8. Computed
+    on the host in float32."""
+    name = "quantize_per_channel"
+    found = _kind(name, kind)
+    if isinstance(w, GPUArray):
+        if not w.dtype.is_floating:
+            raise DTypeError(f"{name}: w must be a floating array, got {w.dtype}")
+        host = w.to_numpy(stream=stream)
+    elif isinstance(w, np.ndarray):
+        host = w
+    else:
+        raise DTypeError(f"{name}: w must be a GPUArray or a NumPy array, got {type(w).__name__}")
+    if host.ndim != 2:
+        raise ShapeError(f"{name}: w must be 2-D (N, K), got shape {host.shape}")
+    values = np.asarray(host, dtype=np.float32)
+    amax = np.abs(values).max(axis=1) if values.shape[1] else np.zeros(values.shape[0], np.float32)
+    scale = np.where(amax > 0, amax / np.float32(_LIMIT[found]), np.float32(1)).astype(np.float32)
+    quotient = values / scale[:, None]
+    storage = as_dtype(_STORAGE[found])
+    if found == "int8":
+        data = np.clip(np.rint(quotient), -127, 127).astype(np.int8)
+    else:
+        data = np.clip(quotient, -448.0, 448.0).astype(storage.numpy)
+    return ChannelQuantizedTensor(from_numpy(data, stream=stream), from_numpy(scale, stream=stream), found)
+
+
+def _expression(w: DType, dtype: DType, bucket: int) -> str:
+    return f"{NAMESPACE}wogemv::wo_gemv<{w.ctype}, {dtype.ctype}, {bucket}>"
+
+
+def _expressions(w: DType, dtype: DType) -> tuple[str, ...]:
+    return tuple(_expression(w, dtype, b) for b in _BUCKETS)
+
+
+def _kernel(w: DType, dtype: DType, rows: int) -> JITKernel:
+    bucket = next(b for b in _BUCKETS if b >= rows)
+    key = (w, dtype, bucket, thread_device())
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        kernel = _KERNELS.put(key, group(_FILE, _expressions(w, dtype)).kernel(_expression(w, dtype, bucket), _PARAMS))
+    return kernel
+
+
+def weight_only_linear(
+    x: GPUArray,
+    w: ChannelQuantizedTensor,
+    b: GPUArray | None = None,
+    activation: str | None = None,
+    *,
+    stream: Stream | None = None,
+) -> GPUArray:
+    """``activation(x @ W.T + b)`` for a :class:`ChannelQuantizedTensor` ``w`` (N, K) and x (..., K)
+    of float32, float16 or bfloat16 (``pygpukit.ops.linear`` hands such weights here)."""
+    op = "linear"
+    if not isinstance(w, ChannelQuantizedTensor):
+        raise DTypeError(f"{op}: w must be a ChannelQuantizedTensor, got {type(w).__name__}")
+    if not isinstance(x, GPUArray):
+        raise DTypeError(f"{op}: x must be a GPUArray, got {type(x).__name__}")
+    n, k = w.shape
+    if x.dtype not in _DTYPES:
+        raise DTypeError(f"{op}: x must be float32, float16 or bfloat16, got {x.dtype}")
+    if x.ndim == 0 or x.shape[-1] != k:
+        raise ShapeError(f"{op}: x of shape {x.shape} does not have the weight's K = {k} features")
+    code = check_activation(activation, op)
+    bias = check_bias(b, n, x.dtype, op, x.dtype)
+    check_devices(op, [v for v in (x, w.data, w.scale, bias) if v is not None])
+    lead = x.shape[:-1]
+    rows = int(np.prod(lead)) if lead else 1
+    x2 = x.reshape(rows, k) if x.is_contiguous else x.contiguous(stream=stream).reshape(rows, k)
+    out = empty((rows, n), x.dtype, stream=stream)
+    if rows == 0:
+        return out.reshape((*lead, n))
+    if not is_cuda():
+        from ..gemm._base import apply_activation
+
+        values = _cpu.host(w.data).astype(np.float64) * _cpu.host(w.scale).astype(np.float64)[:, None]
+        y = _cpu.host(x2).astype(np.float64) @ values.T
+        if bias is not None:
+            y = y + _cpu.host(bias).astype(np.float64)
+        _cpu.store(out, apply_activation(y, code) if code else y)
+        return out.reshape((*lead, n))
+    if rows > _MAX_ROWS:
+        from ..gemm.api import linear
+
+        return linear(x2, w.dequantize(x.dtype), bias, activation, stream=stream).reshape((*lead, n))
+    ldw = row_major_ld(w.data)
+    assert ldw is not None  # checked by the constructor
+    x_ptr, w_ptr = x2.device_ptr, w.data.device_ptr
+    vector = int(k % 16 == 0 and (x_ptr | w_ptr) % 16 == 0 and (k * x.itemsize) % 16 == 0 and ldw % 16 == 0)
+    args = (x_ptr, w_ptr, w.scale.device_ptr, out.device_ptr, 0 if bias is None else bias.device_ptr, rows, n, k,
+            k, ldw, n, vector)  # fmt: skip
+    kernel = _kernel(w.data.dtype, x.dtype, rows)
+    grid = -(-n // 8)
+    if stream is None:
+        launch(kernel, args, grid, 256)
+    else:
+        kernel(*args, grid=grid, block=256, stream=stream)
+    if code:
+        from .gemv import _activate
+
+        _activate(out, code, stream)
+    return out.reshape((*lead, n))
+
+
+def _enumerate() -> Groups:
+    return {_FILE: [_expressions(as_dtype(s), d) for s in _STORAGE.values() for d in _DTYPES]}
+
+
+register_enumerator(_enumerate)

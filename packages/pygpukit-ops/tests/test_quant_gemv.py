@@ -1,0 +1,267 @@
+"""GEMV and linear on GGUF block-quantized weights (pygpukit.ops.quant): against a float64 reference
+computed from the weights the ``gguf`` package decodes, on random blocks (random quants, random
+float16 scales), odd N, K an odd number of blocks, M = 1 .. 8 and prefill sizes."""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+from ops_testing import Array, upload
+
+import pygpukit as gp
+from pygpukit.core.dtypes import DType
+from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
+from pygpukit.ops.quant import QUANT_FORMATS, QuantizedTensor, quantized_gemv, quantized_linear
+
+gguf = pytest.importorskip("gguf")
+
+# format: (elements per block, bytes per block, byte offsets of its float16 scale fields)
+FORMATS: dict[str, tuple[int, int, tuple[int, ...]]] = {
+    "Q4_0": (32, 18, (0,)), "Q4_1": (32, 20, (0, 2)), "Q5_0": (32, 22, (0,)), "Q5_1": (32, 24, (0, 2)),
+    "Q8_0": (32, 34, (0,)), "Q2_K": (256, 84, (80, 82)), "Q3_K": (256, 110, (108,)), "Q4_K": (256, 144, (0, 2)),
+    "Q5_K": (256, 176, (0, 2)), "Q6_K": (256, 210, (208,)),
+}  # fmt: skip
+NAMES = list(FORMATS)
+DTYPES = [gp.float32, gp.float16, gp.bfloat16]
+_NP = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+_ULP = {"float32": 1.2e-7, "float16": 9.8e-4, "bfloat16": 7.9e-3}
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(request.node.name.encode()))
+
+
+def weight_bytes(rng: np.random.Generator, name: str, n: int, k: int) -> Array:
+    """(n, k) elements of ``name`` as raw blocks: random quant bytes, random float16 scales."""
+    elems, nbytes, scales = FORMATS[name]
+    blocks = n * k // elems
+    data = rng.integers(0, 256, size=(blocks, nbytes), dtype=np.uint8)
+    top = 0.0 if elems == 32 else -2.0  # k-quants multiply d by 6-bit/8-bit sub-block scales
+    for offset in scales:
+        values = (rng.standard_normal(blocks) * 10.0 ** rng.uniform(top - 3, top, size=blocks)).astype(np.float16)
+        data[:, offset : offset + 2] = values.view(np.uint8).reshape(blocks, 2)
+    return data.reshape(-1)
+
+
+def decoded(name: str, data: Array, n: int, k: int) -> Array:
+    return np.asarray(gguf.quants.dequantize(data, gguf.GGMLQuantizationType[name]), np.float64).reshape(n, k)
+
+
+def activations(rng: np.random.Generator, shape: tuple[int, ...], dtype: DType) -> Array:
+    return rng.standard_normal(shape).astype(np.float32).astype(_NP[dtype.name])
+
+
+def check(got: Array, x: Array, w: Array, dtype: DType, bias: Array | None = None) -> None:
+    """|got - x @ w.T| within float32 accumulation error of the dot products plus one rounding."""
+    xs = x.astype(np.float64)
+    ref = xs @ w.T
+    if bias is not None:
+        ref = ref + bias.astype(np.float64)
+    scale = np.abs(xs) @ np.abs(w).T
+    bound = 2e-5 * scale + _ULP[dtype.name] * np.abs(ref) + 1e-30
+    err = np.abs(got.astype(np.float64) - ref)
+    worst = np.unravel_index(np.argmax(err / bound), err.shape)
+    assert np.all(err <= bound), f"{worst}: got {got[worst]}, expected {ref[worst]} (bound {bound[worst]})"
+
+
+# -- QuantizedTensor and errors ---------------------------------------------------------------------
+def test_quantized_tensor_checks_its_arguments(rng: np.random.Generator) -> None:
+    raw = weight_bytes(rng, "Q4_K", 3, 512)
+    q = QuantizedTensor.from_raw(raw, "q4_k", (3, 512))
+    assert (q.format, q.shape, q.nbytes, q.row_bytes) == ("Q4_K", (3, 512), raw.size, 288)
+    assert QuantizedTensor.from_raw(raw, 12, (3, 512)).format == "Q4_K"
+    with pytest.raises(ArgumentError, match="IQ2_XS"):
+        QuantizedTensor.from_raw(raw, "IQ2_XS", (3, 512))
+    with pytest.raises(ShapeError, match="K = 500"):
+        QuantizedTensor.from_raw(raw, "Q4_K", (3, 500))
+    with pytest.raises(ShapeError, match=r"576 bytes.*takes 864"):
+        QuantizedTensor.from_raw(raw[:576], "Q4_K", (3, 512))
+    with pytest.raises(ShapeError, match="2-D"):
+        QuantizedTensor.from_raw(raw, "Q4_K", (3, 2, 256))
+    with pytest.raises(DTypeError, match="uint8"):
+        QuantizedTensor(upload(raw.astype(np.int32)), "Q4_K", (3, 512))
+    x = upload(activations(rng, (2, 512), gp.float32))
+    with pytest.raises(ShapeError, match="at most 8"):
+        quantized_gemv(upload(activations(rng, (9, 512), gp.float32)), q)
+    with pytest.raises(ShapeError, match="K = 512"):
+        quantized_gemv(upload(activations(rng, (2, 256), gp.float32)), q)
+    with pytest.raises(DTypeError, match="float64"):
+        quantized_gemv(upload(np.zeros((2, 512))), q)
+    with pytest.raises(DTypeError, match="QuantizedTensor"):
+        quantized_gemv(x, upload(np.zeros((3, 512), np.float32)))  # type: ignore[arg-type]
+    with pytest.raises(ShapeError, match=r"\(2, 3\)"):
+        quantized_gemv(x, q, gp.empty((3, 2), gp.float32))
+    rows = q.rows(1, 3)
+    assert rows.shape == (2, 512)
+    np.testing.assert_array_equal(rows.data.to_numpy(), raw[288:])
+
+
+# -- the decode GEMV -------------------------------------------------------------------------------
+def _gemv_case(rng: np.random.Generator, name: str, dtype: DType, m: int, n: int, blocks: int, bias: bool) -> None:
+    k = blocks * FORMATS[name][0]
+    raw = weight_bytes(rng, name, n, k)
+    q = QuantizedTensor.from_raw(raw, name, (n, k))
+    x = activations(rng, (m, k), dtype)
+    b = activations(rng, (n,), dtype) if bias else None
+    got = quantized_gemv(upload(x), q, bias=None if b is None else upload(b)).to_numpy()
+    assert got.shape == (m, n)
+    assert got.dtype == _NP[dtype.name]
+    check(got, x, decoded(name, raw, n, k), dtype, b)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_gemv_matches_float64_reference(rng: np.random.Generator, name: str, dtype: DType) -> None:
+    for m in (1, 3, 8):
+        _gemv_case(rng, name, dtype, m, 37, 37 if FORMATS[name][0] == 32 else 5, bias=m == 3)
+
+
+def test_gemv_vector_input_and_output(rng: np.random.Generator) -> None:
+    raw = weight_bytes(rng, "Q8_0", 5, 96)
+    q = QuantizedTensor.from_raw(raw, "Q8_0", (5, 96))
+    x = activations(rng, (96,), gp.bfloat16)
+    out = gp.empty((5,), gp.bfloat16)
+    assert quantized_gemv(upload(x), q, out) is out
+    check(out.to_numpy()[None], x[None], decoded("Q8_0", raw, 5, 96), gp.bfloat16)
+
+
+@pytest.mark.parametrize("rows", [1, 5, 8, 13, 40])
+def test_linear_dispatches_quantized_weights(rng: np.random.Generator, rows: int) -> None:
+    """ops.linear takes a QuantizedTensor: GEMV up to 8 rows, dequantized tiles through the GEMM beyond."""
+    n, k = 19, 512
+    raw = weight_bytes(rng, "Q4_1", n, k)
+    q = QuantizedTensor.from_raw(raw, "Q4_1", (n, k))
+    x = activations(rng, (rows, k), gp.float32)
+    b = activations(rng, (n,), gp.float32)
+    w = decoded("Q4_1", raw, n, k)
+    got = gp.ops.linear(upload(x.reshape(1, rows, k)), q, upload(b)).to_numpy()
+    assert got.shape == (1, rows, n)
+    check(got.reshape(rows, n), x, w, gp.float32, b)
+    relu = quantized_linear(upload(x), q, upload(b), "relu").to_numpy()
+    ref = np.maximum(x.astype(np.float64) @ w.T + b, 0)
+    assert np.all(np.abs(relu - ref) <= 2e-5 * (np.abs(x) @ np.abs(w).T) + 1e-6 * np.abs(ref))
+
+
+@pytest.mark.parametrize("rows", [2, 11])
+def test_matmul_with_the_transpose_of_a_quantized_weight(rng: np.random.Generator, rows: int) -> None:
+    from pygpukit.ops.quant import quantize_per_channel
+
+    n, k = 13, 256
+    raw = weight_bytes(rng, "Q5_1", n, k)
+    q = QuantizedTensor.from_raw(raw, "Q5_1", (n, k))
+    assert q.T.shape == (k, n)
+    assert q.T.T is q
+    x = activations(rng, (rows, k), gp.float32)
+    got = gp.matmul(upload(x), q.T).to_numpy()
+    check(got, x, decoded("Q5_1", raw, n, k), gp.float32)
+    out = gp.empty((rows, n), gp.float32)
+    assert gp.matmul(upload(x), q.T, out=out) is out
+    np.testing.assert_array_equal(out.to_numpy(), got)
+    with pytest.raises(ShapeError, match="out must have shape"):
+        gp.matmul(upload(x), q.T, out=gp.empty((rows, n + 1), gp.float32))
+    cw = quantize_per_channel(rng.standard_normal((n, k)).astype(np.float32), "int8")
+    np.testing.assert_array_equal(gp.matmul(upload(x), cw.T).to_numpy(), gp.ops.linear(upload(x), cw).to_numpy())
+
+
+def test_prefill_tiles(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pygpukit.ops.quant import gemv as module
+
+    monkeypatch.setattr(module, "PREFILL_TILE_BYTES", 7 * 256 * 2)  # 7 rows of W per tile
+    n, k = 23, 256
+    raw = weight_bytes(rng, "Q6_K", n, k)
+    q = QuantizedTensor.from_raw(raw, "Q6_K", (n, k))
+    x = activations(rng, (12, k), gp.bfloat16)
+    b = activations(rng, (n,), gp.bfloat16)
+    got = quantized_linear(upload(x), q, upload(b)).to_numpy()
+    check(got, x, decoded("Q6_K", raw, n, k), gp.bfloat16, b)
+
+
+def test_every_format_is_enumerated_for_the_compile_check() -> None:
+    from pygpukit.ops._kernels import name_expressions
+
+    expressions = name_expressions("quant/gguf_gemv.cu")
+    assert len(expressions) == len(QUANT_FORMATS) * 3 * 4
+    assert "pygpukit::ops::qgemv::gguf_gemv<12, __nv_bfloat16, 1>" in expressions
+
+
+# -- NVRTC ------------------------------------------------------------------------------------------
+@pytest.mark.nvrtc
+def test_kernels_compile_without_warnings() -> None:
+    from pygpukit.core.compiler import compile_source
+    from pygpukit.ops._kernels import name_expressions
+
+    source = Path(__file__).resolve().parents[3] / "native" / "kernels" / "quant" / "gguf_gemv.cu"
+    chosen = [e for e in name_expressions("quant/gguf_gemv.cu") if "__nv_bfloat16" in e]
+    for arch in ("80", "90"):
+        program = compile_source(source.read_text(), arch=arch, name=source.name, include_dirs=[source.parent],
+                                 name_expressions=chosen)  # fmt: skip
+        assert program.log.strip() == "", program.log
+
+
+# -- the GPU ----------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", NAMES)
+def test_gpu_gemv_every_row_count_and_dtype(rng: np.random.Generator, name: str) -> None:
+    for dtype in DTYPES:
+        for m in range(1, 9):
+            _gemv_case(rng, name, dtype, m, 37 + 8 * m, 37 if FORMATS[name][0] == 32 else 5, bias=m % 2 == 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["Q4_K", "Q8_0", "Q6_K", "Q2_K"])
+def test_gpu_gemv_large_and_unaligned(rng: np.random.Generator, name: str) -> None:
+    """A 4096-wide weight, and an x whose rows do not start 16-byte aligned (the scalar x loads)."""
+    n, k = 1000, 4096
+    raw = weight_bytes(rng, name, n, k)
+    q = QuantizedTensor.from_raw(raw, name, (n, k))
+    w = decoded(name, raw, n, k)
+    x = activations(rng, (4, k + 1), gp.float16)
+    xs = upload(x)[:, 1:]
+    got = quantized_gemv(xs, q).to_numpy()
+    check(got, x[:, 1:], w, gp.float16)
+
+
+@pytest.mark.gpu
+def test_gpu_prefill_matches(rng: np.random.Generator) -> None:
+    n, k = 300, 1024
+    raw = weight_bytes(rng, "Q5_K", n, k)
+    q = QuantizedTensor.from_raw(raw, "Q5_K", (n, k))
+    x = activations(rng, (130, k), gp.bfloat16)
+    got = gp.ops.linear(upload(x), q).to_numpy()
+    check(got, x, decoded("Q5_K", raw, n, k), gp.bfloat16)
+
+
+@pytest.mark.gpu
+def test_gpu_linear_repeated_decode_calls_use_fresh_addresses(rng: np.random.Generator) -> None:
+    """The second call of a shape takes the cached decode plan: new x, new bias, activation, results
+    as from the checked path."""
+    n, k = 77, 1024
+    raw = weight_bytes(rng, "Q4_K", n, k)
+    q = QuantizedTensor.from_raw(raw, "Q4_K", (n, k))
+    w = decoded("Q4_K", raw, n, k)
+    for _ in range(3):
+        x = activations(rng, (1, 3, k), gp.bfloat16)
+        b = activations(rng, (n,), gp.bfloat16)
+        got = gp.ops.linear(upload(x), q, upload(b), "silu").to_numpy().astype(np.float64)
+        assert got.shape == (1, 3, n)
+        pre = x.reshape(3, k).astype(np.float64) @ w.T + b.astype(np.float64)
+        ref = pre / (1 + np.exp(-pre))
+        bound = 2e-5 * (np.abs(x.reshape(3, k)).astype(np.float64) @ np.abs(w).T) + 2e-2 * np.abs(ref) + 1e-3
+        assert np.all(np.abs(got.reshape(3, n) - ref) <= bound)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split", [1, 2, 4, 8])
+def test_gpu_gemv_warps_per_row(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, split: int) -> None:
+    """Every warps-per-row split (the kernel's shared-memory sum), rows past N in the last block."""
+    from pygpukit.ops.quant import gemv as module
+
+    monkeypatch.setattr(module, "_SPLIT_FOR_TESTS", split)
+    for name, n, blocks in (("Q4_K", 21, 13), ("Q8_0", 19, 101), ("Q3_K", 5, 3)):
+        for m in (1, 6):
+            _gemv_case(rng, name, gp.bfloat16, m, n, blocks, bias=m == 6)

@@ -1,0 +1,135 @@
+"""FP8 e4m3 (W8A16) and INT8 weight-only linear with per-channel scales (pygpukit.ops.quant.weight_only):
+against a float64 product of the stored values and scales, random data, odd shapes, M = 1 .. 8 and
+prefill sizes; the quantizer against NumPy/ml_dtypes casts."""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+from ops_testing import upload
+
+import pygpukit as gp
+from pygpukit.core.dtypes import DType
+from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
+from pygpukit.ops.quant import ChannelQuantizedTensor, quantize_per_channel
+
+KINDS = ["fp8_e4m3", "int8"]
+DTYPES = [gp.float32, gp.float16, gp.bfloat16]
+_NP = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+_ULP = {"float32": 1.2e-7, "float16": 9.8e-4, "bfloat16": 7.9e-3}
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(request.node.name.encode()))
+
+
+def stored(cw: ChannelQuantizedTensor) -> np.ndarray:
+    """The weight the tensor stands for, in float64."""
+    return cw.data.to_numpy().astype(np.float64) * cw.scale.to_numpy().astype(np.float64)[:, None]
+
+
+def check(got: np.ndarray, x: np.ndarray, w: np.ndarray, dtype: DType, bias: np.ndarray | None = None) -> None:
+    xs = x.astype(np.float64)
+    ref = xs @ w.T + (0.0 if bias is None else bias.astype(np.float64))
+    bound = 2e-5 * (np.abs(xs) @ np.abs(w).T) + _ULP[dtype.name] * np.abs(ref) + 1e-30
+    err = np.abs(got.astype(np.float64) - ref)
+    assert np.all(err <= bound), float(np.max(err / bound))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_quantizer_matches_numpy_casts(rng: np.random.Generator, kind: str) -> None:
+    w = (rng.standard_normal((9, 70)) * 10.0 ** rng.uniform(-3, 2, size=(9, 1))).astype(np.float32)
+    w[3] = 0.0
+    cw = quantize_per_channel(upload(w), kind)
+    limit = 448.0 if kind == "fp8_e4m3" else 127.0
+    amax = np.abs(w).max(axis=1)
+    scale = np.where(amax > 0, amax / np.float32(limit), np.float32(1)).astype(np.float32)
+    np.testing.assert_array_equal(cw.scale.to_numpy(), scale)
+    quotient = w / scale[:, None]
+    cast = np.int8 if kind == "int8" else ml_dtypes.float8_e4m3fn
+    expected = (np.rint(quotient) if kind == "int8" else quotient).astype(cast)
+    np.testing.assert_array_equal(cw.data.to_numpy().view(np.uint8), expected.view(np.uint8))
+    assert np.abs(stored(cw) - w).max() <= (0.07 if kind == "fp8_e4m3" else 0.005) * amax.max()
+    same = gp.ops.quantize(w, "fp8" if kind == "fp8_e4m3" else "INT8")
+    assert isinstance(same, ChannelQuantizedTensor)
+    np.testing.assert_array_equal(same.data.to_numpy().view(np.uint8), expected.view(np.uint8))
+
+
+def test_weight_only_errors(rng: np.random.Generator) -> None:
+    w = rng.standard_normal((4, 32)).astype(np.float32)
+    with pytest.raises(ArgumentError, match="'int4'"):
+        quantize_per_channel(w, "int4")
+    with pytest.raises(ShapeError, match="2-D"):
+        quantize_per_channel(w.reshape(2, 2, 32), "int8")
+    cw = quantize_per_channel(w, "int8")
+    with pytest.raises(ShapeError, match=r"\(4,\)"):
+        ChannelQuantizedTensor(cw.data, upload(np.ones(3, np.float32)))
+    with pytest.raises(DTypeError, match="float32"):
+        ChannelQuantizedTensor(upload(w), cw.scale)
+    with pytest.raises(DTypeError, match="does not match"):
+        ChannelQuantizedTensor(cw.data, cw.scale, "fp8")
+    with pytest.raises(ShapeError, match="K = 32"):
+        gp.ops.linear(upload(np.ones((2, 31), np.float32)), cw)
+    with pytest.raises(DTypeError, match="float64"):
+        gp.ops.linear(upload(np.ones((2, 32))), cw)
+
+
+def _case(rng: np.random.Generator, kind: str, dtype: DType, rows: int, n: int, k: int, bias: bool) -> None:
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    cw = quantize_per_channel(w, kind)
+    x = rng.standard_normal((rows, k)).astype(np.float32).astype(_NP[dtype.name])
+    b = rng.standard_normal(n).astype(np.float32).astype(_NP[dtype.name]) if bias else None
+    got = gp.ops.linear(upload(x), cw, None if b is None else upload(b)).to_numpy()
+    assert got.shape == (rows, n)
+    check(got, x, stored(cw), dtype, b)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_linear_matches_float64_reference(rng: np.random.Generator, kind: str, dtype: DType) -> None:
+    for rows in (1, 5, 12):
+        _case(rng, kind, dtype, rows, 37, 96 + 16 * rows, bias=rows == 5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_dequantize(rng: np.random.Generator, kind: str) -> None:
+    cw = quantize_per_channel(rng.standard_normal((5, 48)).astype(np.float32), kind)
+    np.testing.assert_allclose(cw.dequantize().to_numpy(), stored(cw), rtol=1e-7)
+
+
+@pytest.mark.nvrtc
+def test_kernels_compile_without_warnings() -> None:
+    from pygpukit.core.compiler import compile_source
+    from pygpukit.ops._kernels import name_expressions
+
+    expressions = name_expressions("quant/wo_gemv.cu")
+    assert len(expressions) == 2 * 3 * 4
+    source = Path(__file__).resolve().parents[3] / "native" / "kernels" / "quant" / "wo_gemv.cu"
+    for arch in ("80", "90"):
+        program = compile_source(source.read_text(), arch=arch, name=source.name, include_dirs=[source.parent],
+                                 name_expressions=[e for e in expressions if "__nv_bfloat16" in e])  # fmt: skip
+        assert program.log.strip() == "", program.log
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", KINDS)
+def test_gpu_every_row_count_dtype_and_tail(rng: np.random.Generator, kind: str) -> None:
+    for dtype in DTYPES:
+        for rows in range(1, 9):
+            _case(rng, kind, dtype, rows, 45 + rows, 4096 + 8 * (rows % 3), bias=rows % 2 == 1)  # K % 16 != 0 too
+
+
+@pytest.mark.gpu
+def test_gpu_unaligned_x_takes_the_scalar_path(rng: np.random.Generator) -> None:
+    w = rng.standard_normal((300, 512)).astype(np.float32)
+    cw = quantize_per_channel(w, "fp8")
+    x = rng.standard_normal((3, 513)).astype(np.float16)
+    got = gp.ops.linear(upload(x)[:, 1:].contiguous(), cw).to_numpy()
+    check(got, x[:, 1:], stored(cw), gp.float16)
+    view = upload(x)[:, 1:]  # not contiguous: linear copies it
+    check(gp.ops.linear(view, cw).to_numpy(), x[:, 1:], stored(cw), gp.float16)
