@@ -348,7 +348,10 @@ def check_matmul() -> None:
                 assert got.shape == want.shape, (got.shape, want.shape)
                 key = "tf32" if tf32 else dtype.name
                 err = np.abs(got - want).max() / max(np.abs(want).max(), 1e-30)
-                assert err <= tolerance[key], (dtype.name, ashape, bshape, tf32, err)
+                # float32 rounding grows with the depth K of the sums (as sqrt(K) for random signs):
+                # 2e-6 up to K = 256 (measured on the H100: 2.3e-6 at K = 4096, within 8e-6).
+                depth = max(1.0, (ashape[-1] / 256) ** 0.5) if key == "float32" else 1.0
+                assert err <= tolerance[key] * depth, (dtype.name, ashape, bshape, tf32, err)
         a, b = _rand((64, 48), dtype), _rand((80, 48), dtype)
         out = gk.empty((64, 80), dtype)
         stream = gk.Stream()
