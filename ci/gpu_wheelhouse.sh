@@ -171,6 +171,12 @@ for i in "${!files[@]}"; do
   shard_files[$shard]+="${files[$i]} "
 done
 runs=()
+# The float64 references run in NumPy: its BLAS threads share the cores between the concurrent runs.
+shards_running=$jobs_wanted
+[[ -z "${WHEELHOUSE_SHARD:-}" ]] || shards_running=1
+concurrent=$(( ${#tested[@]} * 2 * shards_running ))
+threads=$(( $(nproc) / (concurrent > 0 ? concurrent : 1) ))
+export OMP_NUM_THREADS=$(( threads > 0 ? threads : 1 )) OPENBLAS_NUM_THREADS=$(( threads > 0 ? threads : 1 ))
 for version in "${tested[@]}"; do
   venv="${venvs[$version]}"
   for variant in cu13 cu12; do
