@@ -133,9 +133,8 @@ def main() -> int:
     hs = rng.standard_normal((2048, 32768)).astype(np.float32)
     xs = gp.from_numpy(hs).astype(gp.bfloat16)
     ts = torch.from_numpy(hs).cuda().to(torch.bfloat16)
-    out = gp.empty(xs.shape, gp.bfloat16)
     torch_us = timed(lambda: torch.softmax(ts, dim=-1))
-    ours = timed(lambda: gp.softmax(xs, axis=-1, out=out))
+    ours = timed(lambda: gp.softmax(xs, axis=-1))
     row = {"case": "softmax bf16 2048 x 32768", "variant": "current", "us": ours, "torch_us": torch_us,
            "ratio_torch_over_ours": torch_us / ours, "GB/s": 2 * xs.nbytes / ours / 1e3}  # fmt: skip
     rows.append(row)
