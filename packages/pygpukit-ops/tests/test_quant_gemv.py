@@ -56,14 +56,16 @@ def activations(rng: np.random.Generator, shape: tuple[int, ...], dtype: DType) 
     return rng.standard_normal(shape).astype(np.float32).astype(_NP[dtype.name])
 
 
-def check(got: Array, x: Array, w: Array, dtype: DType, bias: Array | None = None) -> None:
-    """|got - x @ w.T| within float32 accumulation error of the dot products plus one rounding."""
+def check(got: Array, x: Array, w: Array, dtype: DType, bias: Array | None = None, *, prefill: bool = False) -> None:
+    """|got - x @ w.T| within float32 accumulation error of the dot products plus one rounding; with
+    ``prefill`` also half an ulp of ``dtype`` per weight (the prefill GEMM reads W rounded to x's dtype)."""
     xs = x.astype(np.float64)
     ref = xs @ w.T
     if bias is not None:
         ref = ref + bias.astype(np.float64)
     scale = np.abs(xs) @ np.abs(w).T
-    bound = 2e-5 * scale + _ULP[dtype.name] * np.abs(ref) + 1e-30
+    weight_rounding = _ULP[dtype.name] / 2 if prefill and dtype != gp.float32 else 0.0
+    bound = (2e-5 + weight_rounding) * scale + _ULP[dtype.name] * np.abs(ref) + 1e-30
     err = np.abs(got.astype(np.float64) - ref)
     worst = np.unravel_index(np.argmax(err / bound), err.shape)
     assert np.all(err <= bound), f"{worst}: got {got[worst]}, expected {ref[worst]} (bound {bound[worst]})"
@@ -178,7 +180,34 @@ def test_prefill_tiles(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
     x = activations(rng, (12, k), gp.bfloat16)
     b = activations(rng, (n,), gp.bfloat16)
     got = quantized_linear(upload(x), q, upload(b)).to_numpy()
-    check(got, x, decoded("Q6_K", raw, n, k), gp.bfloat16, b)
+    check(got, x, decoded("Q6_K", raw, n, k), gp.bfloat16, b, prefill=True)
+    # The tiles (offsets, bias slices, concatenation) against one whole-weight product.
+    monkeypatch.setattr(module, "PREFILL_TILE_BYTES", 256 << 20)
+    whole = quantized_linear(upload(x), q, upload(b)).to_numpy()
+    np.testing.assert_allclose(got.astype(np.float64), whole.astype(np.float64), rtol=_ULP["bfloat16"], atol=1e-2)
+
+
+def _rounded(w: Array, dtype: DType) -> Array:
+    return w.astype(np.float32).astype(_NP[dtype.name]).astype(np.float64)
+
+
+@pytest.mark.parametrize("dtype", [gp.float16, gp.bfloat16], ids=str)
+def test_prefill_multiplies_the_weight_rounded_to_x_dtype(rng: np.random.Generator, dtype: DType) -> None:
+    """Issue 18: beyond 8 rows the GEMM reads W dequantized to x's dtype, on every backend: the result
+    is x @ round(W).T within float32 accumulation, and the decode GEMV (float32 weights) is not."""
+    n, k = 300, 1024
+    raw = weight_bytes(rng, "Q5_K", n, k)
+    q = QuantizedTensor.from_raw(raw, "Q5_K", (n, k))
+    w = decoded("Q5_K", raw, n, k)
+    x = activations(rng, (130, k), dtype)
+    got = gp.ops.linear(upload(x), q).to_numpy()
+    check(got, x, w, dtype, prefill=True)
+    np.testing.assert_array_equal(got, gp.ops.linear(upload(x), q.dequantize(dtype)).to_numpy())
+    # The weight the GEMM actually multiplies, with its float32 accumulation bound (the GEMM's own
+    # precision: on the GPU this isolates cuBLASLt / the MMA kernels from the dequantization).
+    check(got, x, _rounded(w, dtype), dtype)
+    decode = gp.ops.linear(upload(x[:8]), q).to_numpy()
+    check(decode, x[:8], w, dtype)  # float32 weights: the tight bound
 
 
 def test_every_format_is_enumerated_for_the_compile_check() -> None:
@@ -233,7 +262,7 @@ def test_gpu_prefill_matches(rng: np.random.Generator) -> None:
     q = QuantizedTensor.from_raw(raw, "Q5_K", (n, k))
     x = activations(rng, (130, k), gp.bfloat16)
     got = gp.ops.linear(upload(x), q).to_numpy()
-    check(got, x, decoded("Q5_K", raw, n, k), gp.bfloat16)
+    check(got, x, decoded("Q5_K", raw, n, k), gp.bfloat16, prefill=True)
 
 
 @pytest.mark.gpu

@@ -15,6 +15,10 @@ tree), so results differ from a float64 reference by float32 rounding of a K-ter
 tests bound ``|y - ref| <= 2e-5 * sum_k |x_k| |w_k| + 1 ulp of the output dtype``. The CPU simulation
 backend computes the same product in NumPy (weights decoded to float32 as the gguf package decodes
 them, the product in float64 like the backend's ``linear``, one rounding).
+Prefill (more than 8 rows) multiplies W *rounded once to x's dtype* (the dequantized tile), so with
+float16/bfloat16 x every weight carries up to half an ulp of that dtype more: the bound grows by
+``u * sum_k |x_k| |w_k|`` (u = 2**-11 for float16, 2**-8 for bfloat16; nothing for float32). Both
+backends run that same path (the CPU one through its NumPy dequantize and ``linear``).
 """
 
 from __future__ import annotations
@@ -279,7 +283,7 @@ def quantized_linear(
     out = empty((rows, n), x.dtype, stream=stream)
     if rows == 0:
         return out.reshape((*lead, n))
-    if not is_cuda():
+    if rows <= QUANT_GEMV_MAX_ROWS and not is_cuda():
         check_devices(op, [v for v in (x, q.data, bias) if v is not None])
         _host_product(x2, q, bias, code, out)
         return out.reshape((*lead, n))
@@ -291,6 +295,8 @@ def quantized_linear(
             launch_ = _Launch(q.format, x.dtype, rows, n, k, k, n, x.itemsize, code)
             _DECODE.put(key, _DecodePlan(launch_, (rows, n), (*lead, n), x.dtype))
         return out.reshape((*lead, n))
+    # Prefill, on both backends alike: W rounded once to x's dtype (the tile the GEMM reads), then
+    # the GEMM; the CPU backend runs this same code so that it shows the same weight rounding.
     from ..gemm.api import linear
 
     tile = max(1, PREFILL_TILE_BYTES // (k * x.itemsize))
