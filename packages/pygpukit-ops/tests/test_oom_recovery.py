@@ -10,6 +10,7 @@ backend; the gpu-marked test fills the whole device, with no limit."""
 from __future__ import annotations
 
 import gc
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +18,9 @@ import numpy as np
 import pytest
 
 import pygpukit as gp
-from pygpukit.core.errors import OutOfMemoryError
+from pygpukit.core import backend as _backend
+from pygpukit.core.errors import CudaError, OutOfMemoryError
+from pygpukit.core.memory import DeviceBuffer, allocation_scope
 
 Array = np.ndarray[Any, Any]
 MiB = 1 << 20
@@ -91,7 +94,9 @@ def capture_check(rng: np.random.Generator) -> None:
     w = gp.from_numpy(rng.standard_normal((64, 256)).astype(np.float32))
     stream = gp.Stream()
     with stream:
-        gp.matmul(x, w.T, out=out)  # eager once: kernels and plans exist before the capture
+        # The captured body once eagerly on the capture stream: kernels and plans exist, and the pool
+        # caches the stream's blocks for its temporaries (the driver allocates nothing during a capture).
+        gp.exp(gp.matmul(x, w.T) * 0.01, out=out)
         stream.synchronize()
     graph = gp.CudaGraph()
     with graph.capture(stream):
@@ -179,3 +184,90 @@ def test_gpu_filled_to_the_last_block_then_recovery() -> None:
     # A quarter of the device is many GiB: everything fits again.
     assert all(result == "ok" for what, result in outcomes.items() if what.startswith("quarter")), outcomes
     recover(baseline, held, rng, sizes)
+
+
+@pytest.mark.gpu
+def test_gpu_allocation_with_no_cached_block_inside_a_capture() -> None:
+    """An op that needs new device memory inside a capture, on a stream whose pool cache is empty: an
+    OutOfMemoryError naming the request and the fix (the driver's refusal is its cause), the capture
+    ends, the pool's in-use bytes are unchanged, and the same stream then captures and replays after
+    an eager run of the body."""
+    host = np.random.default_rng(3).standard_normal(1 << 16).astype(np.float32)
+    x = gp.from_numpy(host)
+    gp.exp(x).to_numpy()  # the kernel is loaded before any capture
+    stream = gp.Stream()
+    graph = gp.CudaGraph()
+    gc.collect()
+    gp.synchronize()
+    before = in_use()
+    with pytest.raises(OutOfMemoryError, match="before capturing") as caught, graph.capture(stream):
+        _ = gp.exp(x) * 2.0  # a new stream has no cached block: its result needs new device memory
+    assert caught.value.requested == x.nbytes
+    assert isinstance(caught.value.__cause__, CudaError)
+    assert not graph.is_capturing
+    assert not graph.is_ready
+    del caught
+    gc.collect()
+    gp.synchronize()
+    assert in_use() == before
+    out = gp.empty(host.shape, gp.float32)
+    with stream:
+        gp.multiply(gp.exp(x), 2.0, out=out)  # eagerly: the stream's pool caches the temporary's block
+        stream.synchronize()
+    with graph.capture(stream):
+        gp.multiply(gp.exp(x), 2.0, out=out)
+    with stream:
+        out.copy_(np.full(host.shape, np.nan, np.float32))
+        graph.replay()
+        stream.synchronize()
+    np.testing.assert_allclose(out.to_numpy(), 2.0 * np.exp(host.astype(np.float64)), rtol=1e-5, atol=1e-6)
+
+
+class _Scope:
+    def __init__(self) -> None:
+        self.charged = 0
+
+    def charge(self, nbytes: int) -> None:
+        self.charged += nbytes
+
+    def refund(self, nbytes: int) -> None:
+        self.charged -= nbytes
+
+
+def _refusing_native(code: int, name: str) -> types.SimpleNamespace:
+    def mem_alloc(nbytes: int, stream: int = 0) -> int:
+        raise CudaError(f"cuMemAlloc failed with {name} ({code})", code=code, name=name, call="cuMemAlloc")
+
+    return types.SimpleNamespace(name="cuda", native=types.SimpleNamespace(mem_alloc=mem_alloc))
+
+
+def test_allocation_refused_by_a_capture_is_an_out_of_memory_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver refuses new device memory while a stream captures (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+    what the pool's fall-through to cuMemAlloc gets when it has no cached block): DeviceBuffer raises an
+    OutOfMemoryError naming the bytes, the stream and the fix, and refunds the allocation scope. The
+    native module is simulated (this runs on every backend); the gpu test above hits the real refusal."""
+    nbytes = int(np.random.default_rng(5).integers(1, 1 << 30))
+    stream = gp.Stream()
+    scope = _Scope()
+    monkeypatch.setattr(_backend, "_state", _refusing_native(900, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"))
+    with allocation_scope(scope), pytest.raises(OutOfMemoryError) as caught:
+        DeviceBuffer(nbytes, stream=stream)
+    monkeypatch.undo()
+    error = caught.value
+    assert error.requested == nbytes
+    for part in (f"{nbytes} bytes", f"{stream.handle:#x}", "before capturing", "eagerly"):
+        assert part in str(error), str(error)
+    assert isinstance(error.__cause__, CudaError)
+    assert error.__cause__.code == 900
+    assert scope.charged == 0
+
+
+def test_other_driver_refusals_keep_their_cuda_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    scope = _Scope()
+    monkeypatch.setattr(_backend, "_state", _refusing_native(1, "CUDA_ERROR_INVALID_VALUE"))
+    with allocation_scope(scope), pytest.raises(CudaError) as caught:
+        DeviceBuffer(4096)
+    monkeypatch.undo()
+    assert not isinstance(caught.value, OutOfMemoryError)
+    assert caught.value.code == 1
+    assert scope.charged == 0

@@ -4,9 +4,12 @@ gpu-marked ones do the same on the device (kernel launches through the JIT fast 
 
 from __future__ import annotations
 
+import functools
+import sys
 import threading
 import time
-from collections.abc import Iterator
+import traceback
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -159,6 +162,36 @@ def test_partition_streams_are_prioritised_and_paced_by_compute_share() -> None:
 
 
 # -- item 3: pacing ---------------------------------------------------------------------------------
+def _run_threads(targets: list[Callable[[], None]], timeout: float = 60.0) -> None:
+    """Runs each target in its own thread and joins them. An exception in a worker is re-raised here,
+    in the test's thread (pytest would only warn about it, leaving the counts at zero), and a worker
+    still running after ``timeout`` seconds fails the test with the stack it is stuck in."""
+    errors: list[tuple[str, BaseException]] = []
+
+    def guarded(target: Callable[[], None]) -> None:
+        try:
+            target()
+        except BaseException as error:  # handed to the test's thread below
+            errors.append((threading.current_thread().name, error))
+
+    threads = [threading.Thread(target=guarded, args=(t,), name=f"worker-{i}") for i, t in enumerate(targets)]
+    for t in threads:
+        t.start()
+    deadline = time.perf_counter() + timeout
+    for t in threads:
+        t.join(max(deadline - time.perf_counter(), 0.0))
+    stuck = [t for t in threads if t.is_alive()]
+    if stuck:
+        frames = sys._current_frames()
+        stacks = "\n".join(
+            f"{t.name}:\n{''.join(traceback.format_stack(frames[t.ident]))}" for t in stuck if t.ident in frames
+        )
+        raise AssertionError(f"{len(stuck)} worker thread(s) still running after {timeout} s:\n{stacks}")
+    if errors:
+        name, error = errors[0]
+        raise AssertionError(f"worker thread {name} raised {type(error).__name__}: {error}") from error
+
+
 def _launch_counts(streams: list[gp.Stream], seconds: float, window: float) -> list[list[int]]:
     """Each stream issues 'launches' as fast as it may from its own thread: every launch path
     resolves the stream's handle (the JIT launcher reads ``_handle``, cuBLASLt and graph launches
@@ -177,11 +210,7 @@ def _launch_counts(streams: list[gp.Stream], seconds: float, window: float) -> l
             if t >= 0:
                 counts[i][int(t / window)] += 1
 
-    threads = [threading.Thread(target=run, args=(i, s)) for i, s in enumerate(streams)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    _run_threads([functools.partial(run, i, s) for i, s in enumerate(streams)])
     return counts
 
 
@@ -203,6 +232,51 @@ def test_paced_shares_hold_within_ten_percent_over_two_second_windows() -> None:
     table = str(sched.stats()).splitlines()
     assert table[1].split()[-3:] == ["share", "launches", "throttled"]
     assert table[3].split()[-3:] == ["0.6", str(stats["fg"]["launches"]), str(stats["fg"]["throttled"])]
+
+
+def test_best_effort_gets_its_share_while_an_unpaced_guaranteed_context_spins() -> None:
+    """The GPU test's shape on the CPU backend: an unpaced guaranteed context issues launches as fast as
+    its thread can (holding the GIL between them) while a best-effort context paced at 0.25 allocates,
+    launches (a launch reads the current stream's ``_handle``, as the JIT launcher does) and
+    synchronizes in its session. The paced thread must still get its share."""
+    sched.shutdown()
+    sched.initialize(0, capacity=1 * GB, launch_rate=4000.0)
+    guaranteed = sched.create_context("llm", max_vram=64 * MB, qos="guaranteed")
+    best = sched.create_context("bg", max_vram=64 * MB, qos="best_effort", compute_share=0.25)
+    counts = {"llm": [0, 0], "bg": [0, 0]}
+    start = time.perf_counter() + 0.2
+    stop = start + 2.0
+
+    def run(ctx: sched.ExecutionContext) -> None:
+        with sched.context_session(ctx):
+            out = gp.zeros(1024)
+            n = 0
+            while (now := time.perf_counter()) < stop:
+                gp.current_stream()._handle  # noqa: B018 - the launch
+                n += 1
+                if now >= start:
+                    counts[ctx.name][min(int(now - start), 1)] += 1
+                if n % 256 == 0:
+                    ctx.synchronize()
+            ctx.synchronize()
+            assert out.to_numpy().sum() == 0.0
+
+    _run_threads([lambda: run(guaranteed), lambda: run(best)])
+    expected = 0.25 * 4000.0 * 1.0
+    for n in counts["bg"]:
+        assert abs(n - expected) <= 0.1 * expected, counts
+    assert min(counts["llm"]) > expected
+    paced = best.stream
+    assert isinstance(paced, PacedStream)
+    assert paced.pacing_stats()["throttled"] > 0
+
+
+def test_a_worker_exception_is_reraised_in_the_test_thread() -> None:
+    def bad() -> None:
+        raise QuotaExceededError("over budget: 4096 bytes")
+
+    with pytest.raises(AssertionError, match=f"worker-1 raised {QuotaExceededError.__name__}: over budget: 4096 bytes"):
+        _run_threads([lambda: None, bad])
 
 
 def test_unpaced_contexts_keep_plain_streams_and_synchronising_takes_no_token() -> None:
@@ -323,31 +397,39 @@ def test_gpu_best_effort_launches_at_its_share_while_a_guaranteed_context_runs()
     guaranteed = sched.create_context("llm", max_vram=64 * MB, qos="guaranteed")  # not paced
     best = sched.create_context("bg", max_vram=64 * MB, qos="best_effort", compute_share=0.25)
     counts = {"llm": [0, 0], "bg": [0, 0]}
+    phases = {"llm": "not started", "bg": "not started"}  # where each worker is, for a failure's message
     start = time.perf_counter() + 0.2
     stop = start + 4.0
 
     def run(ctx: sched.ExecutionContext) -> None:
+        phases[ctx.name] = "entering the session (creating the context's stream)"
         with sched.context_session(ctx):
+            phases[ctx.name] = "allocating"
             out = gp.zeros(1024)
             n = 0
             while (now := time.perf_counter()) < stop:
+                phases[ctx.name] = f"launch {n + 1}"
                 kernel(out, 1024, grid=4, block=256)  # the JIT fast path
                 n += 1
                 if now >= start:
                     counts[ctx.name][min(int((now - start) / 2.0), 1)] += 1
                 if n % 256 == 0:
+                    phases[ctx.name] = f"synchronizing after launch {n}"
                     ctx.synchronize()
+            phases[ctx.name] = f"final synchronize after {n} launches"
             ctx.synchronize()
             assert float(out.to_numpy()[0]) == n
+            phases[ctx.name] = f"done after {n} launches"
 
-    threads = [threading.Thread(target=run, args=(c,)) for c in (guaranteed, best)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    try:
+        _run_threads([lambda: run(guaranteed), lambda: run(best)])
+    finally:
+        paced = best._stream
+        pacing = paced.pacing_stats() if isinstance(paced, PacedStream) else None
+        print(f"figures: phases {phases}, best-effort pacing {pacing}")
     expected = 0.25 * 4000.0 * 2.0
     print(f"figures: launches per 2 s window: best-effort {counts['bg']} (expected {expected:.0f}), "
           f"guaranteed {counts['llm']}")  # fmt: skip
     for n in counts["bg"]:
-        assert abs(n - expected) <= 0.1 * expected, counts
+        assert abs(n - expected) <= 0.1 * expected, (counts, phases, pacing)
     assert min(counts["llm"]) > expected  # the guaranteed context was not held back

@@ -34,6 +34,7 @@ from ._host_memory import is_mapped
 from .backend import backend_state
 from .errors import (
     ArgumentError,
+    CudaError,
     DeviceResetError,
     DTypeError,
     InvalidPointerError,
@@ -235,6 +236,34 @@ def current_allocation_scope() -> AllocationScope | None:
     return _scope.get()
 
 
+_CAPTURE_UNSUPPORTED = 900  # CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+
+
+def _refused_in_capture(nbytes: int, stream: Stream | None, error: CudaError) -> OutOfMemoryError:
+    """The driver refused a new device allocation because a CUDA graph capture is open (the pool had no
+    cached block of that size for the stream): an OutOfMemoryError naming the request, the stream and
+    the fix. The pool abandoned the request, so its books are unchanged."""
+    from .graph import _capturing_streams  # imported here: only this cold path needs it
+
+    if stream is None:
+        streams = _current_streams.get()
+        stream = streams[-1] if streams else None
+    on = "the legacy default stream" if stream is None else f"stream {stream._id:#x}"
+    capturing = ", ".join(f"{handle:#x}" for handle in sorted(_capturing_streams)) or "none recorded here"
+    stats: dict[str, Any] = {}
+    with contextlib.suppress(Exception):  # the numbers are extras: the refusal is what is reported
+        stats = memory_stats()
+    return OutOfMemoryError(
+        f"cannot allocate {nbytes} bytes on {on} during a CUDA graph capture (capturing streams: "
+        f"{capturing}): the pool has no cached block for it and the driver refuses new device memory while "
+        f"a stream captures ({error.name or error.code}); allocate the arrays before capturing, or run the "
+        "captured work once eagerly on the capture stream first so the pool caches its blocks",
+        requested=nbytes,
+        in_use=int(stats.get("in_use_bytes", 0)),
+        cached=int(stats.get("cached_bytes", 0)),
+    )
+
+
 class DeviceBuffer:
     """One pool allocation of ``nbytes`` bytes for work on ``stream``; returned to the pool on free/GC."""
 
@@ -274,6 +303,12 @@ class DeviceBuffer:
                 host = self._host = _cpu_pool.allocate(nbytes)
                 ptr = self.ptr = int(host.ctypes.data)
                 self.device = -1
+        except CudaError as error:  # only raised: no check is added before the native call
+            if scope is not None:
+                scope.refund(nbytes)
+            if error.code != _CAPTURE_UNSUPPORTED:
+                raise
+            raise _refused_in_capture(nbytes, stream, error) from error
         except BaseException:
             if scope is not None:
                 scope.refund(nbytes)

@@ -17,6 +17,7 @@ import itertools
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +52,26 @@ def _native() -> NativeModule | None:
     return state.native if state.name == "cuda" else None
 
 
-def _destroy_stream(native: NativeModule, handle: int) -> None:
+# Called with (device, handle) when a Stream is destroyed (closed, or collected): per-stream caches
+# (the ops' completion counters) drop their arrays, whose blocks go to the stream's pool cache, which
+# the native destroy then gives back. Hooks must not block: they may run in a garbage collection.
+_destroy_hooks: list[Callable[[int, int], None]] = []
+
+
+def on_stream_destroyed(hook: Callable[[int, int], None]) -> None:
+    """Call ``hook(device, handle)`` whenever a :class:`Stream` is destroyed (``device`` -1: the CPU
+    backend), before its handle can be reused: for caches keyed by stream handle."""
+    _destroy_hooks.append(hook)
+
+
+def _stream_destroyed(device: int, handle: int) -> None:
+    for hook in _destroy_hooks:
+        with suppress(Exception):
+            hook(device, handle)
+
+
+def _destroy_stream(native: NativeModule, handle: int, device: int) -> None:
+    _stream_destroyed(device, handle)
     with suppress(Exception):
         native.stream_destroy(handle)
 
@@ -96,11 +116,12 @@ class Stream:
             self._device = -1
             self._priority = priority
             self._finalizer: weakref.finalize[Any, Any] | None = None
+            weakref.finalize(self, _stream_destroyed, -1, self._handle)  # no handle to destroy: the hooks
         else:
             self._handle = self._id = int(native.stream_create(priority, non_blocking))
             self._device = _local.device
             self._priority = int(native.stream_priority(self._handle))
-            self._finalizer = weakref.finalize(self, _destroy_stream, native, self._handle)
+            self._finalizer = weakref.finalize(self, _destroy_stream, native, self._handle, self._device)
         _streams.add(self)
 
     @classmethod

@@ -27,7 +27,7 @@ from pygpukit.core.graph import is_capturing
 from pygpukit.core.jit import JITKernel, Param
 from pygpukit.core.kernel_sources import KernelSources
 from pygpukit.core.plans import PlanCache
-from pygpukit.core.stream import Stream, current_stream, thread_device
+from pygpukit.core.stream import Stream, current_stream, on_stream_destroyed, thread_device
 
 __all__ = [
     "BLOCK",
@@ -187,6 +187,15 @@ COUNTERS = 1 << 16  # per stream: the most blocks along grid.x of a launch that 
 # die with a device reset (core/recovery.py).
 _counters: PlanCache[GPUArray] = PlanCache("ops.completion_counters")
 _counters_lock = threading.Lock()
+
+
+def _drop_counters(device: int, handle: int) -> None:
+    """A stream was destroyed: its counters go back to the pool (to the stream's cache, which the
+    destroy then releases). A plain dict pop, no lock: this may run inside a garbage collection."""
+    _counters._plans.pop((device, handle), None)
+
+
+on_stream_destroyed(_drop_counters)
 
 
 def completion_counters(device: int, stream: Stream | None, *, in_capture: bool = True) -> GPUArray | None:

@@ -8,7 +8,7 @@ torch-like helpers (``stride(i)``, ``numel()``) and checks that name the bad val
 
 Which device, context and stream a launch uses is the business of Triton's *driver*
 (``triton.runtime.driver.driver.active``). Triton's own CUDA driver asks torch for them, so it is
-not even active without torch. :func:`use_triton_backend` installs :class:`PygpukitCudaDriver` as the
+not even active without torch. :func:`use_triton_backend` makes :class:`PygpukitCudaDriver` the
 active driver through ``DriverConfig.set_active`` -- the one seam of Triton this package touches --
 which answers with pygpukit's thread device (whose primary context it makes current) and pygpukit's
 current stream (also the capture stream inside ``CudaGraph.capture()``). Used as a context manager it

@@ -19,7 +19,7 @@ from pygpukit.core.dtypes import DType, float32
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel, Param
 from pygpukit.core.plans import PlanCache
-from pygpukit.core.stream import Stream, current_stream
+from pygpukit.core.stream import Stream, current_stream, on_stream_destroyed
 
 from .. import _kernels
 from .._layout import check_devices
@@ -154,6 +154,9 @@ class _SplitWorkspace:
 # die with a device reset (core/recovery.py).
 _workspaces: PlanCache[_SplitWorkspace] = PlanCache("ops.gemv_workspaces")
 _workspaces_lock = threading.Lock()
+# A destroyed stream's workspace goes back to the pool (a plain dict pop: this may run inside a garbage
+# collection); a cached GemvLaunch of that stream may still hold it until the plan cache drops it.
+on_stream_destroyed(lambda device, handle: _workspaces._plans.pop((device, handle), None))
 
 
 def _workspace(device: int, stream: Stream | None) -> _SplitWorkspace:
