@@ -127,7 +127,8 @@ def check() -> None:
     )
 
     uninstall("pygpukit-ops")
-    expect_ok("import pygpukit, pygpukit.scheduler, pygpukit.triton", "the others import without pygpukit-ops")
+    expect_ok("import pygpukit, pygpukit.scheduler", "the others import without pygpukit-ops")
+    expect_error("import pygpukit.triton", "pygpukit.triton without pygpukit-ops", "pygpukit-triton", "pygpukit-ops")
     expect_error("import pygpukit.ops", "pygpukit.ops names its distribution", "pygpukit-ops")
     expect_error("import pygpukit as gp; gp.add", "pygpukit.add names pygpukit-ops", "AttributeError", "pygpukit-ops")
     expect_error("import pygpukit.audio", "pygpukit.audio without pygpukit-ops", "pygpukit-audio", "pygpukit-ops")

@@ -193,9 +193,12 @@ void copy_host_to_device(std::uint64_t dst, const void* src, std::size_t nbytes,
   const StagingConfig& config = staging_config();
   auto s_handle = reinterpret_cast<CUstream>(stream);
   if (config.min_bytes == 0 || nbytes < config.min_bytes) {
-    // The driver's synchronous pageable copy runs on the legacy stream: order it after `stream` first.
-    if (stream != 0) check(api.cuStreamSynchronize(s_handle), "cuStreamSynchronize");
-    check(api.cuMemcpyHtoD(dst, src, nbytes), "cuMemcpyHtoD");
+    // The driver's pageable copy, on `stream` itself: it returns once `src` has been copied to the
+    // driver's staging memory (so the caller may reuse it), and the DMA to `dst` is ordered on
+    // `stream`, before the work issued there next. (The synchronous cuMemcpyHtoD would put that DMA
+    // on the legacy stream, which a non-blocking stream does not wait for: a kernel on `stream`
+    // could read `dst` before the data arrived, as seen on an H100 under load.)
+    check(api.cuMemcpyHtoDAsync(dst, src, nbytes, s_handle), "cuMemcpyHtoDAsync");
     return;
   }
   CopyThreads& threads = copy_threads();

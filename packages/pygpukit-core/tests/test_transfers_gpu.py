@@ -98,3 +98,32 @@ def test_raw_async_copies_of_large_pageable_buffers_are_staged_and_exact() -> No
         assert device.to_numpy().tobytes() == host[::-1].tobytes()
     finally:
         gp.pinned_free(pinned)
+
+
+COPY_KERNEL = r"""
+extern "C" __global__ void copy_f32(const float* x, float* y, long long n) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i];
+}
+"""
+
+
+@pytest.mark.gpu
+def test_small_uploads_are_ordered_on_a_non_blocking_stream() -> None:
+    """An upload below the staging threshold on a non-blocking stream, consumed at once by a kernel on
+    that stream, must be complete first: the copy's DMA is ordered on the stream (it once went to the
+    legacy stream, which a non-blocking stream does not wait for, and a kernel read stale data under
+    load on the H100)."""
+    copy = gp.jit(COPY_KERNEL, "copy_f32")
+    stream = gp.Stream()
+    rng = np.random.default_rng(11)
+    n = (3 << 20) // 4  # 3 MiB: the driver's pageable path, its DMA the longest
+    with stream:
+        y = gp.empty(n, gp.float32)
+        for round_ in range(50):
+            host = rng.standard_normal(n).astype(np.float32)
+            x = gp.from_numpy(host)  # on `stream`; the kernel follows with no host sync in between
+            copy(x, y, n, grid=(n + 255) // 256, block=256)
+            stream.synchronize()
+            np.testing.assert_array_equal(y.to_numpy(), host, err_msg=f"round {round_}")
+            del x
