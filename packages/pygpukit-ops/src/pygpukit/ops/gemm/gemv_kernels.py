@@ -154,9 +154,16 @@ class _SplitWorkspace:
 # die with a device reset (core/recovery.py).
 _workspaces: PlanCache[_SplitWorkspace] = PlanCache("ops.gemv_workspaces")
 _workspaces_lock = threading.Lock()
-# A destroyed stream's workspace goes back to the pool (a plain dict pop: this may run inside a garbage
-# collection); a cached GemvLaunch of that stream may still hold it until the plan cache drops it.
-on_stream_destroyed(lambda device, handle: _workspaces._plans.pop((device, handle), None))
+
+
+def _drop_workspace(device: int, handle: int) -> None:
+    """A destroyed stream's workspace goes back to the pool (a plain dict pop: this may run inside a
+    garbage collection); a cached GemvLaunch of that stream may still hold it until the plan cache
+    drops it."""
+    _workspaces._plans.pop((device, handle), None)
+
+
+on_stream_destroyed(_drop_workspace)
 
 
 def _workspace(device: int, stream: Stream | None) -> _SplitWorkspace:
