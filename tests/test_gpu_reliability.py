@@ -12,7 +12,6 @@ import json
 import subprocess
 import sys
 import threading
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import numpy as np
 import pytest
 
 import pygpukit as gp
+from pygpukit import testing
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 300.0
@@ -28,25 +28,7 @@ Array = np.ndarray[Any, Any]
 
 
 def run_threads(workers: list[Callable[[], None]], timeout: float = TIMEOUT) -> None:
-    errors: list[str] = []
-
-    def guarded(work: Callable[[], None]) -> Callable[[], None]:
-        def run() -> None:
-            try:
-                work()
-            except BaseException:
-                errors.append(traceback.format_exc())
-
-        return run
-
-    threads = [threading.Thread(target=guarded(w), daemon=True, name=f"worker-{i}") for i, w in enumerate(workers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout)
-    stuck = [t.name for t in threads if t.is_alive()]
-    assert not stuck, f"threads still running after {timeout} s (deadlock?): {stuck}"
-    assert not errors, "\n".join(errors)
+    testing.run_threads(workers, timeout)
 
 
 def in_use() -> int:

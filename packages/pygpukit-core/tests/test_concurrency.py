@@ -12,39 +12,19 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
-import traceback
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 import pygpukit as gp
+from pygpukit import testing
 
 TIMEOUT = 120.0  # seconds for a whole test's threads; a deadlock fails instead of hanging
 
 
 def run_threads(workers: list[Callable[[], None]], timeout: float = TIMEOUT) -> None:
-    """Run each worker in its own daemon thread; fail on any exception, and on any thread still running
-    after ``timeout`` (a deadlock)."""
-    errors: list[str] = []
-
-    def guarded(work: Callable[[], None]) -> Callable[[], None]:
-        def run() -> None:
-            try:
-                work()
-            except BaseException:
-                errors.append(traceback.format_exc())
-
-        return run
-
-    threads = [threading.Thread(target=guarded(w), daemon=True, name=f"worker-{i}") for i, w in enumerate(workers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout)
-    stuck = [t.name for t in threads if t.is_alive()]
-    assert not stuck, f"threads still running after {timeout} s (deadlock?): {stuck}"
-    assert not errors, "\n".join(errors)
+    testing.run_threads(workers, timeout)
 
 
 def in_use() -> int:

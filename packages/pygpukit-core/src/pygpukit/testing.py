@@ -1,14 +1,18 @@
-"""Helpers for testing code built on pygpukit: random data per dtype and bitwise comparison."""
+"""Helpers for testing code built on pygpukit: random data per dtype, bitwise comparison, and running
+workers on threads with their failures and deadlocks reported."""
 
 from __future__ import annotations
 
+import threading
+import traceback
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from .core.dtypes import DType, as_dtype
 
-__all__ = ["assert_bitwise_equal", "random_array"]
+__all__ = ["assert_bitwise_equal", "random_array", "run_threads"]
 
 
 def random_array(
@@ -42,3 +46,27 @@ def assert_bitwise_equal(actual: np.ndarray[Any, Any], expected: np.ndarray[Any,
     if not np.array_equal(a, e):
         mismatch = int(np.count_nonzero(np.ascontiguousarray(actual) != np.ascontiguousarray(expected)))
         raise AssertionError(f"{mismatch} of {actual.size} elements differ")
+
+
+def run_threads(workers: list[Callable[[], None]], timeout: float = 120.0) -> None:
+    """Run each worker in its own daemon thread; fail (AssertionError) with every worker's traceback if
+    any raised, and name the threads still running after ``timeout`` seconds (a deadlock)."""
+    errors: list[str] = []
+
+    def guarded(work: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                work()
+            except BaseException:
+                errors.append(traceback.format_exc())
+
+        return run
+
+    threads = [threading.Thread(target=guarded(w), daemon=True, name=f"worker-{i}") for i, w in enumerate(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)
+    stuck = [t.name for t in threads if t.is_alive()]
+    assert not stuck, f"threads still running after {timeout} s (deadlock?): {stuck}"
+    assert not errors, "\n".join(errors)
