@@ -229,3 +229,27 @@ def test_no_tf32_is_a_known_flag() -> None:
     assert "not an on/off value" in bad.problem
     (typo,) = environment_report({"PYGPUKIT_NO_TF3": "1"})
     assert typo.problem == "not a pygpukit variable; did you mean PYGPUKIT_NO_TF32?"
+
+
+# -- PYGPUKIT_TRITON_ROUTE ----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("triton", None),
+        ("rmsnorm=triton, matmul=auto,*=builtin", None),
+        ("", None),
+        ("fast", "'fast' is not a mode"),
+        ("attention=triton", "'attention' is not a routed op"),
+        ("rmsnorm=gpu", "'gpu' is not a mode"),
+    ],
+)
+def test_triton_route_is_checked_by_info(value: str, problem: str | None) -> None:
+    from pygpukit.core._env import RUNTIME_VARIABLES, environment_report
+
+    assert "PYGPUKIT_TRITON_ROUTE" in RUNTIME_VARIABLES
+    (setting,) = environment_report({"PYGPUKIT_TRITON_ROUTE": value})
+    if problem is None:
+        assert setting.problem is None
+    else:
+        assert setting.problem is not None
+        assert setting.problem.startswith(problem)

@@ -384,6 +384,89 @@ def check_routing_auto_on_gpu() -> None:
     _close(t, want, gk.bfloat16, "triton-routed rmsnorm", 2)
 
 
+def check_builtin_ops_follow_routes() -> None:
+    """With set_route("triton"), the ops of pygpukit.ops (and a @ b) run the Triton kernels: each
+    Triton side is called once and the results are bitwise those of pygpukit.triton.kernels; under
+    route("builtin") they are bitwise the built-in kernels'; a routed op captured in a CUDA graph
+    replays bitwise equal to eager."""
+    from pygpukit.ops import _route
+    from pygpukit.triton import kernels, routing
+
+    calls: dict[str, int] = {}
+    for op in routing.OPS:
+        builtin, triton_fn = routing._IMPLS[op]
+
+        def counted(*args: Any, _fn: Any = triton_fn, _op: str = op, **kw: Any) -> Any:
+            calls[_op] = calls.get(_op, 0) + 1
+            return _fn(*args, **kw)
+
+        routing._IMPLS[op] = (builtin, counted)
+    dtype = gk.bfloat16
+    x, w, b = _rand((37, 700), dtype), _rand((700,), dtype), _rand((700,), dtype)
+    gate = _rand((19, 2 * 333), dtype)
+    a, m = _rand((45, 96), dtype), _rand((96, 130), dtype)
+    q0, k0 = _rand((2, 9, 4, 64), dtype), _rand((2, 9, 2, 64), dtype)
+    cos, sin = ops.rope_cos_sin(64, 128)
+    pos = gk.from_numpy(rng.integers(0, 128, (2, 9)).astype(np.int32))
+
+    def run_all() -> list[Any]:
+        q, k = q0.clone(), k0.clone()
+        ops.apply_rope(q, k, cos, sin, pos)
+        return [ops.rmsnorm(x, w), ops.layernorm(x, w, b), ops.softmax(x), ops.swiglu(gate), a @ m, q, k]
+
+    routing.set_route("triton")
+    try:
+        assert _route.hook is routing.route_hook
+        routed = run_all()
+        assert calls == dict.fromkeys(routing.OPS, 1), calls
+        q, k = q0.clone(), k0.clone()
+        kernels.rotary(q, k, cos, sin, pos)
+        direct = [kernels.rmsnorm(x, w), kernels.layernorm(x, w, b), kernels.softmax(x), kernels.swiglu(gate),
+                  kernels.matmul(a, m), q, k]  # fmt: skip
+        for got, want in zip(routed, direct, strict=True):
+            assert got.to_numpy().tobytes() == want.to_numpy().tobytes()
+        with routing.route("builtin"):
+            builtin = run_all()
+        assert calls == dict.fromkeys(routing.OPS, 1), calls  # the block ran no Triton kernel
+        _close(builtin[0], _norm_ref(_host(x), _host(w), None, 1e-6, False), dtype, "builtin rmsnorm", 2)
+        _close(routed[0], _norm_ref(_host(x), _host(w), None, 1e-6, False), dtype, "routed rmsnorm", 2)
+        # capture: the routed ops (warmed up above) recorded and replayed
+        out = gk.empty((37, 700), dtype)
+        graph = gk.CudaGraph()
+        with graph.capture():
+            ops.rmsnorm(x, w, out=out)
+        graph.replay()
+        graph.synchronize()
+        assert out.to_numpy().tobytes() == routed[0].to_numpy().tobytes()
+    finally:
+        routing.set_route("*", None)
+
+
+def check_triton_failure_is_typed() -> None:
+    """A real Triton compilation error inside pygpukit's launch scope comes out as TritonKernelError."""
+    import triton
+    import triton.language as tl
+
+    from pygpukit.triton import TritonKernelError
+    from pygpukit.triton._interop import pygpukit_launches
+
+    @triton.jit
+    def bad_kernel(x_ptr, BLOCK: tl.constexpr):  # noqa: N803
+        offs = tl.arange(0, BLOCK)  # BLOCK must be a power of two: 3 does not compile
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs) + 1.0)
+
+    x = _rand((16,), gk.float32)
+    caught: list[TritonKernelError] = []
+    try:
+        with pygpukit_launches("bad_kernel"):
+            bad_kernel[(1,)](x, BLOCK=3)
+    except TritonKernelError as error:
+        caught.append(error)
+    assert len(caught) == 1, "a Triton compilation error was not turned into TritonKernelError"
+    assert caught[0].kernel == "bad_kernel"
+    assert caught[0].__cause__ is not None
+
+
 CHECKS: dict[str, Callable[[], None]] = {
     name[len("check_") :]: fn for name, fn in sorted(globals().items()) if name.startswith("check_") and callable(fn)
 }

@@ -22,6 +22,8 @@ CHECKS = [
     "swiglu",
     "matmul",
     "routing_auto_on_gpu",
+    "builtin_ops_follow_routes",
+    "triton_failure_is_typed",
 ]
 
 

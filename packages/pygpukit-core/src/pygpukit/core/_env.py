@@ -147,7 +147,14 @@ _FLAGS: dict[str, bool] = {  # name -> default
 _COUNTS = ("PYGPUKIT_STAGING_MIN_BYTES", "PYGPUKIT_STAGING_CHUNK_BYTES", "PYGPUKIT_COPY_THREADS")  # native
 _PATHS = ("PYGPUKIT_LIBCUDA_PATH", "PYGPUKIT_NVRTC_PATH", "PYGPUKIT_CUBLASLT_PATH")  # checked by _libraries
 _DIRECTORIES = ("PYGPUKIT_CACHE_DIR",)
-RUNTIME_VARIABLES: tuple[str, ...] = (*_CHOICES, *_FLAGS, *_COUNTS, *_PATHS, *_DIRECTORIES)
+# Read by pygpukit.ops (whether to route at all) and pygpukit.triton.routing: op=mode items.
+_ROUTES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "PYGPUKIT_TRITON_ROUTE": (
+        ("*", "rmsnorm", "layernorm", "softmax", "rotary", "swiglu", "matmul"),
+        ("builtin", "triton", "auto"),
+    ),
+}
+RUNTIME_VARIABLES: tuple[str, ...] = (*_CHOICES, *_FLAGS, *_COUNTS, *_PATHS, *_DIRECTORIES, *_ROUTES)
 # Read by the build, the tests or CI, never by an installed pygpukit: not checked, not typos either.
 _OTHER_VARIABLES = (
     "PYGPUKIT_CUDA_INCLUDE_DIR",
@@ -179,6 +186,22 @@ def _problem(name: str, raw: str) -> str | None:
             return "must be a non-negative integer; the CUDA backend raises on its first copy until it is fixed"
     elif name in _DIRECTORIES and value and os.path.exists(value) and not os.path.isdir(value):
         return "exists but is not a directory; nothing can be cached there"
+    elif name in _ROUTES:
+        return _route_problem(value, *_ROUTES[name])
+    return None
+
+
+def _route_problem(value: str, ops: tuple[str, ...], modes: tuple[str, ...]) -> str | None:
+    """What is wrong with a ``mode`` / ``op=mode,...`` list (as pygpukit.triton.routing parses it)."""
+    for item in (part.strip().lower() for part in value.split(",")):
+        if not item:
+            continue
+        op, sep, mode = item.partition("=")
+        op, mode = (op.strip(), mode.strip()) if sep else ("*", op.strip())
+        if op not in ops:
+            return f"{op!r} is not a routed op (one of {', '.join(ops)}); the first routed call raises ArgumentError"
+        if mode not in modes:
+            return f"{mode!r} is not a mode ({_one_of(modes)}); the first routed call raises ArgumentError"
     return None
 
 

@@ -20,7 +20,7 @@ from pygpukit.core.dtypes import DType
 from pygpukit.core.errors import ArgumentError, ShapeError
 from pygpukit.core.plans import PlanCache
 
-from . import _cpu
+from . import _cpu, _route
 from ._kernels import BLOCK, NAMESPACE, Groups, grid_for, group, launch, register_enumerator
 from ._layout import check_devices, is_cuda
 from ._nn_common import FLOATS, aligned, array, check_overlap, float_input, host64, output, rows, same_dtype
@@ -134,6 +134,8 @@ def swiglu(gate: GPUArray, up: GPUArray | None = None, out: GPUArray | None = No
     With ``up`` None, ``gate`` is one concatenated input whose last axis has 2*I elements: the first
     I are the gate and the last I the up projection (a fused gate_up_proj GEMM output), and the result
     has I. float32, float16, bfloat16; computed in float32."""
+    if _route.hook is not None and (routed := _route.hook("swiglu", (gate, up), {"out": out})) is not _route.BUILTIN:
+        return routed  # type: ignore[no-any-return]
     return _gated("swiglu", _SWIGLU, gate, up, out)
 
 

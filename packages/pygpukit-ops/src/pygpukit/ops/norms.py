@@ -28,7 +28,7 @@ from pygpukit.core.memory import DeviceBuffer
 from pygpukit.core.plans import PlanCache
 from pygpukit.core.stream import thread_device
 
-from . import _cpu
+from . import _cpu, _route
 from ._kernels import BLOCK, NAMESPACE, Groups, group, register_enumerator
 from ._layout import check_devices, is_cuda, same_view
 from ._nn_common import (
@@ -322,6 +322,11 @@ def rmsnorm(x: GPUArray, weight: GPUArray | None, eps: float = 1e-6, out: GPUArr
     ``(x.shape[-1],)`` of x's dtype or float32, or None (no scale). Computed in float32 and rounded
     once (Hugging Face rounds the normalised value to the dtype before scaling: within one ulp).
     """
+    if (
+        _route.hook is not None
+        and (routed := _route.hook("rmsnorm", (x, weight), {"eps": eps, "out": out})) is not _route.BUILTIN
+    ):
+        return routed  # type: ignore[no-any-return]
     return _row_norm("rmsnorm", _RMS, x, weight, None, eps, out)
 
 
@@ -332,6 +337,11 @@ def layernorm(
     torch.nn.functional.layer_norm). ``weight`` and ``bias``: shape ``(x.shape[-1],)``, x's dtype or
     float32 (both the same), each may be None. The variance is taken from the row held in registers
     after the mean (two passes over registers, no cancellation)."""
+    if (
+        _route.hook is not None
+        and (routed := _route.hook("layernorm", (x, weight, bias), {"eps": eps, "out": out})) is not _route.BUILTIN
+    ):
+        return routed  # type: ignore[no-any-return]
     return _row_norm("layernorm", _LAYER, x, weight, bias, eps, out)
 
 

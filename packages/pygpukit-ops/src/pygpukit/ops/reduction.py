@@ -40,7 +40,7 @@ from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel
 from pygpukit.core.plans import PlanCache
 
-from . import _cpu
+from . import _cpu, _route
 from ._kernels import (
     NAMESPACE,
     Groups,
@@ -822,6 +822,11 @@ def _softmax(name: str, x: Any, axis: int, log: bool) -> GPUArray:
 def softmax(x: GPUArray, axis: int = -1) -> GPUArray:
     """``exp(x - max) / sum(exp(x - max))`` along ``axis``; floating dtypes only (computed in float32
     for fp16/bf16/fp8, float64 for float64). Deterministic."""
+    if (
+        _route.hook is not None
+        and (routed := _route.hook("softmax", (x,), {"axis": axis, "out": None})) is not _route.BUILTIN
+    ):
+        return routed  # type: ignore[no-any-return]
     return _softmax("softmax", x, axis, False)
 
 

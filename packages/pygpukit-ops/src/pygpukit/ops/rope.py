@@ -28,7 +28,7 @@ from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel
 from pygpukit.core.plans import PlanCache
 
-from . import _cpu
+from . import _cpu, _route
 from ._kernels import BLOCK, NAMESPACE, Groups, group, pointer, register_enumerator, size_param
 from ._layout import check_devices, is_cuda
 
@@ -303,6 +303,11 @@ def apply_rope(
     (e.g. -1 to use a paged cache's context_lens after advance() as the positions). Positions outside
     [0, max_positions) raise ArgumentError on the CPU backend; on the GPU (where positions are not
     read by the host) the kernel clamps them into the table. Capturable in a CUDA graph."""
+    if _route.hook is not None and _route.hook(
+        "rotary", (q, k, cos, sin, positions),
+        {"style": style, "rotary_dim": rotary_dim, "position_offset": position_offset},
+    ) is not _route.BUILTIN:  # fmt: skip
+        return
     q, k, cos, sin, positions, dim = _check_args(q, k, cos, sin, positions, style, rotary_dim)
     if (
         isinstance(position_offset, bool)

@@ -23,6 +23,7 @@ check_siblings("pygpukit-triton", required=("pygpukit-core", "pygpukit-ops"))
 from . import kernels, routing  # noqa: E402
 from ._interop import (  # noqa: E402
     TritonArray,
+    TritonKernelError,
     from_gpuarray,
     from_numpy,
     scratch_allocator,
@@ -36,6 +37,7 @@ __version__ = distribution_version("pygpukit-triton") or "0+unknown"
 
 __all__ = [
     "TritonArray",
+    "TritonKernelError",
     "__version__",
     "from_gpuarray",
     "from_numpy",

@@ -27,11 +27,12 @@ from pygpukit.core.array import GPUArray
 from pygpukit.core.array import from_numpy as _array_from_numpy
 from pygpukit.core.backend import backend_state
 from pygpukit.core.dtypes import DType, uint8
-from pygpukit.core.errors import BackendUnavailableError, DTypeError, ShapeError
+from pygpukit.core.errors import BackendUnavailableError, DTypeError, PyGPUkitError, ShapeError
 from pygpukit.core.stream import current_stream, thread_device
 
 __all__ = [
     "TritonArray",
+    "TritonKernelError",
     "from_gpuarray",
     "from_numpy",
     "require_gpu_array",
@@ -42,6 +43,40 @@ __all__ = [
 ]
 
 _MIN_VERSION = (3, 0)
+
+
+class TritonKernelError(PyGPUkitError, RuntimeError):
+    """A kernel of :mod:`pygpukit.triton.kernels` failed in Triton itself: its compilation
+    (``CompilationError``), its resources (``OutOfResources``: shared memory, registers) or its launch
+    (Triton's launcher reports a CUDA error as ``RuntimeError("Triton Error [CUDA]: ...")``). The
+    message names the kernel; Triton's exception is the ``__cause__``. Bad arguments never get here:
+    they raise pygpukit's ShapeError / DTypeError / InvalidPointerError before Triton is called."""
+
+    def __init__(self, message: str, *, kernel: str = "") -> None:
+        super().__init__(message)
+        self.kernel = kernel
+
+
+def triton_error(error: BaseException, kernel: str = "") -> TritonKernelError | None:
+    """``error`` as a :class:`TritonKernelError` naming ``kernel`` when Triton raised it, else None."""
+    if not _from_triton(error):
+        return None
+    what = f"pygpukit.triton.kernels.{kernel}" if kernel else "a pygpukit.triton kernel"
+    return TritonKernelError(f"{what} failed in Triton: {type(error).__name__}: {error}", kernel=kernel)
+
+
+def _from_triton(error: BaseException) -> bool:
+    """Whether ``error`` was raised by Triton (its exception classes, or its launcher's RuntimeError)."""
+    if isinstance(error, PyGPUkitError):
+        return False
+    module = type(error).__module__ or ""
+    return (
+        module == "triton"
+        or module.startswith("triton.")
+        or (type(error) is RuntimeError and str(error).startswith("Triton Error"))
+    )
+
+
 _state: dict[str, Any] = {}  # "triton": the module or None; "driver": our driver once made
 _lock = threading.Lock()
 
@@ -242,9 +277,10 @@ def use_triton_backend() -> _Activation:
 
 
 @contextmanager
-def pygpukit_launches() -> Iterator[None]:
+def pygpukit_launches(kernel: str = "") -> Iterator[None]:
     """pygpukit's driver active inside the block, the previous one restored at its end (what the
-    kernels of :mod:`pygpukit.triton.kernels` launch under; nothing changes when it is already active)."""
+    kernels of :mod:`pygpukit.triton.kernels` launch under; nothing changes when it is already active).
+    An error of Triton's inside the block comes out as :class:`TritonKernelError` naming ``kernel``."""
     drv = pygpukit_driver()
     config: Any = _state.get("config")
     if config is None:
@@ -252,14 +288,18 @@ def pygpukit_launches() -> Iterator[None]:
 
         config = _state["config"] = driver
     previous = config._active
-    if previous is drv:
-        yield
-        return
-    config.set_active(drv)
+    if previous is not drv:
+        config.set_active(drv)
     try:
         yield
+    except Exception as error:
+        typed = triton_error(error, kernel)
+        if typed is None:
+            raise
+        raise typed from error
     finally:
-        config._active = previous
+        if previous is not drv:
+            config._active = previous
 
 
 def scratch_allocator(size: int, alignment: int, stream: int | None) -> GPUArray:

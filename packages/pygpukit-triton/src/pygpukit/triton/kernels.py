@@ -99,7 +99,7 @@ def _row_norm(name: str, x: Any, weight: Any, bias: Any, eps: Any, out: Any, lay
     if result.size == 0:
         return result
     block = _block(n)
-    with pygpukit_launches():
+    with pygpukit_launches(name):
         if layer:
             kernels.layernorm_kernel[(count_rows,)](
                 x, weight, bias, result, x_stride, out_stride, n, eps,
@@ -159,7 +159,7 @@ def softmax(x: GPUArray, axis: int = -1, out: GPUArray | None = None) -> GPUArra
     import triton.language as tl
 
     block = _block(n, 2048 if x.dtype == float64 else _MAX_BLOCK)
-    with pygpukit_launches():
+    with pygpukit_launches("softmax"):
         kernels.softmax_kernel[(outer * inner,)](
             x, result, n, inner, x_stride, out_stride,
             ACC=tl.float64 if x.dtype == float64 else tl.float32, BLOCK=block, num_warps=_warps(block),
@@ -201,7 +201,7 @@ def rotary(
         pb, ps = positions._strides[0], 0
     half = dim // 2
     block = _block(half, 256)
-    with pygpukit_launches():
+    with pygpukit_launches("rotary"):
         for x in (q, k):
             if x is None or x.shape[2] == 0:
                 continue
@@ -246,7 +246,7 @@ def swiglu(gate: GPUArray, up: GPUArray | None = None, out: GPUArray | None = No
         return result
     block = _block(n, 1024)
     grid = (count, -(-n // block))
-    with pygpukit_launches():
+    with pygpukit_launches("swiglu"):
         kernels.swiglu_kernel[grid](gate, up, result, gate_stride, up_stride, out_stride, n, BLOCK=block,
                                     num_warps=4)  # fmt: skip
     return result
@@ -329,7 +329,7 @@ def matmul(
             PRECISION=precision, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=warps, num_stages=stages,
         )  # fmt: skip
 
-    with pygpukit_launches():
+    with pygpukit_launches("matmul"):
         if stream is None:
             launch()
         else:

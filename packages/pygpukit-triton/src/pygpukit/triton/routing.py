@@ -20,7 +20,16 @@ Triton cannot run on the CPU backend or without Triton installed: there every mo
 op (documented fallback; :mod:`pygpukit.triton.kernels` itself raises instead). A dtype the Triton
 kernel does not take (fp8, int8, float64 outside softmax) runs the built-in op in every mode too. While a CUDA graph is
 capturing, ``auto`` uses a remembered winner or the built-in op; it never measures inside a capture.
-The built-in ops are not touched: code that calls :mod:`pygpukit.ops` directly is never routed.
+A shape the Triton kernel does not take (``matmul`` beyond 3 dimensions or with a quantized ``b``,
+``softmax`` of a strided array along an inner axis) also runs the built-in op.
+
+The built-in ops follow the same routes: once a route is configured (``set_route`` with a mode other
+than ``builtin``, a ``route`` block, or ``PYGPUKIT_TRITON_ROUTE`` in the environment, which works even
+in a program that never imports this module), ``pygpukit.ops.rmsnorm``, ``layernorm``, ``softmax``,
+``apply_rope``, ``swiglu`` and ``matmul`` (and ``a @ b``) ask :func:`route_hook` first, through
+``pygpukit.ops._route``. Until then they do not look at routes at all; after that, a built-in call costs
+one route lookup (about a microsecond) more. Calls made by a routed function (the built-in side of
+``backend="builtin"``, the measurements of ``auto``) are not routed again.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ from typing import Any
 from pygpukit.core.array import GPUArray
 from pygpukit.core.dtypes import bfloat16, float16, float32, float64
 from pygpukit.core.errors import ArgumentError
+from pygpukit.ops import _route
 from pygpukit.ops._nn_common import output
 
 from . import kernels as _triton
@@ -54,6 +64,7 @@ __all__ = [
     "rmsnorm",
     "rotary",
     "route",
+    "route_hook",
     "set_route",
     "softmax",
     "swiglu",
@@ -72,6 +83,7 @@ _winners: dict[tuple[Any, ...], str] = {}  # auto: key -> "builtin" / "triton"
 _on_disk: dict[str, str] = {}  # the same, by the key's JSON text, as read from and written to the file
 _disk: dict[str, Any] = {"loaded": False, "path": None}
 _lock = threading.Lock()
+_inside = threading.local()  # .depth > 0 while this thread runs a routed call: its own op calls run built-in
 
 
 def _check_mode(mode: Any, where: str) -> str:
@@ -118,6 +130,8 @@ def set_route(op: str, mode: str | None = None) -> None:
         _settings.pop(op, None)
         return
     _settings[op] = _check_mode(mode, "set_route")
+    if _settings[op] != "builtin":
+        _route.install(route_hook)
 
 
 def get_route(op: str) -> str:
@@ -138,6 +152,8 @@ def route(mode: str, *ops: str) -> Iterator[None]:
     ``with route("auto", "matmul", "softmax"):`` only those."""
     mode = _check_mode(mode, "route")
     names = frozenset(_check_op(op, "route") for op in ops) if ops else None
+    if mode != "builtin":
+        _route.install(route_hook)
     token = _scopes.set((*_scopes.get(), (names, mode)))
     try:
         yield
@@ -293,15 +309,54 @@ def _auto(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     return winner
 
 
+def _takes(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether the Triton kernel takes these operands (dtype and shape); else the built-in op runs."""
+    first = args[0]
+    if not (isinstance(first, GPUArray) and first.dtype in _DTYPES[op]):
+        return False
+    if op == "matmul":
+        b = args[1]
+        if type(b) is not GPUArray or not (1 <= first.ndim <= 3 and 1 <= b.ndim <= 3):
+            return False
+        batches = (first.shape[0] if first.ndim == 3 else 1, b.shape[0] if b.ndim == 3 else 1)
+        return max(batches) <= 65535 and (batches[0] == batches[1] or 1 in batches)
+    if op == "softmax":
+        axis, out = kwargs.get("axis", -1), kwargs.get("out")
+        inner = isinstance(axis, int) and first.ndim > 0 and axis % first.ndim != first.ndim - 1
+        if inner and not (first.is_contiguous and (out is None or (isinstance(out, GPUArray) and out.is_contiguous))):
+            return False
+    return True
+
+
+def _run(op: str, mode: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    builtin, triton_fn = _IMPLS[op]
+    depth = getattr(_inside, "depth", 0)
+    _inside.depth = depth + 1
+    try:
+        if mode == "builtin" or not triton_available() or not _takes(op, args, kwargs):
+            return builtin(*args, **kwargs)
+        if mode == "auto":
+            mode = _auto(op, args, kwargs)
+        return (triton_fn if mode == "triton" else builtin)(*args, **kwargs)
+    finally:
+        _inside.depth = depth
+
+
 def _dispatch(op: str, backend: str | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     mode = get_route(op) if backend is None else _check_mode(backend, op)
-    builtin, triton_fn = _IMPLS[op]
-    first = args[0]
-    if mode == "builtin" or not (isinstance(first, GPUArray) and first.dtype in _DTYPES[op]) or not triton_available():
-        return builtin(*args, **kwargs)
-    if mode == "auto":
-        mode = _auto(op, args, kwargs)
-    return (triton_fn if mode == "triton" else builtin)(*args, **kwargs)
+    return _run(op, mode, args, kwargs)
+
+
+def route_hook(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """What a built-in op asks first once routing is on (``pygpukit.ops._route``): the result of the
+    routed call, or ``_route.BUILTIN`` to let the built-in kernel run (mode ``builtin``, a call made
+    from inside a routed one, Triton missing, or operands the Triton kernel does not take)."""
+    if getattr(_inside, "depth", 0) or op not in _DTYPES:
+        return _route.BUILTIN
+    mode = get_route(op)
+    if mode == "builtin" or not triton_available() or not _takes(op, args, kwargs):
+        return _route.BUILTIN
+    return _run(op, mode, args, kwargs)
 
 
 # -- the built-in side, with the Triton signatures ---------------------------------------------------
@@ -399,3 +454,17 @@ def matmul(
     """Routed ``matmul``."""
     result: GPUArray = _dispatch("matmul", backend, (a, b), {"out": out, "use_tf32": use_tf32, "stream": stream})
     return result
+
+
+def _install_from_environment() -> None:
+    """PYGPUKIT_TRITON_ROUTE names a route other than builtin: the built-in ops follow it too. A bad
+    value is not raised here (importing must work): the first routed call raises ArgumentError."""
+    try:
+        routes = _env_routes()
+    except ArgumentError:
+        routes = {"*": "invalid"}
+    if any(mode != "builtin" for mode in routes.values()):
+        _route.install(route_hook)
+
+
+_install_from_environment()

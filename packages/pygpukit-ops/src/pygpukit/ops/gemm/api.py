@@ -25,6 +25,7 @@ from pygpukit.core.dtypes import DType, as_dtype
 from pygpukit.core.errors import DeviceError, DTypeError, PyGPUkitError, ShapeError
 from pygpukit.core.stream import Stream, thread_device
 
+from .. import _route
 from . import cublaslt, host
 from ._base import PLANS, check_activation, device_props
 from .dispatch import DirectPlan, Problem, plan_for
@@ -151,6 +152,12 @@ def matmul(
     int32). ``out`` (contiguous, the result's shape and dtype) receives the result when given. ``b``
     may be ``w.T`` of a quantized weight ``w`` (pygpukit.ops.quant): then ``linear(a, w)``.
     """
+    if (
+        _route.hook is not None
+        and (routed := _route.hook("matmul", (a, b), {"out": out, "use_tf32": use_tf32, "stream": stream}))
+        is not _route.BUILTIN
+    ):
+        return routed  # type: ignore[no-any-return]
     key = None
     if type(a) is GPUArray and type(b) is GPUArray and (out is None or type(out) is GPUArray):
         # TF32 as the plan sees it: asked for, else set_tf32's setting, else (None) the environment's.
