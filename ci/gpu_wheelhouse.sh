@@ -30,7 +30,10 @@
 #                       (nvidia/cuda_nvrtc/lib, nvidia/cuda_runtime/include): on a machine with a CUDA
 #                       13 toolkit only, NVRTC 12 and its headers come from there, as from a pip install.
 #   WHEELHOUSE_JOBS     shards per (Python, variant), all run at once (default 1): 2 Pythons x 2 variants
-#                       x 3 shards keep 12 cores busy compiling kernels.
+#                       x 3 shards keep 12 cores busy compiling kernels. Tests are dealt to shards by
+#                       test function, balanced by count.
+#   WHEELHOUSE_SERIAL   test file names run after the shards, one process at a time (default
+#                       test_oom_recovery.py: its tests fill the device).
 #   WHEELHOUSE_SHARD    run only this shard (0 .. WHEELHOUSE_JOBS-1), e.g. one per 10-minute command.
 #   WHEELHOUSE_TIMEOUT  seconds each pytest may run (default: none); past it pytest is interrupted
 #                       (SIGINT), so its log and junit XML still report the tests that ran.
@@ -148,28 +151,51 @@ for version in 3.13 3.12 3.11 3.10; do
 done
 
 # -- 3. both CUDA variants, every (Python, variant, shard) at once --------------------------------------
-# The pytest arguments: options pass through; directories are expanded into their test_*.py files, which
-# are dealt into WHEELHOUSE_JOBS shards (largest first), so that the runs, bound by NVRTC compiling each
-# kernel once per process, share the machine's cores. Each run has its own log and junit XML.
+# The pytest arguments: options pass through; directories and files are the tests. They are collected
+# once (with the options, so `-m gpu` selects), grouped by test function (its parametrizations share
+# kernels, which each process compiles once or loads from the shared disk cache) and the groups dealt,
+# largest first, to the least-loaded of WHEELHOUSE_JOBS shards, so that the shards take about the same
+# time. Files named in WHEELHOUSE_SERIAL (default: test_oom_recovery.py, whose tests fill the whole
+# device) run afterwards, one process at a time. Each run has its own log and junit XML.
 options=()
-files=()
+paths=()
 args=("$@")
 [[ ${#args[@]} -gt 0 ]] || args=(packages/pygpukit-core/tests packages/pygpukit-ops/tests)
 for arg in "${args[@]}"; do
-  if [[ -d "$arg" ]]; then
-    while IFS= read -r file; do files+=("$file"); done < <(ls -S "$arg"/test_*.py)
-  elif [[ -f "$arg" ]]; then
-    files+=("$arg")
-  else
-    options+=("$arg")
-  fi
+  if [[ -e "$arg" ]]; then paths+=("$arg"); else options+=("$arg"); fi
 done
 jobs_wanted="${WHEELHOUSE_JOBS:-1}"
-declare -A shard_files=()
-for i in "${!files[@]}"; do
-  shard=$((i % jobs_wanted))
-  shard_files[$shard]+="${files[$i]} "
-done
+read -r -a serial_names <<<"${WHEELHOUSE_SERIAL:-test_oom_recovery.py}"
+first_venv="${venvs[${tested[0]:-none}]:-}"
+mkdir -p "$scratch/shards"
+if [[ -n "$first_venv" ]]; then
+  PYGPUKIT_CUDA_VARIANT=cu13 "$first_venv/bin/python" -m pytest -p no:cacheprovider --collect-only -q \
+    -o addopts="--strict-markers --import-mode=importlib" "${options[@]}" "${paths[@]}" >"$out/collected.txt" 2>&1
+  "$first_venv/bin/python" - "$out/collected.txt" "$scratch/shards" "$jobs_wanted" "${serial_names[@]}" <<'PY'
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+collected, folder, jobs, serial = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), set(sys.argv[4:])
+groups: dict[str, list[str]] = defaultdict(list)
+late: list[str] = []
+for line in collected.read_text().splitlines():
+    if "::" not in line or line.startswith(("=", " ")):
+        continue
+    node = line.strip()
+    (late if Path(node.split("::")[0]).name in serial else groups[node.split("[")[0]]).append(node)
+loads = [0] * jobs
+shards: list[list[str]] = [[] for _ in range(jobs)]
+for _, nodes in sorted(groups.items(), key=lambda item: -len(item[1])):
+    least = loads.index(min(loads))
+    shards[least] += nodes
+    loads[least] += len(nodes)
+for i, nodes in enumerate(shards):
+    (folder / f"shard{i}.txt").write_text("\n".join(nodes))
+(folder / "serial.txt").write_text("\n".join(late))
+print(f"collected {sum(loads) + len(late)} tests in {len(groups)} functions: shards of {loads}, {len(late)} serial")
+PY
+fi
 runs=()
 # The float64 references run in NumPy: its BLAS threads share the cores between the concurrent runs.
 shards_running=$jobs_wanted
@@ -177,6 +203,19 @@ shards_running=$jobs_wanted
 concurrent=$(( ${#tested[@]} * 2 * shards_running ))
 threads=$(( $(nproc) / (concurrent > 0 ? concurrent : 1) ))
 export OMP_NUM_THREADS=$(( threads > 0 ? threads : 1 )) OPENBLAS_NUM_THREADS=$(( threads > 0 ? threads : 1 ))
+run_pytest() {  # run_pytest RUN VARIANT VENV NODES_FILE: pytest over the node ids in NODES_FILE
+  local run="$1" variant="$2" venv="$3" nodes_file="$4" nvrtc=() limit=() nodes=()
+  if [[ $variant == cu12 && -n "${WHEELHOUSE_CU12_SITE:-}" ]]; then
+    nvrtc=(env "PYTHONPATH=$WHEELHOUSE_CU12_SITE${PYTHONPATH:+:$PYTHONPATH}")
+  fi
+  [[ -z "${WHEELHOUSE_TIMEOUT:-}" ]] || limit=(timeout -s INT -k 30 "$WHEELHOUSE_TIMEOUT")
+  mapfile -t nodes <"$nodes_file"
+  PYGPUKIT_CUDA_VARIANT=$variant "${nvrtc[@]}" "${limit[@]}" "$venv/bin/python" -m pytest -p no:cacheprovider -q -rs \
+    --junitxml="$out/junit-$run.xml" -o addopts="--strict-markers --import-mode=importlib" \
+    "${options[@]}" "${nodes[@]}" >"$out/tests-$run.log" 2>&1
+  echo $? >"$scratch/rc-$run"
+}
+serial_runs=()
 for version in "${tested[@]}"; do
   venv="${venvs[$version]}"
   for variant in cu13 cu12; do
@@ -189,28 +228,30 @@ for version in "${tested[@]}"; do
     PYGPUKIT_CUDA_VARIANT=$variant "${nvrtc[@]}" "$venv/bin/python" -m pygpukit info 2>&1 | tee "$out/info-$name.log"
     for ((shard = 0; shard < jobs_wanted; shard++)); do
       [[ -z "${WHEELHOUSE_SHARD:-}" || "$WHEELHOUSE_SHARD" == "$shard" ]] || continue
-      read -r -a these <<<"${shard_files[$shard]:-}"
-      [[ ${#these[@]} -gt 0 || ${#files[@]} -eq 0 ]] || continue
+      [[ -s "$scratch/shards/shard$shard.txt" ]] || continue
       run="$name-shard$shard"
-      echo "=== $run: pytest ${options[*]} ${these[*]}"
-      (
-        limit=()
-        [[ -z "${WHEELHOUSE_TIMEOUT:-}" ]] || limit=(timeout -s INT -k 30 "$WHEELHOUSE_TIMEOUT")
-        PYGPUKIT_CUDA_VARIANT=$variant "${nvrtc[@]}" "${limit[@]}" "$venv/bin/python" -m pytest -p no:cacheprovider -q -rs \
-          --junitxml="$out/junit-$run.xml" -o addopts="--strict-markers --import-mode=importlib" \
-          "${options[@]}" "${these[@]}" >"$out/tests-$run.log" 2>&1
-        echo $? >"$scratch/rc-$run"
-      ) &
+      echo "=== $run: pytest ${options[*]} ($(wc -l <"$scratch/shards/shard$shard.txt") tests and more)"
+      run_pytest "$run" "$variant" "$venv" "$scratch/shards/shard$shard.txt" &
       runs+=("$run")
     done
+    if [[ -s "$scratch/shards/serial.txt" && -z "${WHEELHOUSE_SHARD:-}" ]]; then
+      serial_runs+=("$name-serial $variant $venv")
+    fi
   done
 done
 wait
+for entry in "${serial_runs[@]}"; do
+  read -r run variant venv <<<"$entry"
+  echo "=== $run: pytest (alone on the device)"
+  run_pytest "$run" "$variant" "$venv" "$scratch/shards/serial.txt"
+  runs+=("$run")
+done
 for run in "${runs[@]}"; do
   rc="$(cat "$scratch/rc-$run" 2>/dev/null || echo 1)"
   name="${run%-shard*}"
+  name="${name%-serial}"
   backend="$(grep -m1 '^backend:' "$out/info-$name.log")"
-  totals="$(grep -E '(passed|failed|error)' "$out/tests-$run.log" | tail -n 1)"
+  totals="$(grep -E '(passed|failed|error|skipped)' "$out/tests-$run.log" | tail -n 1)"
   [[ $rc -eq 0 ]] || { status=1; tail -n 15 "$out/tests-$run.log"; }
   summary+=("$(printf '%-22s %-6s %s | %s' "$run" "$([[ $rc -eq 0 ]] && echo ok || echo "FAIL")" "$backend" "$totals")")
 done
