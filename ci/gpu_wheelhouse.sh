@@ -210,11 +210,38 @@ run_pytest() {  # run_pytest RUN VARIANT VENV NODES_FILE: pytest over the node i
   fi
   [[ -z "${WHEELHOUSE_TIMEOUT:-}" ]] || limit=(timeout -s INT -k 30 "$WHEELHOUSE_TIMEOUT")
   mapfile -t nodes <"$nodes_file"
-  PYGPUKIT_CUDA_VARIANT=$variant "${nvrtc[@]}" "${limit[@]}" "$venv/bin/python" -m pytest -p no:cacheprovider -q -rs \
+  PYGPUKIT_CUDA_VARIANT=$variant "${nvrtc[@]}" "${limit[@]}" "$venv/bin/python" -m pytest -p no:cacheprovider -q -rfEs \
     --junitxml="$out/junit-$run.xml" -o addopts="--strict-markers --import-mode=importlib" \
     "${options[@]}" "${nodes[@]}" >"$out/tests-$run.log" 2>&1
   echo $? >"$scratch/rc-$run"
 }
+# Every op kernel compiled once per variant before the shards start (in parallel, on every core), into
+# the disk kernel cache the shards then load from: twelve processes each compiling all of them at once
+# took eight minutes on a 16-core machine.
+warm=()
+for version in "${tested[@]}"; do
+  venv="${venvs[$version]}"
+  for variant in cu13 cu12; do
+    nvrtc=()
+    if [[ $variant == cu12 && -n "${WHEELHOUSE_CU12_SITE:-}" ]]; then
+      nvrtc=(env "PYTHONPATH=$WHEELHOUSE_CU12_SITE${PYTHONPATH:+:$PYTHONPATH}")
+    fi
+    (
+      PYGPUKIT_CUDA_VARIANT=$variant "${nvrtc[@]}" "$venv/bin/python" -c '
+import time
+from pygpukit.core.cublaslt import cublaslt_status
+from pygpukit.ops import precompile
+start = time.perf_counter()
+count = precompile()
+print(f"precompiled {count} op kernel groups in {time.perf_counter() - start:.1f} s; cuBLASLt: {cublaslt_status()}")
+' >"$out/precompile-py$version-$variant.log" 2>&1
+      echo "=== py$version-$variant: $(tail -n 1 "$out/precompile-py$version-$variant.log")"
+    ) &
+    warm+=($!)
+  done
+  break  # one Python fills the cache; the others load from it
+done
+[[ ${#warm[@]} -eq 0 ]] || wait "${warm[@]}"
 serial_runs=()
 for version in "${tested[@]}"; do
   venv="${venvs[$version]}"
@@ -252,7 +279,10 @@ for run in "${runs[@]}"; do
   name="${name%-serial}"
   backend="$(grep -m1 '^backend:' "$out/info-$name.log")"
   totals="$(grep -E '(passed|failed|error|skipped)' "$out/tests-$run.log" | tail -n 1)"
-  [[ $rc -eq 0 ]] || { status=1; tail -n 15 "$out/tests-$run.log"; }
+  if [[ $rc -ne 0 ]]; then
+    status=1
+    grep -E "^(FAILED|ERROR) " "$out/tests-$run.log" | cut -c1-240 | head -n 20
+  fi
   summary+=("$(printf '%-22s %-6s %s | %s' "$run" "$([[ $rc -eq 0 ]] && echo ok || echo "FAIL")" "$backend" "$totals")")
 done
 if [[ ${#wanted[@]} -gt 0 ]]; then
