@@ -100,3 +100,22 @@ def test_installed_native_modules_describe_themselves() -> None:
         assert _variant.VARIANTS[variant] == module.CUDA_MAJOR
         assert module.CUDA_HEADER_VERSION // 1000 == module.CUDA_MAJOR
         assert module.__version__ == pygpukit.__version__
+
+
+def test_libraries_load_into_the_module_the_backend_picks(fake, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """NVRTC and cuBLASLt handles live in each native module: any_native() must give the module
+    choose_variant() gives, or the backend's module launches GEMMs with a cuBLASLt it never loaded
+    (seen on an H100 with PYGPUKIT_CUDA_VARIANT=cu12 and both variants installed)."""
+    fake(["cu13", "cu12"], 13000)
+    assert _variant.any_native().CUDA_MAJOR == 13  # type: ignore[union-attr]
+    monkeypatch.setenv("PYGPUKIT_CUDA_VARIANT", "cu12")
+    assert _variant.choose_variant().variant == "cu12"
+    assert _variant.any_native().CUDA_MAJOR == 12  # type: ignore[union-attr]
+    monkeypatch.setenv("PYGPUKIT_CUDA_VARIANT", "cu11")  # a bad value: choose_variant raises, this does not
+    assert _variant.any_native().CUDA_MAJOR == 13  # type: ignore[union-attr]
+    monkeypatch.delenv("PYGPUKIT_CUDA_VARIANT")
+    fake(["cu13", "cu12"], 12080)  # a CUDA 12 driver: the backend takes cu12, so do the libraries
+    assert _variant.choose_variant().variant == "cu12"
+    assert _variant.any_native().CUDA_MAJOR == 12  # type: ignore[union-attr]
+    fake(["cu13", "cu12"], None)  # no driver (compile-only): the first installed
+    assert _variant.any_native().CUDA_MAJOR == 13  # type: ignore[union-attr]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, cast
 
 from . import _install, _libraries
 from ._env import env_choice
-from .errors import LibraryNotFoundError, VersionMismatchError
+from .errors import LibraryNotFoundError, PyGPUkitError, VersionMismatchError
 
 if TYPE_CHECKING:
     from ._native import NativeModule
@@ -167,8 +167,22 @@ def preferred_major(native: NativeModule) -> int:
 
 
 def any_native() -> NativeModule | None:
-    """Any installed native module, driver or not: enough for NVRTC compile-only work."""
-    for variant in installed_variants():
+    """The native module that loads NVRTC and cuBLASLt for this process (driver or not; enough for
+    NVRTC compile-only work): the one :func:`choose_variant` picks when it picks one, so the libraries
+    are loaded into the module the CUDA backend launches with (each module keeps its own handles);
+    otherwise any installed one."""
+    installed = installed_variants()
+    order: list[str] = []
+    try:
+        forced = env_choice("PYGPUKIT_CUDA_VARIANT", sorted(VARIANTS), "")
+    except PyGPUkitError:
+        forced = ""  # choose_variant raises it where the backend starts
+    if forced in installed:
+        order.append(forced)
+    driver = probe_driver_version().version
+    if driver is not None:
+        order += [v for v in installed if driver >= VARIANTS[v] * 1000]
+    for variant in dict.fromkeys([*order, *installed]):
         try:
             return _import_variant(variant)
         except ImportError:
