@@ -3,12 +3,14 @@ docs/ that no other harness owns (docs/api.md, the nn pages, and any page added 
 
 The convention of every docs harness (see packages/pygpukit-core/tests/test_docs.py, which also checks
 that each block has exactly one harness): a block right after ``<!-- skip: <reason> -->`` is skipped
-with that reason; a block whose first line is ``# needs: gpu`` runs only where the CUDA backend is.
+with that reason; a block whose first line is ``# needs: gpu`` runs only where the CUDA backend is
+(``# needs: gpu, triton``: and is skipped where Triton is not installed).
 Also checks that every ``gp.<name>`` the pages use is in ``pygpukit.__all__`` (or a subpackage).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import types
 from pathlib import Path
@@ -40,9 +42,16 @@ def claimed() -> set[tuple[str, int]]:
 
 def _param(page: str, index: int, code: str, reason: str | None) -> object:
     marks: list[pytest.MarkDecorator] = []
+    needs = (
+        code.partition("\n")[0].removeprefix("# needs:").replace(" ", "").split(",")
+        if code.startswith("# needs:")
+        else []
+    )
+    if reason is None and "triton" in needs and importlib.util.find_spec("triton") is None:
+        reason = "needs Triton, which is not installed here (pygpukit-triton's `triton` extra)"
     if reason is not None:
         marks.append(pytest.mark.skip(reason=f"{page} block {index}: {reason}"))
-    elif code.startswith("# needs: gpu"):
+    elif "gpu" in needs:
         marks.append(pytest.mark.gpu)
     return pytest.param(page, code, marks=marks, id=f"{page}-block{index}")
 
