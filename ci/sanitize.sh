@@ -9,8 +9,11 @@
 # 2. A plain pytest run of the subset (no sanitizer) checks that it passes and fills the kernel cache,
 #    so the sanitized runs spend their time in kernels, not in NVRTC.
 # 3. One run of the subset under each tool (memcheck, racecheck, synccheck, initcheck), each limited
-#    to SANITIZE_TIMEOUT seconds (default 240); output in $OUT/sanitize-<tool>.log.
-# 4. A summary line per tool with its error count, in $OUT/sanitize-summary.txt and last on stdout.
+#    to its time limit (below); output in $OUT/sanitize-<tool>.log. racecheck checks shared memory
+#    only, so it skips the elementwise tests (those kernels use none).
+# 4. ci/sanitize_probe.py (the pool's statistics around an eager run, a capture and threads) plainly
+#    and under the first tool, logs in $OUT/sanitize-probe-*.log (SANITIZE_PROBE=0: skipped).
+# 5. A summary line per tool with its error count, in $OUT/sanitize-summary.txt and last on stdout.
 #
 # Exit status: 0 when every tool ran to the end and reported no error; 1 when a tool reported an
 # error (or the plain run failed, or compute-sanitizer was not found); 2 when no error was reported but
@@ -18,10 +21,15 @@
 #
 # Environment: OUT (default build/sanitize), PYTHON (default python3), COMPUTE_SANITIZER (the binary;
 # else found on PATH, under $CUDA_HOME, /usr/local/cuda*, or in an installed nvidia wheel),
-# SANITIZE_TOOLS, SANITIZE_TIMEOUT, SANITIZE_TESTS (a file of pytest node ids replacing the built-in
-# subset below), SANITIZE_PLAIN=0 (skip the plain run, e.g. in a second call whose kernel cache is warm).
-# Where one command may run 10 minutes at most, split the tools over two calls:
-#   SANITIZE_TOOLS="memcheck synccheck" ... ; SANITIZE_PLAIN=0 SANITIZE_TOOLS="racecheck initcheck" ...
+# SANITIZE_TOOLS, SANITIZE_TESTS (a file of pytest node ids replacing the built-in subset below),
+# SANITIZE_PLAIN=0 (skip the plain run, e.g. in a second call whose kernel cache is warm).
+# Time limits, in seconds per tool: SANITIZE_TIMEOUT_<TOOL> (e.g. SANITIZE_TIMEOUT_RACECHECK), else
+# SANITIZE_TIMEOUT for every tool, else memcheck 240, synccheck 240, racecheck 420, initcheck 300
+# (an H100 ran memcheck over the subset in 31 s and synccheck in 10 s; racecheck and initcheck are
+# slower, by how much is to be measured). Where one command may run 10 minutes at most:
+#   SANITIZE_TOOLS="memcheck synccheck" ...                  (plain run ~200 s with a cold kernel cache)
+#   SANITIZE_PLAIN=0 SANITIZE_TOOLS=racecheck ...            (one tool per command, warm cache)
+#   SANITIZE_PLAIN=0 SANITIZE_TOOLS=initcheck ...
 #
 # What memcheck can and cannot see: an access outside a driver allocation. The pool rounds blocks up
 # to a size class and reuses freed blocks, so an overrun that stays inside the rounded block, or a
@@ -34,7 +42,11 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 python="${PYTHON:-python3}"
 read -r -a tools <<<"${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}"
-limit="${SANITIZE_TIMEOUT:-240}"
+limit_for() {  # the time limit of tool $1 (see Environment above)
+  local per_tool="SANITIZE_TIMEOUT_${1^^}" default
+  case "$1" in racecheck) default=420 ;; initcheck) default=300 ;; *) default=240 ;; esac
+  echo "${!per_tool:-${SANITIZE_TIMEOUT:-$default}}"
+}
 
 # -- pygpukit ------------------------------------------------------------------------------------
 if ! "$python" -c "import pygpukit.ops" >/dev/null 2>&1 && [[ -d .device/dist ]]; then
@@ -191,17 +203,23 @@ fi
 # -- one run per tool ----------------------------------------------------------------------------
 for tool in "${tools[@]}"; do
   log="$out/sanitize-$tool.log"
+  limit="$(limit_for "$tool")"
   options=(--tool "$tool" --target-processes all --print-limit 200)
+  tool_tests=("${tests[@]}")
   case "$tool" in
     memcheck) options+=(--padding 64) ;;
-    racecheck) options+=(--racecheck-report all) ;;
+    racecheck)
+      # Hazards in shared memory are what racecheck sees: the elementwise kernels use none.
+      options+=(--racecheck-report all)
+      mapfile -t tool_tests < <(printf '%s\n' "${tests[@]}" | grep -v '/test_elementwise\.py')
+      ;;
     synccheck | initcheck) ;;
     *) echo "sanitize: unknown tool $tool" >&2; status=1; continue ;;
   esac
-  echo "=== sanitize $tool: $sanitizer ${options[*]} $python -m pytest ... (limit ${limit} s)"
+  echo "=== sanitize $tool: $sanitizer ${options[*]} $python -m pytest ... (${#tool_tests[@]} ids, limit ${limit} s)"
   start=$SECONDS
   timeout --signal=INT --kill-after=30 "$limit" "$sanitizer" "${options[@]}" "$python" "${pytest_args[@]}" \
-    "${tests[@]}" >"$log" 2>&1
+    "${tool_tests[@]}" >"$log" 2>&1
   rc=$?
   took=$((SECONDS - start))
   # One "ERROR SUMMARY: N errors" per sanitized process; racecheck adds "RACECHECK SUMMARY: ...".
@@ -215,9 +233,18 @@ for tool in "${tools[@]}"; do
     [[ $status -eq 0 ]] && status=2
   fi
   [[ $errors -gt 0 ]] && status=1
-  summary+=("$(printf '%-10s %d errors, %d s; tests: %s%s%s' "$tool" "$errors" "$took" "${tests_line:-none}" \
-    "${hazards:+; $hazards}" "$note")")
+  summary+=("$(printf '%-10s %d errors, %d s (limit %d s); tests: %s%s%s' "$tool" "$errors" "$took" "$limit" \
+    "${tests_line:-none}" "${hazards:+; $hazards}" "$note")")
 done
+
+# -- the pool probe (ci/sanitize_probe.py), plainly and under the first tool: seconds; SANITIZE_PROBE=0 skips it.
+# Its lines compare the pool's statistics with and without a sanitizer (docs/reliability.md); not counted.
+if [[ "${SANITIZE_PROBE:-1}" != 0 && ${#tools[@]} -gt 0 ]]; then
+  timeout 120 "$python" ci/sanitize_probe.py >"$out/sanitize-probe-plain.log" 2>&1
+  timeout 300 "$sanitizer" --tool "${tools[0]}" --print-limit 20 "$python" ci/sanitize_probe.py \
+    >"$out/sanitize-probe-${tools[0]}.log" 2>&1
+  summary+=("$(printf '%-10s plain and %s logs: sanitize-probe-*.log' probe "${tools[0]}")")
+fi
 
 {
   echo "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"

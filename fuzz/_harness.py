@@ -36,6 +36,17 @@ except ImportError:  # Python versions without an atheris wheel: the plain loop 
     atheris = None
 
 ENGINE = "atheris" if atheris is not None else "mutation loop (no coverage feedback: atheris is not installed)"
+SKIPPED = 5  # the exit status of a target that cannot run here (an optional package it parses with is missing)
+
+
+def skip_unless_importable(name: str, module: str, install: str) -> None:
+    """Exit with :data:`SKIPPED`, saying why, when ``module`` cannot be imported (run_all.py and the tests
+    report the target as skipped, not as a finding)."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        print(f"fuzz {name}: skipped: the {module} package is not installed ({install})")
+        sys.exit(SKIPPED)
 
 
 @contextlib.contextmanager

@@ -3,6 +3,13 @@ JSON summary with a flat-memory verdict.
 
     python benchmarks/tools/soak.py --minutes 10                 # on the GPU (the issue's 10-minute soak)
     python benchmarks/tools/soak.py --minutes 1 --model-mb 64    # a short run (the CPU backend, say)
+    OUT=$OUT bash ci/soak.sh                                     # where one command may run 10 minutes
+
+``--minutes`` bounds the whole run from the start of the process (imports and warm-up included): the
+last step starts only when the longest step so far still ends before the bound, so a command limit a
+little above it is never hit. The summary goes to ``--out`` (default ``$OUT/soak.json`` when ``OUT``
+is set, else build/soak/soak.json); it is also written, marked ``"complete": false``, at every sample,
+so a run that is killed still leaves its figures so far.
 
 Every step picks one piece of work at random: an elementwise chain, reductions and softmax, a matmul
 (float32, float16, bfloat16), a model-sized allocation filled and checked, a KV-cache-like growth of
@@ -45,6 +52,18 @@ MB = 1 << 20
 # The memory figures of the summary: after the warm-up (start) and after the last step (end).
 START_KEYS = ("in_use_bytes", "cached_bytes", "device_used_after_empty_cache", "rss_bytes")
 END_KEYS = ("in_use_bytes", "cached_bytes", "device_used_bytes", "rss_bytes")
+
+
+def seconds_since_process_start() -> float:
+    """How long this process has run (Linux /proc: the imports and CUDA start-up count; 0 elsewhere)."""
+    try:
+        with open("/proc/self/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime") as handle:
+            uptime = float(handle.read().split()[0])
+        return max(0.0, uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))  # field 22: start time in ticks
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def rss_bytes() -> int:
@@ -254,6 +273,39 @@ def verdict(samples: list[dict[str, Any]], warm: dict[str, Any], final: dict[str
     }
 
 
+def summary_of(args: argparse.Namespace, soak: Soak, steps: int, start: float, samples: list[dict[str, Any]],
+               warm: dict[str, Any], last: dict[str, Any], result: dict[str, Any] | None
+               ) -> dict[str, Any]:  # fmt: skip
+    """The JSON summary; ``result`` None: the run is not over (written at every sample)."""
+    info = gp.get_device_info() if gp.current_backend() == "cuda" else None
+    return {
+        "complete": result is not None,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "backend": gp.current_backend(),
+        "device": getattr(info, "name", platform.processor() or platform.machine()),
+        "host": platform.node(),
+        "minutes": round((time.monotonic() - start) / 60, 2),
+        "minutes_with_start_up": round(seconds_since_process_start() / 60, 2),
+        "steps": steps,
+        "steps_by_kind": dict(soak.counts),
+        "model_mb": args.model_mb,
+        "failures": soak.failures[:50],
+        "failure_count": len(soak.failures),
+        "verdict": result,
+        "peak_in_use_bytes": max(s["peak_in_use_bytes"] for s in samples),
+        "memory_start": {k: warm[k] for k in START_KEYS},
+        "memory_end": {k: last.get(k) for k in END_KEYS},
+        "samples": samples,
+    }
+
+
+def write_summary(args: argparse.Namespace, summary: dict[str, Any]) -> None:
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    partial = args.out.with_name(args.out.name + ".partial")
+    partial.write_text(json.dumps(summary, indent=1) + "\n")
+    partial.replace(args.out)  # whole or not at all, should the run be killed while writing
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0)
@@ -262,13 +314,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tolerance-mb", type=float, default=64.0, help="device memory growth allowed at the end")
     parser.add_argument("--rss-tolerance-mb", type=float, default=128.0, help="host memory growth allowed")
     parser.add_argument("--seed", type=int, default=21)
-    parser.add_argument("--out", type=Path, default=Path("build/soak/soak.json"))
+    default_out = Path(os.environ["OUT"]) / "soak.json" if os.environ.get("OUT") else Path("build/soak/soak.json")
+    parser.add_argument("--out", type=Path, default=default_out)
     args = parser.parse_args(argv)
     backend = gp.current_backend()
     if args.model_mb is None:
         args.model_mb = 1024 if backend == "cuda" else 64
+    started = time.monotonic() - seconds_since_process_start()
     soak = Soak(args)
     start = time.monotonic()
+    deadline = started + args.minutes * 60
     for _ in range(3):  # warm-up: compile every kernel, meet most shapes, fill the pool's caches
         for name in soak.work:
             soak.work[name]()
@@ -279,14 +334,17 @@ def main(argv: list[str] | None = None) -> int:
     warm["device_used_after_empty_cache"] = device_used()
     samples = [warm]
     steps, next_sample = 0, time.monotonic() + args.sample_seconds
-    deadline = start + args.minutes * 60
-    while time.monotonic() < deadline:
+    longest = 0.0  # the longest step so far: the last one must end before the deadline too
+    while time.monotonic() + longest < deadline:
+        began = time.monotonic()
         soak.step()
+        longest = max(longest, time.monotonic() - began)
         steps += 1
         if time.monotonic() >= next_sample:
             gc.collect()
             gp.synchronize()
             samples.append(sample(start, steps))
+            write_summary(args, summary_of(args, soak, steps, start, samples, warm, samples[-1], None))
             next_sample = time.monotonic() + args.sample_seconds
     gc.collect()
     gp.synchronize()
@@ -294,26 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     final = sample(start, steps)
     samples.append(final)
     result = verdict(samples, warm, final, args)
-    info = gp.get_device_info() if backend == "cuda" else None
-    summary = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "backend": backend,
-        "device": getattr(info, "name", platform.processor() or platform.machine()),
-        "host": platform.node(),
-        "minutes": round((time.monotonic() - start) / 60, 2),
-        "steps": steps,
-        "steps_by_kind": dict(soak.counts),
-        "model_mb": args.model_mb,
-        "failures": soak.failures[:50],
-        "failure_count": len(soak.failures),
-        "verdict": result,
-        "peak_in_use_bytes": max(s["peak_in_use_bytes"] for s in samples),
-        "memory_start": {k: warm[k] for k in START_KEYS},
-        "memory_end": {k: final[k] for k in END_KEYS},
-        "samples": samples,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(summary, indent=1) + "\n")
+    summary = summary_of(args, soak, steps, start, samples, warm, final, result)
+    write_summary(args, summary)
     print(f"soak: {steps} steps in {summary['minutes']} min on {backend} ({summary['device']}), "
           f"{len(soak.failures)} failed checks, memory {'flat' if result['flat'] else 'NOT flat'}; "
           f"summary in {args.out}")  # fmt: skip

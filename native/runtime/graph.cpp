@@ -5,6 +5,7 @@
 
 #include "context.hpp"
 #include "driver.hpp"
+#include "memory.hpp"
 
 namespace pygpukit {
 
@@ -13,15 +14,21 @@ CUstream as_stream(std::uint64_t s) { return reinterpret_cast<CUstream>(s); }
 }  // namespace
 
 void capture_begin(std::uint64_t stream, int mode) {
-  ensure_context();
-  check(driver().cuStreamBeginCapture(as_stream(stream), static_cast<CUstreamCaptureMode>(mode)),
-        "cuStreamBeginCapture");
+  const int device = ensure_context();
+  // Registered with the allocator (memory.cpp), which then makes no driver call the capture forbids.
+  capture_opened(stream, mode, device, [&] {
+    check(driver().cuStreamBeginCapture(as_stream(stream), static_cast<CUstreamCaptureMode>(mode)),
+          "cuStreamBeginCapture");
+  });
 }
 
 std::uint64_t capture_end(std::uint64_t stream) {
   ensure_context();
   CUgraph graph = nullptr;
-  check(driver().cuStreamEndCapture(as_stream(stream), &graph), "cuStreamEndCapture");
+  const CUresult rc = driver().cuStreamEndCapture(as_stream(stream), &graph);
+  // The sequence is over, captured or invalidated, unless it was ended from the wrong thread.
+  if (rc != CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD) capture_closed(stream);
+  check(rc, "cuStreamEndCapture");
   return reinterpret_cast<std::uint64_t>(graph);
 }
 

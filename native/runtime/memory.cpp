@@ -1,10 +1,15 @@
 // The allocator: one Rust pool per device, driver calls here.
 #include "memory.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "context.hpp"
@@ -34,16 +39,63 @@ PgkPool* pool_of(int device) {
   return pool;
 }
 
-// Release callback: frees one block on the device; errors cannot cross the Rust frame, so they are
-// remembered and thrown after the pool call returns.
+// Graph captures begun by graph.cpp, by stream (memory.hpp says what the allocator does while one is
+// open), under g_captures_mutex.
+struct OpenCapture {
+  std::thread::id thread;
+  int mode;  // CUstreamCaptureMode
+  int device;
+};
+std::mutex g_captures_mutex;
+std::unordered_map<std::uint64_t, OpenCapture> g_captures;
+
+// Blocks the pool released while a capture was open: (device, pointer), freed once none is open.
+std::mutex g_deferred_mutex;
+std::vector<std::pair<int, std::uint64_t>> g_deferred;
+std::atomic<std::size_t> g_deferred_count{0};
+
+enum class CaptureRule { kAllocate, kAllocateRelaxed, kRefuse };
+
+// What the calling thread may do about a new device allocation (the driver's rules for a thread in
+// the default, global interaction mode: refused when this thread captures in global or thread-local
+// mode, or when another thread captures in global mode). The caller holds g_captures_mutex until
+// its driver call is done, so that no capture begins in between.
+CaptureRule capture_rule_locked() {
+  if (g_captures.empty()) return CaptureRule::kAllocate;
+  const std::thread::id self = std::this_thread::get_id();
+  bool global_elsewhere = false;
+  for (const auto& [stream, capture] : g_captures) {
+    if (capture.thread == self && capture.mode != CU_STREAM_CAPTURE_MODE_RELAXED) return CaptureRule::kRefuse;
+    if (capture.thread != self && capture.mode == CU_STREAM_CAPTURE_MODE_GLOBAL) global_elsewhere = true;
+  }
+  return global_elsewhere ? CaptureRule::kAllocateRelaxed : CaptureRule::kAllocate;
+}
+
+// Release callback: frees one block on the device (or defers it while a capture is open); errors
+// cannot cross the Rust frame, so they are remembered and thrown after the pool call returns.
 struct ReleaseContext {
+  explicit ReleaseContext(int device) : device(device) {}
+  int device;
   CUresult first_error = CUDA_SUCCESS;
 };
 
 void release_block(void* context, std::uint64_t ptr, std::uint64_t /*size*/) {
-  CUresult rc = driver().cuMemFree(static_cast<CUdeviceptr>(ptr));
   auto* ctx = static_cast<ReleaseContext*>(context);
+  std::lock_guard<std::mutex> captures(g_captures_mutex);  // held until freed: no capture begins meanwhile
+  if (!g_captures.empty()) {
+    std::lock_guard<std::mutex> lock(g_deferred_mutex);
+    g_deferred.emplace_back(ctx->device, ptr);
+    g_deferred_count.store(g_deferred.size(), std::memory_order_release);
+    return;
+  }
+  CUresult rc = driver().cuMemFree(static_cast<CUdeviceptr>(ptr));
   if (rc != CUDA_SUCCESS && ctx->first_error == CUDA_SUCCESS) ctx->first_error = rc;
+}
+
+std::string hex(std::uint64_t value) {
+  char text[24];
+  std::snprintf(text, sizeof(text), "0x%llx", static_cast<unsigned long long>(value));
+  return text;
 }
 
 std::string bytes_text(std::uint64_t n) { return std::to_string(n) + " bytes"; }
@@ -65,16 +117,78 @@ int device_of(std::uint64_t ptr) {
   return ordinal;
 }
 
+// A capture on this thread forbids new device memory (capture_rule_locked): what the caller is told instead
+// of the driver's refusal, which would also invalidate the capture.
+[[noreturn]] void throw_capture_refusal(PgkPool* pool, std::uint64_t nbytes, std::uint64_t stream) {
+  PgkStats stats{};
+  pgk_pool_stats(pool, &stats);
+  const std::string message =
+      "cannot allocate " + bytes_text(nbytes) + " on stream " + hex(stream) +
+      " during a CUDA graph capture on this thread: the pool has no cached block of that size for the "
+      "stream, and new device memory cannot be allocated while a stream captures (the driver would refuse "
+      "it and invalidate the capture); allocate the arrays before capturing, or run the captured work once "
+      "eagerly on the capture stream first so the pool caches its blocks (in use " +
+      bytes_text(stats.in_use_bytes) + ", cached " + bytes_text(stats.cached_bytes) + ")";
+  throw OutOfMemory(message, nbytes, stats.in_use_bytes, stats.cached_bytes, stats.limit);
+}
+
+// cuMemAlloc in relaxed capture mode: while another thread captures in global mode, this thread's
+// own allocation is not part of that capture (cuThreadExchangeStreamCaptureMode, push and pop).
+CUresult allocate_relaxed(const DriverApi& api, CUdeviceptr* ptr, std::size_t size) {
+  if (api.cuThreadExchangeStreamCaptureMode == nullptr) return api.cuMemAlloc(ptr, size);
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  CUresult rc = api.cuThreadExchangeStreamCaptureMode(&mode);
+  if (rc != CUDA_SUCCESS) return rc;
+  const CUresult result = api.cuMemAlloc(ptr, size);
+  api.cuThreadExchangeStreamCaptureMode(&mode);  // the thread's previous mode back
+  return result;
+}
+
 }  // namespace
+
+void capture_opened(std::uint64_t stream, int mode, int device, const std::function<void()>& begin) {
+  std::lock_guard<std::mutex> lock(g_captures_mutex);
+  begin();  // throws when the driver refuses: nothing is registered then
+  g_captures[stream] = OpenCapture{std::this_thread::get_id(), mode, device};
+}
+
+void capture_closed(std::uint64_t stream) {
+  std::lock_guard<std::mutex> lock(g_captures_mutex);
+  g_captures.erase(stream);
+}
+
+void release_deferred_blocks() {
+  if (g_deferred_count.load(std::memory_order_acquire) == 0) return;
+  // Held while freeing, so that no capture begins meanwhile (a global-mode one would refuse cuMemFree).
+  std::lock_guard<std::mutex> captures(g_captures_mutex);
+  if (!g_captures.empty()) return;
+  std::vector<std::pair<int, std::uint64_t>> blocks;
+  {
+    std::lock_guard<std::mutex> lock(g_deferred_mutex);
+    blocks.swap(g_deferred);
+    g_deferred_count.store(0, std::memory_order_release);
+  }
+  if (blocks.empty()) return;
+  const int current = ensure_context();
+  CUresult first_error = CUDA_SUCCESS;
+  for (const auto& [device, ptr] : blocks) {
+    if (device != current) set_device(device);
+    const CUresult rc = driver().cuMemFree(static_cast<CUdeviceptr>(ptr));
+    if (device != current) set_device(current);
+    if (rc != CUDA_SUCCESS && first_error == CUDA_SUCCESS) first_error = rc;
+  }
+  if (first_error != CUDA_SUCCESS) check(first_error, "cuMemFree");
+}
 
 std::uint64_t device_allocate(std::uint64_t nbytes, std::uint64_t stream) {
   const int device = ensure_context();
+  if (g_deferred_count.load(std::memory_order_relaxed) != 0) release_deferred_blocks();
   PgkPool* pool = pool_of(device);
   const DriverApi& api = driver();
   for (int attempt = 0; attempt < 2; ++attempt) {
     PgkDecision decision{};
     PgkOutOfMemory oom{};
-    ReleaseContext released;
+    ReleaseContext released(device);
     int32_t rc = pgk_pool_request(pool, nbytes, stream, &release_block, &released, &decision, &oom);
     if (released.first_error != CUDA_SUCCESS) check(released.first_error, "cuMemFree");
     if (rc == PGK_OUT_OF_MEMORY) throw_oom(oom, "pool limit");
@@ -85,7 +199,19 @@ std::uint64_t device_allocate(std::uint64_t nbytes, std::uint64_t stream) {
     if (decision.kind == PGK_REUSE) return decision.ptr;
 
     CUdeviceptr ptr = 0;
-    CUresult result = api.cuMemAlloc(&ptr, static_cast<std::size_t>(decision.size));
+    CUresult result = CUDA_SUCCESS;
+    {
+      std::unique_lock<std::mutex> captures(g_captures_mutex);  // no capture begins before the driver call
+      const CaptureRule rule = capture_rule_locked();
+      if (rule == CaptureRule::kRefuse) {
+        captures.unlock();
+        pgk_pool_abandon(pool, decision.size);
+        throw_capture_refusal(pool, nbytes, stream);
+      }
+      const std::size_t size = static_cast<std::size_t>(decision.size);
+      result = rule == CaptureRule::kAllocateRelaxed ? allocate_relaxed(api, &ptr, size)
+                                                     : api.cuMemAlloc(&ptr, size);
+    }
     if (result == CUDA_SUCCESS) {
       pgk_pool_register(pool, ptr, decision.size, stream);
       return ptr;
@@ -93,8 +219,9 @@ std::uint64_t device_allocate(std::uint64_t nbytes, std::uint64_t stream) {
     pgk_pool_abandon(pool, decision.size);
     if (result != CUDA_ERROR_OUT_OF_MEMORY) check(result, "cuMemAlloc");
     if (attempt == 0) {
-      // The device is full: give back everything cached, then try once more.
-      ReleaseContext again;
+      // The device is full: give back everything cached, then try once more (while a capture is open
+      // the released blocks are only freed later, so the second try finds no more room).
+      ReleaseContext again(device);
       pgk_pool_release_cached(pool, 0, &release_block, &again);
       if (again.first_error != CUDA_SUCCESS) check(again.first_error, "cuMemFree");
       continue;
@@ -117,12 +244,13 @@ void device_free(std::uint64_t ptr, int device) {
 
 std::uint64_t empty_cache(bool all_devices) {
   const int current = ensure_context();
+  release_deferred_blocks();
   std::uint64_t total = 0;
   for (int d = 0; d < kMaxDevices; ++d) {
     PgkPool* pool = g_pools[d].load(std::memory_order_acquire);
     if (pool == nullptr || (!all_devices && d != current)) continue;
     if (d != current) set_device(d);
-    ReleaseContext released;
+    ReleaseContext released(d);
     total += pgk_pool_release_cached(pool, 0, &release_block, &released);
     if (d != current) set_device(current);
     if (released.first_error != CUDA_SUCCESS) check(released.first_error, "cuMemFree");
@@ -132,14 +260,14 @@ std::uint64_t empty_cache(bool all_devices) {
 
 void release_stream_cache(std::uint64_t stream) {
   const int device = ensure_context();
-  ReleaseContext released;
+  ReleaseContext released(device);
   pgk_pool_release_stream(pool_of(device), stream, &release_block, &released);
   if (released.first_error != CUDA_SUCCESS) check(released.first_error, "cuMemFree");
 }
 
 void set_memory_limit(std::uint64_t bytes) {
   const int device = ensure_context();
-  ReleaseContext released;
+  ReleaseContext released(device);
   pgk_pool_set_limit(pool_of(device), bytes, &release_block, &released);
   if (released.first_error != CUDA_SUCCESS) check(released.first_error, "cuMemFree");
 }
@@ -156,7 +284,7 @@ void set_global_memory_limit(std::uint64_t bytes) {
     PgkPool* pool = g_pools[d].load(std::memory_order_acquire);
     if (pool == nullptr) continue;
     if (d != current) set_device(d);
-    ReleaseContext released;
+    ReleaseContext released(d);
     pgk_pool_release_cached(pool, reserved - bytes, &release_block, &released);
     if (d != current) set_device(current);
     if (released.first_error != CUDA_SUCCESS) check(released.first_error, "cuMemFree");
@@ -167,6 +295,17 @@ void global_memory_usage(std::uint64_t* limit, std::uint64_t* reserved) { pgk_bu
 
 std::pair<std::uint64_t, std::uint64_t> forget_device_memory(int device) {
   if (device < 0 || device >= kMaxDevices) throw RuntimeFailure("device ordinal out of range");
+  {  // captures and deferred releases of the device died with its context
+    std::lock_guard<std::mutex> lock(g_captures_mutex);
+    for (auto it = g_captures.begin(); it != g_captures.end();) {
+      it = it->second.device == device ? g_captures.erase(it) : std::next(it);
+    }
+    std::lock_guard<std::mutex> deferred(g_deferred_mutex);
+    g_deferred.erase(std::remove_if(g_deferred.begin(), g_deferred.end(),
+                                    [device](const auto& entry) { return entry.first == device; }),
+                     g_deferred.end());
+    g_deferred_count.store(g_deferred.size(), std::memory_order_release);
+  }
   PgkPool* pool = g_pools[device].load(std::memory_order_acquire);
   std::uint64_t blocks = 0, bytes = 0;
   if (pool != nullptr && pgk_pool_reset(pool, &blocks, &bytes) != PGK_OK) {

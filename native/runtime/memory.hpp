@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <utility>
 
 #include "errors.hpp"
@@ -51,6 +52,22 @@ PgkStats memory_stats();
 // cached), which died with the context, so no stale address is ever freed into the new context.
 // Returns (blocks, bytes) forgotten.
 std::pair<std::uint64_t, std::uint64_t> forget_device_memory(int device);
+// Graph captures (graph.cpp registers each one it begins and ends). While a capture is open the
+// allocator makes no driver call the driver would refuse, which would also invalidate the capture:
+// - an allocation the pool cannot serve from its cache, on a thread that captures in global or
+//   thread-local mode, throws OutOfMemory without calling cuMemAlloc;
+// - on another thread, while some thread captures in global mode, cuMemAlloc runs in relaxed
+//   capture mode (the allocation is that thread's own, not part of the capture);
+// - cached blocks the pool releases are not freed but kept until no capture is open (cuMemFree is
+//   refused on a capturing thread, and a captured graph may use a block its body freed).
+// capture_opened runs `begin` (cuStreamBeginCapture) under the registry's lock, so no deferred
+// release runs between the driver's begin and the registration.
+void capture_opened(std::uint64_t stream, int mode, int device, const std::function<void()>& begin);
+void capture_closed(std::uint64_t stream);
+// Frees the blocks whose release was deferred by a capture, once none is open (also done by the next
+// allocation and by empty_cache).
+void release_deferred_blocks();
+
 // (free, total) bytes of the current device as the driver sees them.
 void device_memory_info(std::size_t* free_bytes, std::size_t* total_bytes);
 

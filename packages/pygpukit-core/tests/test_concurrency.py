@@ -33,6 +33,13 @@ def in_use() -> int:
     return int(gp.memory_stats()["in_use_bytes"])
 
 
+def pool_report(before: int) -> str:
+    """What an in-use check that failed saw: the pool's statistics, and the live Streams (a stream's
+    per-stream memory, its cuBLASLt workspace and completion counters, goes when it is destroyed)."""
+    streams = sum(isinstance(o, gp.Stream) for o in gc.get_objects())
+    return f"in use {in_use()} bytes, {before} before; {streams} live Stream objects; {gp.memory_stats()}"
+
+
 def test_threads_on_their_own_streams_do_not_cross_talk() -> None:
     count, rounds = 8, 12
     start = threading.Barrier(count)
@@ -58,11 +65,14 @@ def test_threads_on_their_own_streams_do_not_cross_talk() -> None:
                     assert int(gp.max(big).to_numpy()) == index
                     assert int(gp.min(big).to_numpy()) == index
                 stream.synchronize()
+            # Destroyed here, not whenever the collector gets to it: the stream's own memory (its cuBLASLt
+            # workspace, completion counters) goes back now, so the check below does not depend on timing.
+            stream.close()
 
         return run
 
     run_threads([worker(i) for i in range(count)])
-    assert in_use() == before, "allocations of the threads were not returned"
+    assert in_use() == before, f"allocations of the threads were not returned: {pool_report(before)}"
 
 
 def test_current_stream_is_per_thread() -> None:
@@ -180,6 +190,58 @@ def test_graph_capture_while_another_thread_allocates_and_computes() -> None:
     del graph
     captured.clear()  # the graphs hold their intermediate arrays until they go
     assert in_use() == before, "allocations were not returned"
+
+
+def test_global_mode_capture_while_another_thread_allocates_new_memory() -> None:
+    """A capture in global mode forbids every thread's unsafe calls, cuMemAlloc among them (the driver
+    refuses them and invalidates the capture). The allocator makes another thread's allocation in
+    relaxed mode, which the CUDA documentation allows for work that is not part of the capture: blocks
+    of sizes never allocated before (nothing cached) succeed while the capture is open, hold what is
+    written to them afterwards, and the capture replays the right result."""
+    rng = np.random.default_rng(12)
+    shape = (16, 32)
+    stream, own = gp.Stream(), gp.Stream()
+    x, out = gp.from_numpy(rng.standard_normal(shape).astype(np.float32)), gp.empty(shape)
+    inside, allocated = threading.Event(), threading.Event()
+    graphs: list[gp.CudaGraph] = []
+    blocks: list[gp.GPUArray] = []
+    sizes = [(1 << 20) + 4099 * i for i in range(1, 9)]  # float32 elements: about 4 MiB each, new sizes
+    gc.collect()  # no garbage stream or event whose destruction (an unsafe call) would fall in the capture
+
+    def capturer() -> None:
+        def body() -> None:
+            y = gp.exp(x * 0.5)
+            gp.add(y, gp.sum(y * y, axis=1, keepdims=True), out=out)
+
+        with stream:
+            body()
+            stream.synchronize()
+        graph = gp.CudaGraph()
+        with graph.capture(stream, mode="global"):
+            inside.set()
+            body()
+            assert allocated.wait(TIMEOUT), "the other thread did not allocate"
+        graphs.append(graph)
+
+    def allocator() -> None:
+        assert inside.wait(TIMEOUT)
+        with own:
+            blocks.extend(gp.empty(size, gp.float32) for size in sizes)  # only allocations: no copy, no sync
+        allocated.set()
+
+    run_threads([capturer, allocator])
+    assert [b.shape for b in blocks] == [(size,) for size in sizes]
+    for index, block in enumerate(blocks):
+        values = np.full(block.shape, float(index), np.float32)
+        block.copy_(values)
+        np.testing.assert_array_equal(block.to_numpy(), values)
+    values = rng.standard_normal(shape).astype(np.float32)
+    x.copy_(values)
+    with stream:
+        out.copy_(np.full(shape, np.nan, np.float32))
+        graphs[0].replay()
+        stream.synchronize()
+    np.testing.assert_allclose(out.to_numpy(), _expected(values), rtol=2e-5, atol=1e-5)
 
 
 def test_pool_statistics_stay_consistent_under_threads() -> None:

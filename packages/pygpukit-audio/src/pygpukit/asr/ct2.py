@@ -14,6 +14,7 @@ bytes raise :class:`ModelFormatError` naming the file offset.
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 from dataclasses import dataclass, field
@@ -75,7 +76,9 @@ class CT2Model:
         scale_name = key + "_scale"
         if self.dtypes[key] in ("int8", "int16") and scale_name in self.variables:
             scale = self.get(scale_name).astype(np.float32)
-            rows = value.reshape(value.shape[0], -1).astype(np.float32) if value.ndim else value.astype(np.float32)
+            # An explicit row length: reshape(rows, -1) is ambiguous for a tensor with no elements.
+            flat = (value.shape[0], math.prod(value.shape[1:])) if value.ndim else ()
+            rows = value.reshape(flat).astype(np.float32)
             if scale.ndim == 0 or scale.size == 1:
                 return (rows / scale.reshape(())).reshape(value.shape)  # type: ignore[no-any-return]
             if value.ndim == 0 or scale.shape != (value.shape[0],):
@@ -91,7 +94,10 @@ class CT2Model:
         key = self.aliases.get(name, name)
         if key not in self.variables:
             return default
-        return self.variables[key].reshape(-1)[0].item()
+        value = self.variables[key]
+        if value.size == 0:
+            raise ModelFormatError(f"variable {name!r} is empty where a scalar is expected")
+        return value.reshape(-1)[0].item()
 
     def __contains__(self, name: object) -> bool:
         return name in self.variables or name in self.aliases
@@ -181,7 +187,9 @@ def parse_model_bin(raw: bytes, path: str = "model.bin") -> CT2Model:
         if type_id not in _TYPES:
             raise r.fail(f"variable {name!r} has unknown type id {type_id}", type_at)
         type_name, np_dtype = _TYPES[type_id]
-        elements = int(np.prod(dims, dtype=np.int64)) if rank else 1
+        elements = math.prod(dims)  # exact: NumPy's int64 product wraps for dimensions near 2**16 each
+        if math.prod(d for d in dims if d) * np_dtype.itemsize >= 1 << 63:  # NumPy refuses it even when empty
+            raise r.fail(f"variable {name!r} has dimensions {tuple(dims)} too large for an array", type_at)
         if nbytes != elements * np_dtype.itemsize:
             raise r.fail(f"variable {name!r} of shape {tuple(dims)} and type {type_name} needs "
                          f"{elements * np_dtype.itemsize} bytes, the file says {nbytes}", type_at)  # fmt: skip

@@ -12,6 +12,7 @@ and biases, ``enc.pos`` (n_audio_ctx, d); per encoder layer ``enc.i.attn_ln.{g,b
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 from dataclasses import dataclass, field
@@ -149,19 +150,29 @@ def load_ct2(directory: str | os.PathLike[str]) -> tuple[WhisperConfig, dict[str
                 if full in model:
                     w[f"{short}.{i}.{ours}"] = model.get(full)
     w = {k: _f32(v) for k, v in w.items()}
+    for key in ("enc.pos", "dec.embed", "dec.pos"):
+        if w[key].ndim != 2:
+            raise ModelFormatError(f"{key} has shape {w[key].shape}, expected (rows, d_model)", path=str(path))
     if "decoder/projection/weight" in model:
         projection = model.get("decoder/projection/weight")
         if projection.shape != w["dec.embed"].shape or not np.array_equal(projection, w["dec.embed"]):
             raise ModelFormatError("the output projection is not tied to the embedding", path=str(path))
-    heads = int(model.scalar("encoder/num_heads", w["enc.pos"].shape[1] // HEAD_DIM))
-    dec_heads = int(model.scalar("decoder/num_heads", heads))
+    try:
+        heads = int(model.scalar("encoder/num_heads", w["enc.pos"].shape[1] // HEAD_DIM))
+        dec_heads = int(model.scalar("decoder/num_heads", heads))
+    except (ValueError, OverflowError) as exc:  # NaN or infinite head counts (ModelFormatError passes)
+        if isinstance(exc, ModelFormatError):
+            raise
+        raise ModelFormatError(f"the head counts are not integers: {exc}", path=str(path)) from exc
     alignment: tuple[tuple[int, int], ...] = ()
     cfg_path = folder / "config.json"
     if cfg_path.is_file():
         try:
             raw = json.loads(cfg_path.read_text(encoding="utf-8"))
+            if not isinstance(raw, dict):
+                raise TypeError(f"a JSON {type(raw).__name__}, not an object")
             alignment = tuple((int(a), int(b)) for a, b in raw.get("alignment_heads", ()))
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, OverflowError) as exc:  # OverflowError: int(Infinity)
             raise ModelFormatError(f"config.json is malformed: {exc}", path=str(cfg_path)) from exc
     conv1 = w["enc.conv1.w"]
     if conv1.ndim != 3:
@@ -206,11 +217,14 @@ def parse_safetensors(raw: bytes, path: str = "model.safetensors") -> dict[str, 
             dtype, shape, (start, end) = meta["dtype"], tuple(int(s) for s in meta["shape"]), meta["data_offsets"]
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelFormatError(f"tensor {name!r} has a malformed entry", path=path, offset=8) from exc
-        if dtype not in _ST_DTYPES:
+        if not isinstance(dtype, str) or dtype not in _ST_DTYPES:
             raise ModelFormatError(f"tensor {name!r} has unsupported dtype {dtype}", path=path, offset=8)
         np_dtype = _ST_DTYPES[dtype]
-        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-        if min(shape, default=0) < 0 or not 0 <= start <= end <= size or end - start != count * np_dtype.itemsize:
+        count = math.prod(shape)  # exact: NumPy's int64 product wraps
+        if math.prod(d for d in shape if d) * np_dtype.itemsize >= 1 << 63:  # NumPy refuses it even when empty
+            raise ModelFormatError(f"tensor {name!r} has shape {shape}, too large for an array", path=path, offset=8)
+        offsets_ok = type(start) is int and type(end) is int and 0 <= start <= end <= size
+        if min(shape, default=0) < 0 or not offsets_ok or end - start != count * np_dtype.itemsize:
             raise ModelFormatError(f"tensor {name!r} of shape {shape} and dtype {dtype} has data offsets "
                                    f"[{start}, {end}) that do not fit the {size}-byte data", path=path,
                                    offset=base + int(start) if isinstance(start, int) else 8)  # fmt: skip

@@ -242,7 +242,10 @@ _CAPTURE_UNSUPPORTED = 900  # CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
 def _refused_in_capture(nbytes: int, stream: Stream | None, error: CudaError) -> OutOfMemoryError:
     """The driver refused a new device allocation because a CUDA graph capture is open (the pool had no
     cached block of that size for the stream): an OutOfMemoryError naming the request, the stream and
-    the fix. The pool abandoned the request, so its books are unchanged."""
+    the fix. The pool abandoned the request, so its books are unchanged. Captures begun by
+    :class:`CudaGraph` never get here: the native allocator knows them and raises the same error before
+    calling the driver (whose refusal would also invalidate the capture); this maps the refusal for a
+    capture begun outside pygpukit (another library capturing on this thread)."""
     from .graph import _capturing_streams  # imported here: only this cold path needs it
 
     if stream is None:

@@ -1,0 +1,99 @@
+"""A probe of the pool under compute-sanitizer (docs/reliability.md, the sanitizer run of 2026-11-24): there,
+a capture right after an eager run of its body on the same stream found no cached block, and 8 threads left
+every allocation they made in use, while the same tests pass without the sanitizer. This prints the pool's
+statistics after each step; run it plainly and under a tool, and compare:
+
+    python ci/sanitize_probe.py
+    compute-sanitizer --tool synccheck python ci/sanitize_probe.py
+
+Each line: the step, then in-use and cached bytes and blocks, requests, reuse hits, frees and device
+allocations, then the DeviceBuffer objects alive and the allocations registered as live. In-use bytes
+that grow while the buffers do not point at frees that fail (DeviceBuffer's finalizer hides their
+errors; the explicit free below prints one); growing buffers point at something keeping them alive.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import traceback
+
+import numpy as np
+
+import pygpukit as gp
+from pygpukit.core import memory
+from pygpukit.core.errors import PyGPUkitError
+from pygpukit.core.memory import DeviceBuffer
+
+KEYS = ("in_use_bytes", "in_use_blocks", "cached_bytes", "cached_blocks", "requests", "reuse_hits", "frees",
+        "device_allocations")  # fmt: skip
+
+
+def report(step: str) -> None:
+    """One line: the pool's statistics, then the DeviceBuffer objects alive and the allocations still
+    registered as live (equal unless a buffer was lost without its finalizer)."""
+    gc.collect()
+    gp.synchronize()
+    stats = gp.memory_stats()
+    objects = sum(isinstance(o, DeviceBuffer) for o in gc.get_objects())
+    live = len(memory._live_buffers)
+    print(f"{step:<40} " + " ".join(f"{key}={stats[key]}" for key in KEYS) + f" buffers={objects} live={live}",
+          flush=True)  # fmt: skip
+
+
+def body(x: gp.GPUArray, out: gp.GPUArray) -> None:
+    y = gp.exp(x * 0.5)
+    gp.add(y, gp.sum(y * y, axis=1, keepdims=True), out=out)
+
+
+def main() -> int:
+    print(f"backend {gp.current_backend()}")
+    report("start")
+    try:
+        buffer = DeviceBuffer(8192)
+        report("one 8192-byte buffer")
+        buffer.free()
+        report("freed explicitly")
+        buffer = DeviceBuffer(8192)
+        del buffer
+        report("one more, dropped (finalizer)")
+    except PyGPUkitError:
+        traceback.print_exc()
+    stream = gp.Stream()
+    x = gp.from_numpy(np.random.default_rng(1).standard_normal((32, 64)).astype(np.float32))
+    out = gp.empty((32, 64))
+    report("inputs")
+    with stream:
+        body(x, out)
+        stream.synchronize()
+    report("eager body on a new stream")
+    graph = gp.CudaGraph()
+    try:
+        with graph.capture(stream):
+            body(x, out)
+        print("capture: ok", flush=True)
+    except PyGPUkitError as error:
+        print(f"capture: {type(error).__name__}: {error}", flush=True)
+    report("after the capture")
+    del graph
+
+    def worker() -> None:
+        own = gp.Stream()
+        with own:
+            for _ in range(3):
+                a = gp.from_numpy(np.ones((24, 16), np.float32))
+                (gp.matmul(a, a.T) * 2.0).to_numpy()
+            own.synchronize()
+        own.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    report("4 threads, each with a closed stream")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
