@@ -365,9 +365,6 @@ PyObject* launcher_launch(PyObject* self, PyObject* const* argv, Py_ssize_t argc
   const bool same_device = as_long(device_obj, &device) && device == k.device;
   Py_XDECREF(device_obj);
   if (!same_device) Py_RETURN_NOTIMPLEMENTED;
-  std::uint64_t stream = 0;
-  if (!stream_handle(k, argv[4], &stream)) Py_RETURN_NOTIMPLEMENTED;
-
   alignas(16) char data[kMaxBytes];
   std::size_t offsets[kMaxParams];
   void* params[kMaxParams];
@@ -377,6 +374,10 @@ PyObject* launcher_launch(PyObject* self, PyObject* const* argv, Py_ssize_t argc
   for (std::size_t i = 0; i < count; ++i) {
     if (!pack_one(k, i, PyTuple_GET_ITEM(args, i), data, &size, &offsets[i])) Py_RETURN_NOTIMPLEMENTED;
   }
+  // The stream last: reading a paced stream's handle takes a token (pygpukit.scheduler), which a launch
+  // sent to the general path after it would take a second time.
+  std::uint64_t stream = 0;
+  if (!stream_handle(k, argv[4], &stream)) Py_RETURN_NOTIMPLEMENTED;
   for (std::size_t i = 0; i < count; ++i) params[i] = data + offsets[i];
   try {
     launch_raw(k.function, grid, block, static_cast<unsigned>(shared), stream, count ? params : nullptr);

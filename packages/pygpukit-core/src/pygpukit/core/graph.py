@@ -37,7 +37,7 @@ _graphs: weakref.WeakSet[CudaGraph] = weakref.WeakSet()  # every graph, for a de
 def is_capturing(stream: Stream) -> bool:
     """Whether a :class:`CudaGraph` is capturing ``stream`` now (work issued on it is recorded, not
     run). Ops whose state must be set up by running work (zeroed counters, for example) check it."""
-    return stream.handle in _capturing_streams
+    return stream._id in _capturing_streams  # _id: no token taken from a paced stream (pygpukit.scheduler)
 
 
 def is_capturing_on_cpu() -> bool:
@@ -179,7 +179,7 @@ class CudaGraph:
         target = self._stream
         assert target is not None
         current = current_stream().handle
-        if current == target.handle:
+        if current == target._id:  # not .handle: one graph launch takes one token from a paced stream
             native.graph_launch(handles["exec"], current)
             return
         before = handles.get("before") or self._event("before")

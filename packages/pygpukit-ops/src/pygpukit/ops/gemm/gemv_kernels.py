@@ -167,7 +167,7 @@ on_stream_destroyed(_drop_workspace)
 
 
 def _workspace(device: int, stream: Stream | None) -> _SplitWorkspace:
-    key = (device, (stream if stream is not None else current_stream()).handle)
+    key = (device, (stream if stream is not None else current_stream())._id)  # no token taken (paced streams)
     found = _workspaces.get(key)
     if found is None:
         with _workspaces_lock:
