@@ -55,6 +55,17 @@ DEFAULT_BLOCK = 256  # threads per block of a launch that gives no block
 COUNT_PARAMETER_NAMES = ("n", "N", "size", "numel", "count", "length", "num_elements", "n_elements", "nelem", "total")
 _MAX_GRID_X = 2**31 - 1
 _MISSING: Any = object()  # a parameter no argument was bound to
+# pygpukit.profiling's per-kernel hook, called as hook(kernel, args, grid, block, shared_mem, stream)
+# instead of the launch while a Profiler records kernels (it launches through _launch_unhooked). None
+# when profiling is off: the launch paths read this one global.
+_launch_hook: Any = None
+
+
+def set_launch_hook(hook: Any) -> Any:
+    """Install (or, with None, remove) the per-launch hook of pygpukit.profiling; returns the previous one."""
+    global _launch_hook
+    previous, _launch_hook = _launch_hook, hook
+    return previous
 
 
 class KernelArgumentError(ArgumentError, TypeError):
@@ -507,6 +518,7 @@ class JITKernel:
         fast = self._fast
         if (
             fast is not None
+            and _launch_hook is None
             and _backend._state is self._fast_state
             and not named
             and fast(args, grid, block, shared_mem, stream) is None
@@ -514,11 +526,28 @@ class JITKernel:
             return
         if named:
             args = self.bind_arguments(args, named)
+        if _launch_hook is not None:
+            _launch_hook(self, args, grid, block, shared_mem, stream)
+            return
         if grid is None or block is None:
             grid, block = self.launch_config(args, grid, block)
         elif not named:
             self._launch(args, grid, block, shared_mem, stream)
             return
+        fast = self._fast
+        if (
+            fast is not None
+            and _backend._state is self._fast_state
+            and fast(args, grid, block, shared_mem, stream) is None
+        ):
+            return
+        self._launch(args, grid, block, shared_mem, stream)
+
+    def _launch_unhooked(self, args: tuple[Any, ...], grid: Any, block: Any, shared_mem: int,
+                         stream: Stream | None) -> None:  # fmt: skip
+        """The launch of bound ``args`` without the profiling hook (what the hook calls)."""
+        if grid is None or block is None:
+            grid, block = self.launch_config(args, grid, block)
         fast = self._fast
         if (
             fast is not None
@@ -666,9 +695,13 @@ class _DeclaredKernel(JITKernel):
         fast = self._fast
         if (
             fast is not None
+            and _launch_hook is None
             and _backend._state is self._fast_state
             and fast(args, grid, block, shared_mem, stream) is None
         ):
+            return
+        if _launch_hook is not None:
+            _launch_hook(self, args, grid, block, shared_mem, stream)
             return
         if grid is None or block is None:
             grid, block = self.launch_config(args, grid, block)

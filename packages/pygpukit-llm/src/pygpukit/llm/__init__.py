@@ -38,6 +38,8 @@ from .config import (  # noqa: E402
     detect_model_spec,
 )
 from .decode import DecodeM1, DecodeM1Graph, UnsupportedStrategyError  # noqa: E402
+from .decode_batch import DecodeBatch  # noqa: E402
+from .decode_spec import DecodeJacobi, DecodeSpeculative  # noqa: E402
 from .generation import GenerationStats, SamplingParams, generate, generate_stream  # noqa: E402
 from .gguf import GGUFError, GGUFFile, GGUFTensorInfo  # noqa: E402
 from .loader import MissingWeightError, load, load_gguf, load_model_from_safetensors  # noqa: E402
@@ -65,8 +67,11 @@ __all__ = [
     "ChatMessage",
     "ChatTemplate",
     "ChatTemplateError",
+    "DecodeBatch",
+    "DecodeJacobi",
     "DecodeM1",
     "DecodeM1Graph",
+    "DecodeSpeculative",
     "DecodeState",
     "GGUFError",
     "GGUFFile",

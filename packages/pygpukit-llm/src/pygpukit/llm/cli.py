@@ -214,13 +214,35 @@ def _generate(model: _Model, args: argparse.Namespace) -> str:
 
 def _cmd_generate(args: argparse.Namespace) -> int:
     model = _load_model(args.model, args.dtype, progress=not args.no_progress)
+    profiler = None
+    if getattr(args, "profile", None) is not None:  # pygpukit.profiling around the generation
+        from pygpukit.profiling import Profiler
+
+        profiler = Profiler().start()
     try:
         _generate(model, args)
     except KeyboardInterrupt:
         _report_stats(model, args)
+        _write_profile(profiler, args)
         return 130
+    except BaseException:
+        if profiler is not None and profiler.recording:
+            profiler.stop()  # no trace for a failed run, but the launch hook is removed
+        raise
     _report_stats(model, args)
+    _write_profile(profiler, args)
     return 0
+
+
+def _write_profile(profiler: Any, args: argparse.Namespace) -> None:
+    """Stop ``profiler`` (when profiling) and write its chrome trace to ``--profile``."""
+    if profiler is None:
+        return
+    profiler.stop()
+    path = profiler.export_chrome_trace(args.profile)
+    print(f"profile: {len(profiler.ranges)} ranges, {len(profiler.kernels)} kernel launches, "
+          f"{len(profiler.memory)} memory snapshots -> {path} (chrome://tracing or ui.perfetto.dev)",
+          file=sys.stderr, flush=True)  # fmt: skip
 
 
 # -- chat --------------------------------------------------------------------------------------------
@@ -375,6 +397,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="continue a prompt, streaming the text to stdout")
     gen.add_argument("prompt", help="the prompt text")
     gen.add_argument("--chat", action="store_true", help="wrap the prompt as a user turn with the chat template")
+    gen.add_argument("--profile", default=None, metavar="TRACE.json",
+                     help="profile the generation (pygpukit.profiling) and write a chrome trace there")  # fmt: skip
     _add_model_flags(gen)
     _add_sampling_flags(gen)
     gen.set_defaults(handler=_cmd_generate)

@@ -11,13 +11,23 @@ append and decode attention all read the positions from the device) and replays 
 every position: one launch per token. Its tokens are bitwise equal to ``DecodeM1``'s (the same
 kernels on the same buffers).
 
+Fusions (``fuse=True``, the default): the q, k and v projections run as one GEMV over the stacked
+weight of :meth:`CausalTransformerModel.fuse_qkv` (views of one output buffer feed the rest), and RoPE
+runs fused with the KV-cache write (:func:`pygpukit.ops.rope_kv_append`: q rotated, k rotated and
+written with v at the device-side position, one launch). The residual add and the next RMSNorm are
+one kernel (``ops.add_rmsnorm``) and gate and up one GEMM in both modes. ``fuse=False`` runs the
+separate kernels (three projections, rope, then the cache append), for comparisons. ``fuse="all"``
+also runs each projection as :func:`pygpukit.ops.fused_gemv` where it can (batch 1, RMSNorm and
+SwiGLU, dense weights the kernel takes): the norm inside the QKV and gate-up GEMVs, SwiGLU inside the
+down GEMV and the residual adds inside the o and down GEMVs, six kernels a layer with the attention.
+
 Dense weights run allocation-free; GGUF block-quantized or per-channel quantized weights and MoE
 blocks still allocate (``DecodeM1`` only; ``DecodeM1Graph`` refuses them).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -27,6 +37,7 @@ from pygpukit.core.dtypes import int32
 from pygpukit.core.errors import ArgumentError, PyGPUkitError, ShapeError
 from pygpukit.core.graph import CudaGraph
 from pygpukit.core.stream import Stream, current_stream
+from pygpukit.profiling import Range
 
 if TYPE_CHECKING:
     from .generation import SamplingParams
@@ -41,11 +52,16 @@ __all__ = [
     "graph_unsupported_reason",
 ]
 
-STRATEGIES = ("eager", "m1", "graph")
+STRATEGIES = ("eager", "m1", "graph", "batch", "speculative", "jacobi")  # the last three: decode_batch/_spec.py
 
 # The CPU backend's CudaGraph records calls into pygpukit made from outside pygpukit; this module
 # opts in, so the ops it calls inside a capture are recorded (pygpukit.core._recording).
 __pygpukit_record_calls__ = True
+
+
+# Named ranges of pygpukit.profiling (nothing recorded, and almost no cost, while no profiler records).
+_PREFILL = Range("llm.prefill")
+_STEP = Range("llm.decode_step")
 
 
 class UnsupportedStrategyError(ArgumentError):
@@ -73,10 +89,14 @@ class DecodeM1:
 
     ``start(ids, lengths)`` runs the prompt and samples the first token; each ``step()`` decodes one
     token per sequence and returns the sampled ids (batch,) on the host. ``sampling`` None (or a
-    greedy :class:`SamplingParams`) is greedy; ``seed`` seeds the sampler."""
+    greedy :class:`SamplingParams`) is greedy; ``seed`` seeds the sampler. ``fuse`` (default
+    :attr:`fuse_default`) runs the fused kernels (module docstring); ``fusions`` names those in use."""
+
+    fuse_default: bool | str = True  # what fuse=None means: a process-wide switch (benchmarks compare paths)
 
     def __init__(self, model: CausalTransformerModel, batch: int, max_seq_len: int,
-                 sampling: SamplingParams | None = None, seed: int = 0) -> None:  # fmt: skip
+                 sampling: SamplingParams | None = None, seed: int = 0,
+                 fuse: bool | str | None = None) -> None:  # fmt: skip
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
             raise ArgumentError(f"{type(self).__name__}: batch must be an int >= 1, got {batch!r}")
         if not isinstance(max_seq_len, int) or isinstance(max_seq_len, bool) or max_seq_len < 1:
@@ -89,6 +109,13 @@ class DecodeM1:
         self.state = model.new_state(batch, min(max(max_seq_len, 2), c.max_position_embeddings))
         self.sampling = sampling
         self.seed = seed
+        level = DecodeM1.fuse_default if fuse is None else fuse
+        if level not in (True, False, "all"):
+            raise ArgumentError(f"{type(self).__name__}: fuse must be True, False, 'all' or None, got {fuse!r}")
+        self.fuse = level is not False
+        self._fuse_all = level == "all"
+        if self.fuse:
+            model.fuse_qkv()  # once per model: wq, wk and wv become views of the stacked weight
         greedy = sampling is None or sampling.greedy
         self.sampler = None if greedy else ops.Sampler(seed, batch, c.vocab_size, model.dtype)
         self._settings: dict[str, Any] = {}
@@ -114,6 +141,19 @@ class DecodeM1:
         self.q = empty((b, 1, c.num_heads, c.head_dim), dt)
         self.k = empty((b, 1, c.num_kv_heads, c.head_dim), dt)
         self.v = empty((b, 1, c.num_kv_heads, c.head_dim), dt)
+        # Fused QKV: one (b, 1, heads + 2 kv_heads, head_dim) output; q, k and v are views of it (rope_kv
+        # writes the rotated q into self.q). With QK-norm only at batch 1, where the views' rows merge
+        # into one stride for rmsnorm.
+        self.qkv = self.q_view = self.k_view = self.v_view = None
+        first_layer = w.layers[0]
+        if self.fuse and first_layer.w_qkv is not None and (first_layer.q_norm is None or b == 1):
+            h, kv = c.num_heads, c.num_kv_heads
+            self.qkv = empty((b, 1, h + 2 * kv, c.head_dim), dt)
+            self.q_view, self.k_view = self.qkv[:, :, :h], self.qkv[:, :, h : h + kv]
+            self.v_view = self.qkv[:, :, h + kv :]
+        self.gemv = self._fuse_all and self._gemv_eligible()
+        fused = {"qkv": self.qkv is not None, "rope_kv": self.fuse and self.model.rope is not None, "gemv": self.gemv}
+        self.fusions = tuple(name for name, on in fused.items() if on)  # what this decoder fuses
         self.qn = self.kn = None
         if w.layers[0].q_norm is not None:
             self.qn = empty(self.q.shape, dt)
@@ -132,6 +172,20 @@ class DecodeM1:
             self.activated = empty((b, 1, width if self.model.spec.activation == "gelu_tanh" else width // 2), dt)
         self.final = empty((b, c.hidden_size), dt)
         self.logits = empty((b, c.vocab_size), dt)
+
+    def _gemv_eligible(self) -> bool:
+        """Whether every layer can run its projections as ops.fused_gemv (fuse="all")."""
+        model, dt = self.model, self.model.dtype
+        if self.batch != 1 or self.qkv is None or model.spec.norm != "rmsnorm" or model.spec.activation == "gelu_tanh":
+            return False
+        for layer in model.weights.layers:
+            weights = (layer.w_qkv, layer.wo, layer.w_gate_up, layer.w_down)
+            if layer.w_router is not None or not all(ops.fused_gemv_supported(x, dt) for x in weights):
+                return False
+            vectors = (layer.attn_norm, layer.mlp_norm, layer.b_qkv, layer.bo, layer.b_gate_up, layer.b_down)
+            if any(x is not None and x.dtype != dt for x in vectors):
+                return False
+        return True
 
     # -- the step -----------------------------------------------------------------------------------
     def _linear(self, x: GPUArray, w: LinearWeight, bias: GPUArray | None, out: GPUArray) -> None:
@@ -175,6 +229,20 @@ class DecodeM1:
             ops.swiglu(self.hidden, out=self.activated)
         self._linear(self.activated, layer.w_down, layer.b_down, self.proj)
 
+    def _project(self, layer: LayerWeights) -> tuple[GPUArray, GPUArray, GPUArray]:
+        """q, k, v (b, 1, heads, head_dim) of ``self.normed``: one GEMV into ``self.qkv`` (views
+        returned) when fused, else three into ``self.q``, ``self.k``, ``self.v``."""
+        if self.qkv is not None and layer.w_qkv is not None:
+            assert self.q_view is not None
+            assert self.k_view is not None
+            assert self.v_view is not None
+            self._linear(self.normed, layer.w_qkv, layer.b_qkv, self.qkv)
+            return self.q_view, self.k_view, self.v_view
+        self._linear(self.normed, layer.wq, layer.bq, self.q)
+        self._linear(self.normed, layer.wk, layer.bk, self.k)
+        self._linear(self.normed, layer.wv, layer.bv, self.v)
+        return self.q, self.k, self.v
+
     def _step(self) -> None:
         """One decode step, device work only: reads ``tokens`` and ``lengths``, writes the KV cache,
         advances ``lengths`` and samples into ``tokens``. This is what DecodeM1Graph captures."""
@@ -190,29 +258,56 @@ class DecodeM1:
             ops.sub(lengths, 1, out=self.positions)
             ops.embedding(w.position_embed, self.positions.reshape(b, 1), out=self.position_rows)
             ops.add(self.residual, self.position_rows, out=self.residual)
+        gemv = self.gemv  # fuse="all": the norms, swiglu and residual adds inside the GEMVs
         for index, layer in enumerate(w.layers):
-            if index == 0:
-                self._norm(self.residual, layer.attn_norm, layer.attn_norm_bias, self.normed)
-            elif rms:
-                ops.add_rmsnorm(self.proj, self.residual, layer.attn_norm, c.norm_eps, out=self.normed,
-                                residual_out=self.residual)  # fmt: skip
+            if gemv:
+                assert self.q_view is not None
+                assert self.k_view is not None
+                assert self.v_view is not None
+                w_qkv = cast(GPUArray, layer.w_qkv)  # dense: checked by _gemv_eligible
+                ops.fused_gemv(self.residual, w_qkv, prologue="rmsnorm", norm_weight=layer.attn_norm, eps=c.norm_eps,
+                               bias=layer.b_qkv, out=self.qkv)  # fmt: skip
+                q, k, v = self.q_view, self.k_view, self.v_view
             else:
-                ops.add(self.residual, self.proj, out=self.residual)
-                self._norm(self.residual, layer.attn_norm, layer.attn_norm_bias, self.normed)
-            self._linear(self.normed, layer.wq, layer.bq, self.q)
-            self._linear(self.normed, layer.wk, layer.bk, self.k)
-            self._linear(self.normed, layer.wv, layer.bv, self.v)
-            q, k = self.q, self.k
+                if index == 0:
+                    self._norm(self.residual, layer.attn_norm, layer.attn_norm_bias, self.normed)
+                elif rms:
+                    ops.add_rmsnorm(self.proj, self.residual, layer.attn_norm, c.norm_eps, out=self.normed,
+                                    residual_out=self.residual)  # fmt: skip
+                else:
+                    ops.add(self.residual, self.proj, out=self.residual)
+                    self._norm(self.residual, layer.attn_norm, layer.attn_norm_bias, self.normed)
+                q, k, v = self._project(layer)
             if layer.q_norm is not None and layer.k_norm is not None:
                 assert self.qn is not None
                 assert self.kn is not None
-                q = ops.rmsnorm(self.q, layer.q_norm, c.norm_eps, out=self.qn)
-                k = ops.rmsnorm(self.k, layer.k_norm, c.norm_eps, out=self.kn)
-            if model.rope is not None:
-                model.rope(q, k, lengths, position_offset=-1)
-            st.cache.append(index, k, self.v, lengths, offset=-1)
-            ops.decode_attention(q.reshape(b, c.num_heads, c.head_dim), st.cache.k(index), st.cache.v(index),
-                                 lengths, out=self.attn, workspace=st.workspace)  # fmt: skip
+                q = ops.rmsnorm(q, layer.q_norm, c.norm_eps, out=self.qn)
+                k = ops.rmsnorm(k, layer.k_norm, c.norm_eps, out=self.kn)
+            rope = model.rope
+            if rope is not None and self.fuse:  # rotate q into self.q, k and v into the cache: one launch
+                q = ops.rope_kv_append(q, k, v, st.cache.k(index), st.cache.v(index), rope.cos, rope.sin, lengths,
+                                       style=rope.style, rotary_dim=rope.rotary_dim, position_offset=-1,
+                                       q_out=self.q)  # fmt: skip
+            else:
+                if rope is not None:
+                    rope(q, k, lengths, position_offset=-1)
+                st.cache.append(index, k, v, lengths, offset=-1)
+            ops.decode_attention(q[:, 0], st.cache.k(index), st.cache.v(index), lengths, out=self.attn,
+                                 workspace=st.workspace)  # fmt: skip
+            if gemv:
+                assert self.hidden is not None
+                # (dense weights: checked by _gemv_eligible)
+                wo, w_gate_up, w_down = (
+                    cast(GPUArray, layer.wo),
+                    cast(GPUArray, layer.w_gate_up),
+                    cast(GPUArray, layer.w_down),
+                )
+                ops.fused_gemv(self.attn, wo, bias=layer.bo, residual=self.residual, out=self.residual)
+                ops.fused_gemv(self.residual, w_gate_up, prologue="rmsnorm", norm_weight=layer.mlp_norm,
+                               eps=c.norm_eps, bias=layer.b_gate_up, out=self.hidden)  # fmt: skip
+                ops.fused_gemv(self.hidden, w_down, prologue="swiglu", bias=layer.b_down, residual=self.residual,
+                               out=self.residual)  # fmt: skip
+                continue
             self._linear(self.attn.reshape(b, 1, c.q_size), layer.wo, layer.bo, self.proj)
             if rms:
                 ops.add_rmsnorm(self.proj, self.residual, layer.mlp_norm, c.norm_eps, out=self.normed,
@@ -222,7 +317,9 @@ class DecodeM1:
                 self._norm(self.residual, layer.mlp_norm, layer.mlp_norm_bias, self.normed)
             self._mlp(layer)
         flat = self.final.reshape(b, 1, c.hidden_size)
-        if rms:
+        if gemv:  # the residual is up to date: the last down GEMV added its output
+            ops.rmsnorm(self.residual, w.final_norm, c.norm_eps, out=flat)
+        elif rms:
             ops.add_rmsnorm(self.proj, self.residual, w.final_norm, c.norm_eps, out=flat, residual_out=self.residual)
         else:
             ops.add(self.residual, self.proj, out=self.residual)
@@ -251,10 +348,11 @@ class DecodeM1:
             for row, n in enumerate(rows):
                 self._history_host[row, :n] = host[row, :n]
             self._history.copy_(self._history_host)
-        logits = self.model.prefill(from_numpy(host), self.state, rows)
-        self._lengths_host = list(rows)
-        self._sample(logits)
-        return self._read()
+        with _PREFILL:
+            logits = self.model.prefill(from_numpy(host), self.state, rows)
+            self._lengths_host = list(rows)
+            self._sample(logits)
+            return self._read()
 
     def _read(self) -> np.ndarray[Any, Any]:
         """The sampled tokens on the host (the step's one synchronization); records them in the
@@ -276,9 +374,10 @@ class DecodeM1:
 
     def step(self) -> np.ndarray[Any, Any]:
         """Decode one token per row after the last sampled ones; returns the new ones (batch,)."""
-        self._advance()
-        self._step()
-        return self._read()
+        with _STEP:
+            self._advance()
+            self._step()
+            return self._read()
 
 
 class DecodeM1Graph(DecodeM1):
@@ -288,11 +387,12 @@ class DecodeM1Graph(DecodeM1):
     overwrites. Tokens are bitwise equal to ``DecodeM1``'s."""
 
     def __init__(self, model: CausalTransformerModel, batch: int, max_seq_len: int,
-                 sampling: SamplingParams | None = None, seed: int = 0) -> None:  # fmt: skip
+                 sampling: SamplingParams | None = None, seed: int = 0,
+                 fuse: bool | str | None = None) -> None:  # fmt: skip
         reason = graph_unsupported_reason(model, sampling)
         if reason is not None:
             raise UnsupportedStrategyError(f"DecodeM1Graph does not support {reason}; use DecodeM1 (strategy='m1')")
-        super().__init__(model, batch, max_seq_len, sampling, seed)
+        super().__init__(model, batch, max_seq_len, sampling, seed, fuse)
         self.graph = CudaGraph()
         self._capture()
 
@@ -320,9 +420,10 @@ class DecodeM1Graph(DecodeM1):
         return self.graph.num_nodes
 
     def step(self) -> np.ndarray[Any, Any]:
-        self._advance()
-        self.graph.replay()
-        return self._read()
+        with _STEP:
+            self._advance()
+            self.graph.replay()
+            return self._read()
 
 
 def _out_features(w: Any) -> int:

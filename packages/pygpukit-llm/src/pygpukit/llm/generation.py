@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -56,6 +56,9 @@ class GenerationStats:
     finish_reason: str = "length"
     batch: int = 1
     backend: str = ""
+    strategy: str = ""
+    # Figures of the multi-token strategies: acceptance_rate, tokens_per_forward, iterations_per_token.
+    decode_info: dict[str, float] = field(default_factory=dict)
 
     def summary(self) -> str:
         return (
@@ -122,7 +125,8 @@ class _Run:
     """One batch being generated: yields the new token ids of every row, step by step."""
 
     def __init__(self, model: CausalTransformerModel, prompts: list[list[int]], max_new_tokens: int,
-                 sampling: SamplingParams, strategy: str | None = None) -> None:  # fmt: skip
+                 sampling: SamplingParams, strategy: str | None = None,
+                 strategy_options: Mapping[str, Any] | None = None) -> None:  # fmt: skip
         if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
             raise ArgumentError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
         _check_ids(model, prompts)
@@ -138,8 +142,9 @@ class _Run:
         from .decode import choose_strategy
 
         self.strategy = choose_strategy(model, len(prompts), sampling, strategy)
+        self.options = _strategy_options(len(prompts), sampling, self.strategy, strategy_options)
         self.stats = GenerationStats(prompt_tokens=sum(len(p) for p in prompts), batch=len(prompts),
-                                     backend=model.backend)  # fmt: skip
+                                     backend=model.backend, strategy=self.strategy)  # fmt: skip
 
     def tokens(self) -> Iterator[np.ndarray[Any, Any]]:
         model, s = self.model, self.sampling
@@ -151,6 +156,9 @@ class _Run:
         for row, p in enumerate(self.prompts):
             ids[row, : len(p)] = p
         seed = s.seed if s.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
+        if self.strategy in ("batch", "speculative", "jacobi"):
+            yield from self._multi_tokens(ids, seed)
+            return
         if self.strategy != "eager":
             yield from self._decoder_tokens(ids, seed)
             return
@@ -205,6 +213,54 @@ class _Run:
             if self.stats.new_tokens > 1 and end > self._first:
                 self.stats.decode_tokens_per_s = (self.stats.new_tokens - 1) / (end - self._first)
 
+    def _multi_tokens(self, ids: np.ndarray[Any, Any], seed: int) -> Iterator[np.ndarray[Any, Any]]:
+        """The loop over a DecodeBatch (pygpukit.llm.decode_batch) or a DecodeSpeculative / DecodeJacobi
+        (pygpukit.llm.decode_spec; batch 1: their steps return several tokens, yielded one by one)."""
+        from .decode_batch import DecodeBatch
+        from .decode_spec import DecodeJacobi, DecodeSpeculative
+
+        length = self.longest + self.max_new_tokens
+        decoder: Any
+        if self.strategy == "batch":
+            size = self.options.get("batch_size", len(self.prompts))
+            decoder = DecodeBatch(self.model, size, length, self.sampling, seed, self.options.get("graph"))
+        elif self.strategy == "speculative":
+            decoder = DecodeSpeculative(self.model, length, **self.options)
+        else:
+            decoder = DecodeJacobi(self.model, length, **self.options)
+        start = time.perf_counter()
+        self._first = start
+        try:
+            if isinstance(decoder, DecodeBatch):
+                pieces: Iterator[np.ndarray[Any, Any]] = decoder.iterate(self.prompts, self.max_new_tokens)
+            else:
+                pieces = self._single(decoder, ids)
+            for step, host in enumerate(pieces):
+                if step == 0:
+                    self._first = time.perf_counter()
+                    self.stats.time_to_first_token_s = self._first - start
+                self.stats.new_tokens = step + 1
+                yield host
+        finally:
+            end = time.perf_counter()
+            self.stats.total_s = end - start
+            if self.stats.new_tokens > 1 and end > self._first:
+                self.stats.decode_tokens_per_s = (self.stats.new_tokens - 1) / (end - self._first)
+            if not isinstance(decoder, DecodeBatch):
+                self.stats.decode_info = decoder.stats()
+
+    def _single(self, decoder: Any, ids: np.ndarray[Any, Any]) -> Iterator[np.ndarray[Any, Any]]:
+        """One row's tokens, (1,) arrays, from a decoder whose steps return several."""
+        produced = 0
+        new = decoder.start(ids)
+        while True:
+            for token in new.tolist():
+                yield np.array([token], np.int32)
+                produced += 1
+                if produced == self.max_new_tokens:
+                    return
+            new = decoder.step()
+
     def _loop(self, model: CausalTransformerModel, ids: np.ndarray[Any, Any], state: Any, sampler: Any,
               settings: dict[str, Any], out: GPUArray, history: GPUArray | None,
               history_host: np.ndarray[Any, Any] | None, start: float) -> Iterator[np.ndarray[Any, Any]]:  # fmt: skip
@@ -226,6 +282,35 @@ class _Run:
                 history_host[:, self.longest + step] = host
                 history.copy_(history_host)
             logits = model.decode_step(out, state)
+
+
+_OPTIONS = {"batch": ("batch_size", "graph"), "speculative": ("draft", "draft_layers", "num_draft_tokens", "graph"),
+            "jacobi": ("window", "graph")}  # fmt: skip
+
+
+def _strategy_options(batch: int, sampling: SamplingParams, strategy: str,
+                      options: Mapping[str, Any] | None) -> dict[str, Any]:  # fmt: skip
+    """The checked ``strategy_options`` of ``strategy`` (UnsupportedStrategyError where the strategy
+    cannot run this batch and sampling)."""
+    from .decode import UnsupportedStrategyError
+    from .decode_spec import multi_token_unsupported_reason
+
+    given = dict(options or {})
+    allowed = _OPTIONS.get(strategy, ())
+    unknown = sorted(set(given) - set(allowed))
+    if unknown:
+        accepted = ", ".join(allowed) if allowed else "none"
+        raise ArgumentError(f"strategy_options {unknown} do not apply to strategy={strategy!r} (it takes: {accepted})")
+    if strategy in ("speculative", "jacobi"):
+        reason = multi_token_unsupported_reason(batch, sampling)
+        if reason is not None:
+            raise UnsupportedStrategyError(f"strategy={strategy!r} does not support {reason}")
+    if strategy == "batch":
+        size = given.get("batch_size", batch)
+        if not isinstance(size, int) or isinstance(size, bool) or size < batch:
+            raise ArgumentError(f"strategy_options batch_size must be an int >= the {batch} prompts, got {size!r} "
+                                "(DecodeBatch.generate runs more prompts in groups)")  # fmt: skip
+    return given
 
 
 def _normalize_stop(stop: str | Sequence[str] | None) -> list[str]:
@@ -313,6 +398,7 @@ def generate(
     add_special_tokens: bool = True,
     skip_special_tokens: bool = True,
     strategy: str | None = None,
+    strategy_options: Mapping[str, Any] | None = None,
 ) -> Any:
     """Generate up to ``max_new_tokens`` tokens after ``prompt``.
 
@@ -326,11 +412,14 @@ def generate(
     ``strategy``: how the decode steps run (pygpukit.llm.decode): ``"graph"`` (the whole step one
     CUDA graph replay), ``"m1"`` (preallocated buffers, no per-step allocation) or ``"eager"``. The
     default is "graph" on the CUDA backend for batch 1 when the model and sampling allow it, else
-    "m1". An explicit strategy that cannot run raises UnsupportedStrategyError."""
+    "m1". ``"batch"`` decodes the prompts together with DecodeBatch (each row stops on its own;
+    options ``batch_size``, ``graph``); ``"speculative"`` (DecodeSpeculative: options ``draft``,
+    ``draft_layers``, ``num_draft_tokens``, ``graph``) and ``"jacobi"`` (DecodeJacobi: options
+    ``window``, ``graph``) produce several tokens per forward, for one prompt, greedy only. ``strategy_options``
+    holds those options. An explicit strategy that cannot run raises UnsupportedStrategyError."""
     prompts, kind = _prompts(model, prompt, add_special_tokens)
-    run = _Run(
-        model, prompts, max_new_tokens, _sampling(temperature, top_k, top_p, min_p, repetition_penalty, seed), strategy
-    )
+    run = _Run(model, prompts, max_new_tokens, _sampling(temperature, top_k, top_p, min_p, repetition_penalty, seed),
+               strategy, strategy_options)  # fmt: skip
     stop_ids = _stop_ids(model, stop_token_ids, ignore_eos)
     batch = len(prompts)
     new_ids: list[list[int]] = [[] for _ in range(batch)]
@@ -363,6 +452,7 @@ def generate_stream(
     add_special_tokens: bool = True,
     skip_special_tokens: bool = True,
     strategy: str | None = None,
+    strategy_options: Mapping[str, Any] | None = None,
 ) -> Iterator[str]:
     """Like :func:`generate` for one prompt (a str or token ids), yielding the new text in pieces as
     the tokens are sampled; the pieces never split a UTF-8 character and never show a stop string."""
@@ -370,9 +460,8 @@ def generate_stream(
     if kind not in ("text", "ids"):
         raise ArgumentError("generate_stream takes one prompt; use generate for a batch")
     _tokenizer(model)
-    run = _Run(
-        model, prompts, max_new_tokens, _sampling(temperature, top_k, top_p, min_p, repetition_penalty, seed), strategy
-    )
+    run = _Run(model, prompts, max_new_tokens, _sampling(temperature, top_k, top_p, min_p, repetition_penalty, seed),
+               strategy, strategy_options)  # fmt: skip
     stop_ids = _stop_ids(model, stop_token_ids, ignore_eos)
     try:
         for _, _, piece, _ in _events(model, run, stop_ids, _normalize_stop(stop), skip_special_tokens):

@@ -55,6 +55,10 @@ class LayerWeights:
     bo: GPUArray | None = None
     q_norm: GPUArray | None = None
     k_norm: GPUArray | None = None
+    # Fused QKV (CausalTransformerModel.fuse_qkv): the (q + 2 kv, H) stack [wq | wk | wv] of rows, of
+    # which wq, wk and wv are then row views (one copy of the weights), and its bias.
+    w_qkv: LinearWeight | None = None
+    b_qkv: GPUArray | None = None
     # Dense MLP: SwiGLU keeps gate and up stacked as one (2I, H) weight ([gate | up] rows), so one GEMM
     # produces the concatenated input of swiglu; GPT-2 keeps its (I, H) fc weight here.
     w_gate_up: LinearWeight | None = None
@@ -81,8 +85,8 @@ class ModelWeights:
     @property
     def nbytes(self) -> int:
         seen: dict[int, int] = {}
-        for value in self._arrays():
-            seen[id(value)] = value.nbytes
+        for value in self._arrays():  # by allocation: views (a fused QKV's wq, wk, wv) count once
+            seen[id(value.buffer)] = value.buffer.nbytes
         return sum(seen.values())
 
     def _arrays(self) -> Iterator[GPUArray]:
@@ -201,8 +205,42 @@ class CausalTransformerModel:
             h = ops.add(h, ops.embedding(self.weights.position_embed, positions))
         return h
 
+    # -- fusions ------------------------------------------------------------------------------------
+    def fuse_qkv(self) -> int:
+        """Stack every layer's q, k and v projections into one weight (``LayerWeights.w_qkv``, rows
+        [wq | wk | wv]) so that one GEMV/GEMM computes all three; ``wq``, ``wk`` and ``wv`` become row
+        views of it, so the weights are held once (each layer's originals are released as it is
+        stacked). Dense weights of one dtype stack; GGUF block-quantized ones when all three have one
+        format (a row is whole blocks, so the raw rows concatenate); per-channel quantized ones when
+        all three have one kind (rows and scales concatenate). Idempotent; returns the number of
+        layers stacked by this call."""
+        count = 0
+        for layer in self.weights.layers:
+            if layer.w_qkv is not None:
+                continue
+            fused = _stack_rows([layer.wq, layer.wk, layer.wv])
+            if fused is None:
+                continue
+            biases = (layer.bq, layer.bk, layer.bv)
+            if any(b is not None for b in biases):
+                parts = [b if b is not None else zeros(_rows(w), self.dtype) for b, w in
+                         zip(biases, (layer.wq, layer.wk, layer.wv), strict=True)]  # fmt: skip
+                if len({p.dtype.name for p in parts}) != 1:
+                    continue
+                layer.b_qkv = ops.concatenate(parts, axis=0)
+                layer.bq, layer.bk, layer.bv = _row_views(layer.b_qkv, [_rows(layer.wq), _rows(layer.wk)])
+            layer.w_qkv = fused
+            layer.wq, layer.wk, layer.wv = _row_views(fused, [_rows(layer.wq), _rows(layer.wk)])
+            count += 1
+        return count
+
     def _qkv(self, layer: LayerWeights, x: GPUArray, batch: int, seq: int) -> tuple[GPUArray, GPUArray, GPUArray]:
         c = self.config
+        if layer.w_qkv is not None and layer.q_norm is None:  # one GEMM; q, k, v are views of its output
+            qkv = ops.linear(x, layer.w_qkv, layer.b_qkv).reshape(batch, seq, c.num_heads + 2 * c.num_kv_heads,
+                                                                   c.head_dim)  # fmt: skip
+            return (qkv[:, :, : c.num_heads], qkv[:, :, c.num_heads : c.num_heads + c.num_kv_heads],
+                    qkv[:, :, c.num_heads + c.num_kv_heads :])  # fmt: skip
         q = ops.linear(x, layer.wq, layer.bq).reshape(batch, seq, c.num_heads, c.head_dim)
         k = ops.linear(x, layer.wk, layer.bk).reshape(batch, seq, c.num_kv_heads, c.head_dim)
         v = ops.linear(x, layer.wv, layer.bv).reshape(batch, seq, c.num_kv_heads, c.head_dim)
@@ -378,6 +416,51 @@ class CausalTransformerModel:
         template_kwargs = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
         prompt = self.chat_prompt(messages, True, **template_kwargs)
         return self.generate_stream(prompt, max_new_tokens, add_special_tokens=False, **kwargs)
+
+
+def _rows(w: Any) -> int:
+    return int(w.shape[0])
+
+
+def _stack_rows(weights: list[Any]) -> LinearWeight | None:
+    """The row-wise stack of linear weights (out_i, K) as one (sum out_i, K) weight of the same
+    kind, or None when they do not stack (mixed kinds, dtypes, formats or K)."""
+    kinds = {type(w) for w in weights}
+    if len(kinds) != 1 or len({w.shape[1] for w in weights}) != 1:
+        return None
+    first = weights[0]
+    if type(first) is GPUArray:
+        if len({w.dtype.name for w in weights}) != 1 or not all(w.is_contiguous for w in weights):
+            return None
+        return ops.concatenate(weights, axis=0)
+    if isinstance(first, QuantizedTensor):
+        if len({w.format for w in weights}) != 1:
+            return None
+        data = ops.concatenate([w.data for w in weights], axis=0)
+        return QuantizedTensor(data, first.format, (sum(_rows(w) for w in weights), first.shape[1]))
+    if isinstance(first, ChannelQuantizedTensor):
+        if len({w.kind for w in weights}) != 1 or not all(w.data.is_contiguous for w in weights):
+            return None
+        data = ops.concatenate([w.data for w in weights], axis=0)
+        scale = ops.concatenate([w.scale for w in weights], axis=0)
+        return ChannelQuantizedTensor(data, scale, first.kind)
+    return None
+
+
+def _row_views(stacked: Any, heads: list[int]) -> tuple[Any, Any, Any]:
+    """Three row views of ``stacked`` (a weight or a bias): rows [0, a), [a, a + b), [a + b, end) for
+    ``heads`` = [a, b]."""
+    a, b = heads
+    bounds = [(0, a), (a, a + b), (a + b, _rows(stacked))]
+    if isinstance(stacked, GPUArray):
+        return tuple(stacked[lo:hi] for lo, hi in bounds)  # type: ignore[return-value]
+    if isinstance(stacked, QuantizedTensor):
+        row = stacked.row_bytes
+        k = stacked.shape[1]
+        return tuple(QuantizedTensor(stacked.data[lo * row : hi * row], stacked.format, (hi - lo, k))
+                     for lo, hi in bounds)  # type: ignore[return-value]  # fmt: skip
+    return tuple(ChannelQuantizedTensor(stacked.data[lo:hi], stacked.scale[lo:hi], stacked.kind)
+                 for lo, hi in bounds)  # type: ignore[return-value]  # fmt: skip
 
 
 def _as_ids(input_ids: Any) -> GPUArray:

@@ -18,9 +18,11 @@ except ImportError as exc:  # pygpukit-core (which owns pygpukit/__init__.py) is
 check_siblings("pygpukit-ops", required=("pygpukit-core",))
 
 from . import (  # noqa: E402
+    atan2_op,
     attention,
     elementwise,
     gemm,
+    gemv_fusions,
     gguf,
     kv_cache,
     moe,
@@ -30,14 +32,17 @@ from . import (  # noqa: E402
     recurrent,
     reduction,
     rope,
+    rope_kv,
     sampling,
     shape,
     tts_ops,
 )
 from ._kernels import precompile  # noqa: E402
+from .atan2_op import *  # noqa: E402,F403
 from .attention import *  # noqa: E402,F403
 from .elementwise import *  # noqa: E402,F403
 from .gemm import *  # noqa: E402,F403
+from .gemv_fusions import *  # noqa: E402,F403
 from .gguf import *  # noqa: E402,F403
 from .kv_cache import *  # noqa: E402,F403
 from .moe import *  # noqa: E402,F403
@@ -47,6 +52,7 @@ from .quant import *  # noqa: E402,F403
 from .recurrent import *  # noqa: E402,F403
 from .reduction import *  # noqa: E402,F403
 from .rope import *  # noqa: E402,F403
+from .rope_kv import *  # noqa: E402,F403
 from .sampling import *  # noqa: E402,F403
 from .shape import *  # noqa: E402,F403
 from .tts_ops import *  # noqa: E402,F403
@@ -56,8 +62,10 @@ __version__ = distribution_version("pygpukit-ops") or "0+unknown"
 __all__ = [
     "__version__",
     "precompile",
+    *atan2_op.__all__,
     *attention.__all__,
     *elementwise.__all__,
+    *gemv_fusions.__all__,
     *gemm.__all__,
     *gguf.__all__,
     *kv_cache.__all__,
@@ -69,6 +77,7 @@ __all__ = [
     *reduction.__all__,
     *sampling.__all__,
     *rope.__all__,
+    *rope_kv.__all__,
     *shape.__all__,
     *tts_ops.__all__,
 ]

@@ -12,6 +12,7 @@ compile check of CI (``ci/compile_kernels.py``).
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -52,6 +53,7 @@ __all__ = [
     "sm_count",
 ]
 
+_jit = importlib.import_module("pygpukit.core.jit")  # the module (pygpukit.core.jit is also a function's name)
 BLOCK = 256
 SM90A_FILES = frozenset({"gemm/gemm_wgmma.cu"})  # kernels with real bodies only when built for sm_90a
 UNROLL = 4  # kUnroll of types.cuh: packs per thread and tile of the contiguous elementwise kernels
@@ -177,8 +179,9 @@ def launch(kernel: JITKernel, args: tuple[Any, ...], grid: int | tuple[int, ...]
     paths' launch. Anything the launcher does not take goes through the full call, which checks it."""
     block = BLOCK if block is None else block
     fast = kernel._fast
-    if fast is None or kernel._fast_state is not _backend._state or fast(args, grid, block, 0, None) is not None:
-        kernel(*args, grid=grid, block=block)
+    if (fast is None or _jit._launch_hook is not None or kernel._fast_state is not _backend._state
+            or fast(args, grid, block, 0, None) is not None):  # fmt: skip
+        kernel(*args, grid=grid, block=block)  # (pygpukit.profiling's hook records it there)
 
 
 # -- completion counters ----------------------------------------------------------------------------
@@ -206,7 +209,7 @@ def completion_counters(device: int, stream: Stream | None, *, in_capture: bool 
     the memset would only run at replay, so with ``in_capture=False`` the result is None instead
     (the caller then takes a path without counters)."""
     target = stream if stream is not None else current_stream()
-    key = (device, target.handle)
+    key = (device, target._id)  # not .handle: a paced stream takes a token per .handle read
     found = _counters.get(key)
     if found is None:
         if not in_capture and is_capturing(target):

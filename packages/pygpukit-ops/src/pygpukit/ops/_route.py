@@ -6,10 +6,10 @@
 The arguments are in the layout of :mod:`pygpukit.triton.routing`'s functions (``softmax`` with an
 ``out`` of None, ``apply_rope`` under the name ``"rotary"``).
 
-Without an explicit install, a ``PYGPUKIT_TRITON_ROUTE`` naming a route other than ``builtin`` in the environment at import installs
-a hook that imports ``pygpukit.triton.routing`` on the first routed call (so the variable works in a
-program that never imports pygpukit.triton). Where that package is not installed, that first call warns
-once and the built-in ops run.
+Without an explicit install, a ``PYGPUKIT_TRITON_ROUTE`` naming a route other than ``builtin`` in the
+environment at import installs a hook that imports ``pygpukit.triton.routing`` on the first routed call
+(so the variable works in a program that never imports pygpukit.triton). Where that package is not
+installed, that first call warns once and the built-in ops run.
 """
 
 from __future__ import annotations
