@@ -7,9 +7,13 @@
 #   split -b 50000000 -d ~/.cache/pygpukit/models/whisper-tiny.en/model.bin /tmp/parts/model.part
 #   tar -C ~/.cache/pygpukit -cf whisper-small.tar models/whisper-tiny.en/{config.json,tokenizer.json,vocabulary.txt} \
 #       audio-testdata/pocketsphinx-testdata
-# Then, with the .device/dist wheels: the asr tests (GPU ones included) -> $OUT/asr-tests.log, and
-# benchmarks/asr_bench.py (logits against transformers fp32, 10 minutes of speech against transformers'
-# pipeline fp16 + SDPA) -> $OUT/asr_bench.json.
+# Then, with the .device/dist wheels (built from this tree: they must contain pygpukit/asr/graph_decode.py,
+# token_step.py and hf_export.py): the asr tests (GPU ones included: the CUDA-graph decode step against the
+# eager loop, the device token rules against TokenRules, logits against transformers fp32 on the GPU) ->
+# $OUT/asr-tests.log, and benchmarks/tools/asr_bench.py (logits against transformers fp32; 10 minutes of
+# speech at batch 1, graph and eager, against transformers' pipeline fp16 + SDPA; the real-time factor;
+# 16 files batched against one by one) -> $OUT/asr_bench.json. torch and transformers must be importable
+# (they are on the GPU machine); without them the parity tests skip and the bench records the error.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 parts="${1:?usage: ci/gpu_asr.sh DIR_WITH_PART00 [DIR_WITH_PART01_AND_TAR]}"
@@ -32,11 +36,13 @@ status=0
 python3 -m pytest -p no:cacheprovider -q -rs -s -o addopts="--strict-markers --import-mode=importlib" \
   packages/pygpukit-audio/tests/test_asr_gpu.py packages/pygpukit-audio/tests/test_asr_model.py \
   packages/pygpukit-audio/tests/test_asr_features.py packages/pygpukit-audio/tests/test_asr_transcribe.py \
+  packages/pygpukit-audio/tests/test_asr_graph_decode.py packages/pygpukit-audio/tests/test_asr_hf_parity.py \
   2>&1 | tee "$out/asr-tests.log" | tail -30
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
-python3 benchmarks/asr_bench.py --model-dir "$model_dir" \
-  --clips "$PYGPUKIT_CACHE_DIR/audio-testdata/pocketsphinx-testdata/pocketsphinx/test/data" \
-  --out "$out/asr_bench.json" 2>&1 | tee "$out/asr_bench.log" | grep -v Warning || status=1
+python3 benchmarks/tools/asr_bench.py --model "$model_dir" \
+  --audio "$PYGPUKIT_CACHE_DIR/audio-testdata/pocketsphinx-testdata/pocketsphinx/test/data" \
+  --out "$out/asr_bench.json" 2>&1 | tee "$out/asr_bench.log" | grep -v Warning
+[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/nvidia-smi.txt"
 date -u +%Y-%m-%dT%H:%M:%SZ
 exit $status

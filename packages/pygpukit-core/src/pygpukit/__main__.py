@@ -50,15 +50,17 @@ def _run_llm_command(argv: list[str]) -> int:
     return status
 
 
-# command -> help; run by pygpukit.asr.cli (the pygpukit-audio distribution)
-_AUDIO_COMMANDS: dict[str, str] = {"transcribe": "speech to text with Whisper (pygpukit-audio)"}
+# command -> help; run by pygpukit.asr.cli or pygpukit.tts.cli (speak) of the pygpukit-audio distribution
+_AUDIO_COMMANDS: dict[str, str] = {"transcribe": "speech to text with Whisper (pygpukit-audio)",
+                                   "speak": "text to speech with Kokoro (pygpukit-audio)"}  # fmt: skip
 
 
 def _run_audio_command(argv: list[str]) -> int:
     try:
-        cli = importlib.import_module("pygpukit.asr.cli")
+        module = "pygpukit.tts.cli" if argv[0] == "speak" else "pygpukit.asr.cli"
+        cli = importlib.import_module(module)
     except ModuleNotFoundError as exc:
-        if exc.name not in ("pygpukit.asr", "pygpukit.asr.cli"):
+        if exc.name not in (module.rsplit(".", 1)[0], module):
             raise
         print(f"pygpukit {argv[0]}: this command needs the pygpukit-audio distribution, which is not installed: "
               f"{_install.install_hint('pygpukit-audio')}", file=sys.stderr)  # fmt: skip

@@ -23,6 +23,8 @@ import numpy as np
 from pygpukit.core.array import GPUArray
 from pygpukit.core.errors import ArgumentError
 
+from .graph_decode import greedy_graph_decode, use_graph
+
 __all__ = ["DecodeResult", "TokenRules", "decode_batch", "decode_window"]
 
 Array = np.ndarray[Any, Any]
@@ -125,6 +127,15 @@ def decode_window(model: Any, encoder_out: GPUArray, prompt: list[int], rules: T
     if max_new < 1:
         raise ArgumentError(f"the prompt of {len(prompt)} tokens leaves no room in the {ctx}-token context")
     sampling = temperature > 0
+    graphed = None
+    if beam_size == 1 and not sampling and use_graph(model):  # the captured decode step (graph_decode.py)
+        graphed = greedy_graph_decode(model, encoder_out, prompt, rules, sot_index=sot_index, no_speech=no_speech,
+                                      max_new=max_new)  # fmt: skip
+    if graphed is not None:
+        seqs, sums, ns_probs = graphed
+        score = float(sums[0]) / max(len(seqs[0]), 1) ** length_penalty
+        return DecodeResult(seqs[0], float(sums[0]), float(sums[0] / (len(seqs[0]) + 1)), float(ns_probs[0]),
+                            float(temperature), [(seqs[0], score)])  # fmt: skip
     rows = best_of if sampling else beam_size
     state = model.new_state(encoder_out, repeat=rows, max_len=min(ctx, len(prompt) + max_new))
     hidden = model.decode(np.tile(np.asarray(prompt, np.int64), (rows, 1)), state)
@@ -184,12 +195,19 @@ def decode_batch(model: Any, encoder_out: GPUArray, prompt: list[int], rules: To
     if max_new < 1:
         raise ArgumentError(f"the prompt of {len(prompt)} tokens leaves no room in the {ctx}-token context")
     rows = encoder_out.shape[0]
-    state = model.new_state(encoder_out, max_len=min(ctx, len(prompt) + max_new))
-    hidden = model.decode(np.tile(np.asarray(prompt, np.int64), (rows, 1)), state)
-    first = np.asarray(model.logits(hidden[:, sot_index : sot_index + 1]).to_numpy(), np.float64)[:, 0]
-    no_speech_probs = np.exp(_log_softmax(first))[:, no_speech]
-    logits = np.asarray(model.logits(hidden[:, -1]).to_numpy(), dtype=np.float64)
-    seqs, sums = _sample_rows(model, state, logits, rules, 0.0, max_new, np.random.default_rng(0))
+    graphed = None
+    if use_graph(model):
+        graphed = greedy_graph_decode(model, encoder_out, prompt, rules, sot_index=sot_index, no_speech=no_speech,
+                                      max_new=max_new)  # fmt: skip
+    if graphed is not None:
+        seqs, sums, no_speech_probs = graphed
+    else:
+        state = model.new_state(encoder_out, max_len=min(ctx, len(prompt) + max_new))
+        hidden = model.decode(np.tile(np.asarray(prompt, np.int64), (rows, 1)), state)
+        first = np.asarray(model.logits(hidden[:, sot_index : sot_index + 1]).to_numpy(), np.float64)[:, 0]
+        no_speech_probs = np.exp(_log_softmax(first))[:, no_speech]
+        logits = np.asarray(model.logits(hidden[:, -1]).to_numpy(), dtype=np.float64)
+        seqs, sums = _sample_rows(model, state, logits, rules, 0.0, max_new, np.random.default_rng(0))
     return [DecodeResult(seq, float(total_lp), float(total_lp / (len(seq) + 1)), float(ns), 0.0)
             for seq, total_lp, ns in zip(seqs, sums, no_speech_probs, strict=True)]  # fmt: skip
 

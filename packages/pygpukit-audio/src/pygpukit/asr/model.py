@@ -56,6 +56,9 @@ class WhisperModel:
         self.dtype: DType = target
         self.tokenizer = tokenizer
         self.path = path
+        # greedy decoding through the captured decode step (graph_decode.py): None = on the CUDA backend
+        self.graph_decode: bool | None = None
+        self._graph_decoders: dict[int, Any] = {}  # batch size -> GraphDecoder (graph_decode.graph_decoder)
         self.w: dict[str, GPUArray] = {}
         for name, value in weights.items():
             array = asarray(np.ascontiguousarray(value, dtype=np.float32))

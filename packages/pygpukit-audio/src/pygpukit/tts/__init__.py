@@ -3,7 +3,8 @@
 So far (docs/tts.md): fetching the model (:func:`fetch`), reading its int8 ONNX file into float weights
 (:func:`read_onnx`, needs the ``onnx`` package), and the model's duration and F0 / N predictors
 (:class:`KokoroDurations`, :class:`KokoroProsody`, :func:`expand`) text encoder
-(:class:`KokoroTextEncoder`) and decoder front (:class:`KokoroDecoderFront`); the generator is not written yet."""
+(:class:`KokoroTextEncoder`), decoder front (:class:`KokoroDecoderFront`) and generator
+(:class:`KokoroGenerator`), and :class:`KokoroModel` (``from_pretrained``, ``synthesize``, ``generate_stream``)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from .errors import KokoroDownloadError, KokoroModelError  # noqa: E402
 from .fetch import fetch, model_dir  # noqa: E402
 from .kokoro_decoder import KokoroDecoderFront  # noqa: E402
 from .kokoro_durations import DurationOutput, KokoroDurations  # noqa: E402
+from .kokoro_generator import SAMPLE_RATE, KokoroGenerator  # noqa: E402
+from .kokoro_model import KokoroModel, split_sentences  # noqa: E402
 from .kokoro_prosody import KokoroProsody, expand  # noqa: E402
 from .kokoro_text import KokoroTextEncoder  # noqa: E402
 from .onnx_reader import KokoroOnnx, LstmWeights, read_onnx  # noqa: E402
@@ -27,10 +30,13 @@ from .onnx_reader import KokoroOnnx, LstmWeights, read_onnx  # noqa: E402
 __version__ = distribution_version("pygpukit-audio") or "0+unknown"
 
 __all__ = [
+    "SAMPLE_RATE",
     "DurationOutput",
     "KokoroDecoderFront",
     "KokoroDownloadError",
     "KokoroDurations",
+    "KokoroGenerator",
+    "KokoroModel",
     "KokoroModelError",
     "KokoroOnnx",
     "KokoroProsody",
@@ -41,4 +47,5 @@ __all__ = [
     "fetch",
     "model_dir",
     "read_onnx",
+    "split_sentences",
 ]

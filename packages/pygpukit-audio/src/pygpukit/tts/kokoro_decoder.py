@@ -9,7 +9,8 @@ first half -> the (512, 2F) input of the iSTFTNet generator.
 
 ``asr``: the text encoder's features repeated per frame (:func:`pygpukit.tts.kokoro_prosody.expand`);
 the blocks are AdainResBlk1d (:func:`pygpukit.tts.kokoro_prosody.adain_res_block`). The generator (harmonic
-source, upsampling, AdaIN residual blocks with snake activations, iSTFT) is not written yet.
+source, upsampling, AdaIN residual blocks with snake activations, iSTFT) is
+:class:`pygpukit.tts.kokoro_generator.KokoroGenerator`.
 """
 
 from __future__ import annotations

@@ -65,6 +65,22 @@ def dequantize_linear(q: Array, scale: Any, zero_point: Any = 0, axis: int = 1) 
     return result
 
 
+def _dequantized(what: str, q: Array, scale: Any, zero_point: Any = 0, axis: int = 1, *, per_direction: bool = False
+                 ) -> Array:  # fmt: skip
+    """:func:`dequantize_linear` of tensors read from the file, whose shapes nothing guarantees: a scale
+    or zero point that does not fit ``q`` raises KokoroModelError naming ``what`` and the shapes.
+    ``per_direction``: the scale and zero point hold one value per leading index of ``q`` (LSTMs)."""
+    try:
+        if per_direction:
+            scale, zero_point = np.asarray(scale)[:, None, None], np.asarray(zero_point)[:, None, None]
+        return dequantize_linear(q, scale, zero_point, axis)
+    except (ValueError, IndexError, TypeError) as exc:  # NumPy's shape and conversion errors
+        raise KokoroModelError(
+            f"{what}: a tensor of shape {np.shape(q)} and dtype {np.asarray(q).dtype} cannot be dequantized with a "
+            f"scale of shape {np.shape(scale)} and a zero point of shape {np.shape(zero_point)} ({exc})"
+        ) from None
+
+
 def dynamic_quantize_linear(x: Array) -> tuple[Array, float, int]:
     """ONNX DynamicQuantizeLinear: uint8 values, scale and zero point of ``x`` (range widened to hold 0,
     scale = range / 255, zero point and values rounded half to even and saturated to [0, 255])."""
@@ -173,9 +189,20 @@ def _load_model(path: str | os.PathLike[str]) -> Any:
     if size == 0 or size > _MAX_BYTES:
         raise KokoroModelError(f"Kokoro model file {str(file)!r} has {size} bytes, not an ONNX model of Kokoro")
     try:
-        return onnx.load_model_from_string(file.read_bytes())
+        model = onnx.load_model_from_string(file.read_bytes())
     except Exception as exc:  # protobuf's DecodeError, or anything the parser raises on garbage
         raise KokoroModelError(f"{str(file)!r} is not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
+    # ONNX's protos are proto2, whose strings are not checked for UTF-8: protobuf then gives bytes.
+    graph = model.graph
+    for what, texts in (
+        ("node", (t for n in graph.node for t in (n.name, n.op_type, n.domain, *n.input, *n.output))),
+        ("initializer", (t.name for t in graph.initializer)),
+        ("graph input or output", (v.name for v in (*graph.input, *graph.output))),
+    ):
+        for text in texts:
+            if not isinstance(text, str):
+                raise KokoroModelError(f"{str(file)!r}: a {what} name is not UTF-8 text ({text!r:.80})")
+    return model
 
 
 class _Graph:
@@ -229,10 +256,10 @@ class _Graph:
 def _lstm(graph: _Graph, node: Any) -> LstmWeights:
     inputs = list(node.input) + [""] * (12 - len(node.input))
     what = node.name
-    w = dequantize_linear(graph.array(inputs[1], what), graph.array(inputs[8], what)[:, None, None],
-                          graph.array(inputs[9], what)[:, None, None])  # fmt: skip
-    r = dequantize_linear(graph.array(inputs[2], what), graph.array(inputs[10], what)[:, None, None],
-                          graph.array(inputs[11], what)[:, None, None])  # fmt: skip
+    w = _dequantized(what, graph.array(inputs[1], what), graph.array(inputs[8], what), graph.array(inputs[9], what),
+                     per_direction=True)  # fmt: skip
+    r = _dequantized(what, graph.array(inputs[2], what), graph.array(inputs[10], what),
+                     graph.array(inputs[11], what), per_direction=True)  # fmt: skip
     if w.ndim != 3 or r.ndim != 3 or r.shape[1] * 4 != r.shape[2] or w.shape[2] != r.shape[2]:
         raise KokoroModelError(f"{what}: LSTM weights of shapes {w.shape} and {r.shape} are not (D, I, 4H), (D, H, 4H)")
     directions, hidden = w.shape[0], r.shape[1]
@@ -282,7 +309,7 @@ def read_onnx(path: str | os.PathLike[str], *, check_io: bool = True) -> KokoroO
             zero = graph.array(node.input[3], node.name)
             scale = graph.weight_scale(node)
             axis = 1 if node.op_type == "MatMulInteger" else 0
-            values = dequantize_linear(q, scale, zero, axis)
+            values = _dequantized(node.name, q, scale, zero, axis)
             name = _weight_name(graph, node, node.input[1])
             if node.op_type == "MatMulInteger":  # stored (in, out) for x @ W; torch's Linear weight is (out, in)
                 values = values.T
@@ -292,14 +319,16 @@ def read_onnx(path: str | os.PathLike[str], *, check_io: bool = True) -> KokoroO
         elif node.op_type == "DynamicQuantizeLSTM":
             result.lstms[_canonical(_node_module(node.name))] = _lstm(graph, node)
             used.update(i for i in node.input[1:] if i)
-        elif node.op_type == "DequantizeLinear" and node.input[0] in graph.producer:
+        elif node.op_type == "DequantizeLinear" and node.input and node.input[0] in graph.producer:
             gather = graph.producer[node.input[0]]
-            if gather.op_type == "Gather" and gather.input[0] in graph.inits:
+            if gather.op_type == "Gather" and gather.input and gather.input[0] in graph.inits:
+                if len(node.input) < 2:
+                    raise KokoroModelError(f"{node.name}: DequantizeLinear of an embedding table without a scale")
                 table = graph.array(gather.input[0], node.name)
                 scale = graph.array(node.input[1], node.name)
                 offset: Any = graph.array(node.input[2], node.name) if len(node.input) > 2 else 0
                 name = _weight_name(graph, node, gather.input[0])
-                result.tensors[name] = dequantize_linear(table, scale, offset).astype(np.float32)
+                result.tensors[name] = _dequantized(node.name, table, scale, offset).astype(np.float32)
                 result.quantized[name] = f"{table.dtype} embedding"
                 used.update(i for i in (gather.input[0], *node.input[1:]) if i)
     for name in graph.inits:
@@ -311,7 +340,18 @@ def read_onnx(path: str | os.PathLike[str], *, check_io: bool = True) -> KokoroO
     for node in graph.nodes:  # float convolutions whose weights weight normalisation folded
         if node.op_type in ("Conv", "ConvTranspose") and len(node.input) > 1 and node.input[1] in graph.inits:
             name = _weight_name(graph, node, node.input[1])
-            result.tensors.setdefault(name, graph.array(node.input[1], node.name))
+            values = graph.array(node.input[1], node.name)
+            if values.dtype != np.float32:
+                raise KokoroModelError(f"{node.name}: the {node.op_type} weight {node.input[1]!r} is {values.dtype}, "
+                                       "not float32")  # fmt: skip
+            result.tensors.setdefault(name, values)
+        elif node.op_type == "MatMul" and len(node.input) > 1 and node.input[1].startswith("onnx::"):
+            if node.input[1] not in graph.inits:  # a float Linear traced as x @ W (the source's l_linear) has one
+                continue
+            values = graph.array(node.input[1], node.name)
+            if values.ndim == 2 and values.dtype == np.float32:
+                name = _canonical(_node_module(node.name) + ".weight")
+                result.tensors.setdefault(name, np.ascontiguousarray(values.T))
     return result
 
 

@@ -1,0 +1,280 @@
+"""Greedy decoding of Whisper with the decoder step captured in a CUDA graph (issue 17, item 3).
+
+:class:`GraphDecoder` holds, for one model and one batch size, every buffer a decode step touches: the
+self-attention KV cache (``n_text_ctx`` positions), the cross-attention keys/values of each layer, the
+activations, the logits and the state of the token rules (:mod:`pygpukit.asr.token_step`). The step reads
+the previous tokens and the positions (``lengths``) from device memory and writes the next tokens there,
+so it is captured once in a :class:`pygpukit.CudaGraph` and replayed at every position of every window:
+
+- ``start`` (eager, once per window): the cross-attention keys/values of the encoder output copied into
+  the decoder's buffers, the prompt run through :meth:`WhisperModel.decode` into its KV cache, the
+  no-speech probability, and the first token chosen by the rules on the device;
+- ``step`` (the graph): embedding + position of each row's last token, the decoder layers (self-attention
+  through ``KVCache.append`` and ``decode_attention`` at the device positions, cross-attention through
+  ``sdpa``, the MLP), the logits, then :func:`~pygpukit.asr.token_step.greedy_rules_step` (filters, argmax,
+  log-probability sum) on the device. The host reads back the chosen token of each row (batch int32 values)
+  and, at the end of the window, the log-probability sums.
+
+The step computes what :meth:`WhisperModel.decode` computes for one token, through the ops' ``out=``
+forms (``matmul`` and ``add`` where ``decode`` calls ``linear``), so nothing is allocated inside the
+capture. Beam search and sampling keep the eager loop of :mod:`pygpukit.asr.decoding`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+import pygpukit.ops as ops
+from pygpukit.core.array import GPUArray, zeros
+from pygpukit.core.dtypes import float64, int32, uint8
+from pygpukit.core.errors import ArgumentError, PyGPUkitError, ShapeError
+from pygpukit.core.graph import CudaGraph
+from pygpukit.core.stream import Stream, current_stream
+
+from .model import DecoderState
+from .token_step import STATE_FIELDS, greedy_rules_step, rules_arrays
+from .weights import HEAD_DIM
+
+__all__ = ["GraphDecoder", "graph_decoder", "greedy_graph_decode", "use_graph"]
+
+# The CPU backend's CudaGraph records calls into pygpukit made from outside pygpukit; this module opts in
+# (as pygpukit.llm.decode does), so the ops it calls inside a capture are recorded (pygpukit.core._recording).
+__pygpukit_record_calls__ = True
+
+_EPS = 1e-5
+_MAX_DECODERS = 4  # graph decoders kept per model (one per batch size in use)
+
+Array = np.ndarray[Any, Any]
+
+
+def use_graph(model: Any) -> bool:
+    """Whether greedy decoding of ``model`` runs through :class:`GraphDecoder`: ``model.graph_decode``
+    when it is True or False, else (None, the default) on the CUDA backend."""
+    flag = getattr(model, "graph_decode", False)
+    if flag is None:
+        from pygpukit.core import backend
+
+        return backend.backend_state().name == "cuda"
+    return bool(flag)
+
+
+class GraphDecoder:
+    """Buffers and the captured greedy decode step of ``model`` for ``batch`` rows."""
+
+    def __init__(self, model: Any, batch: int) -> None:
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+            raise ArgumentError(f"GraphDecoder: batch must be an int >= 1, got {batch!r}")
+        self.model = model
+        self.batch = batch
+        c = model.config
+        self.max_len = c.n_text_ctx
+        self._allocate()
+        self._rules: Any = None
+        self.graph = CudaGraph()
+        self._capture()
+
+    # -- buffers ------------------------------------------------------------------------------------
+    def _allocate(self) -> None:
+        model, b = self.model, self.batch
+        c, dt, w = model.config, model.dtype, model.w
+        d, heads = c.d_model, c.decoder_heads
+        self.cache = ops.KVCache(c.decoder_layers, b, heads, self.max_len, HEAD_DIM, dt)
+        self.cache.reset(clear=True)
+        self.cross_kv = [zeros((b, c.n_audio_ctx, 2 * d), dt) for _ in range(c.decoder_layers)]
+        views = [kv.reshape(b, c.n_audio_ctx, 2, heads, HEAD_DIM) for kv in self.cross_kv]
+        self.cross = [(v[:, :, 0], v[:, :, 1]) for v in views]
+        self.tokens = zeros(b, int32)
+        self.lengths = zeros(b, int32)
+        self.positions = zeros(b, int32)
+        self.state = zeros((b, len(STATE_FIELDS)), int32)
+        self.sum_lp = zeros(b, float64)
+        self.suppress = zeros(c.n_vocab, uint8)
+        self.blank = zeros(c.n_vocab, uint8)
+        self.params = zeros(5, int32)
+        self.x = zeros((b, 1, d), dt)
+        self.h = zeros((b, 1, d), dt)
+        self.pos_rows = zeros((b, 1, d), dt)
+        self.qkv = zeros((b, 1, 3 * d), dt)
+        qkv = self.qkv.reshape(b, 1, 3, heads, HEAD_DIM)
+        self.q_view, self.k_view, self.v_view = qkv[:, 0, 0], qkv[:, :, 1], qkv[:, :, 2]
+        self.q = zeros((b, heads, HEAD_DIM), dt)
+        self.attn = zeros((b, heads, HEAD_DIM), dt)
+        self.proj = zeros((b, 1, d), dt)
+        self.cq = zeros((b, 1, heads, HEAD_DIM), dt)
+        self.cattn = zeros((b, 1, heads, HEAD_DIM), dt)
+        self.ffn = zeros((b, 1, w["dec.0.fc1.w"].shape[0]), dt)
+        self.logits = zeros((b, c.n_vocab), dt)
+        self.k_cache = [self.cache.k(i) for i in range(c.decoder_layers)]
+        self.v_cache = [self.cache.v(i) for i in range(c.decoder_layers)]
+        self.workspace = ops.decode_workspace(b, heads, heads, HEAD_DIM, self.max_len)
+        self.wt = {name: value.T for name, value in w.items() if value.ndim == 2 and name.endswith(".w")}
+        self.embed_t = w["dec.embed"].T
+
+    # -- the captured step --------------------------------------------------------------------------
+    def _linear(self, x: GPUArray, name: str, out: GPUArray) -> None:
+        """``out = x @ w.T + b`` into ``out`` (allocation-free)."""
+        rows, dest = x.reshape(self.batch, -1), out.reshape(self.batch, -1)
+        ops.matmul(rows, self.wt[name + ".w"], out=dest)
+        bias = self.model.w.get(name + ".b")
+        if bias is not None:
+            ops.add(dest, bias, out=dest)
+
+    def _ln(self, name: str) -> None:
+        w = self.model.w
+        ops.layernorm(self.x, w[name + ".g"], w[name + ".b"], _EPS, out=self.h)
+
+    def _step(self) -> None:
+        """One decode step, device work only: what DecodeM1-style graphs capture."""
+        c, w, b = self.model.config, self.model.w, self.batch
+        lengths = self.lengths
+        ops.add(lengths, 1, out=lengths)  # now counts the token being decoded
+        ops.sub(lengths, 1, out=self.positions)
+        ops.embedding(w["dec.embed"], self.tokens.reshape(b, 1), out=self.x)
+        ops.embedding(w["dec.pos"], self.positions.reshape(b, 1), out=self.pos_rows)
+        ops.add(self.x, self.pos_rows, out=self.x)
+        for i in range(c.decoder_layers):
+            p = f"dec.{i}"
+            self._ln(p + ".attn_ln")
+            self._linear(self.h, p + ".qkv", self.qkv)
+            self.q.copy_(self.q_view)
+            self.cache.append(i, self.k_view, self.v_view, lengths, offset=-1)
+            ops.decode_attention(self.q, self.k_cache[i], self.v_cache[i], lengths, out=self.attn,
+                                 workspace=self.workspace)  # fmt: skip
+            self._linear(self.attn, p + ".out", self.proj)
+            ops.add(self.x, self.proj, out=self.x)
+            self._ln(p + ".cross_ln")
+            self._linear(self.h, p + ".cross_q", self.cq)
+            ck, cv = self.cross[i]
+            ops.sdpa(self.cq, ck, cv, out=self.cattn)
+            self._linear(self.cattn, p + ".cross_out", self.proj)
+            ops.add(self.x, self.proj, out=self.x)
+            self._ln(p + ".mlp_ln")
+            self._linear(self.h, p + ".fc1", self.ffn)
+            ops.gelu(self.ffn, out=self.ffn)
+            self._linear(self.ffn, p + ".fc2", self.proj)
+            ops.add(self.x, self.proj, out=self.x)
+        self._ln("dec.ln")
+        ops.matmul(self.h.reshape(b, c.d_model), self.embed_t, out=self.logits)
+        greedy_rules_step(self.logits, self.tokens, self.state, self.sum_lp, self.suppress, self.blank, self.params)
+
+    def _capture(self) -> None:
+        # As DecodeM1Graph: one eager warm-up on the capture stream (plans, kernels, per-stream state),
+        # then the capture; both on scratch values that start() overwrites.
+        stream = Stream()
+        current_stream().synchronize()
+        with stream:
+            self._step()
+        stream.synchronize()
+        with self.graph.capture(stream):
+            self._step()
+        if not self.graph.is_ready:
+            raise PyGPUkitError("GraphDecoder: the decode step was not captured")
+        self.graph.synchronize()
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes of the captured step (CPU backend: recorded calls)."""
+        return self.graph.num_nodes
+
+    # -- driving ------------------------------------------------------------------------------------
+    def start(self, encoder_out: GPUArray, prompt: list[int], rules: Any, sot_index: int, no_speech: int) -> Array:
+        """Prepare a window: cross keys/values of ``encoder_out`` (batch, n_audio_ctx, d), the ``prompt``
+        in the KV cache, the first token of each row chosen (read back with :meth:`read`). Returns the
+        no-speech probability of each row (float64 (batch,))."""
+        model, b = self.model, self.batch
+        c = model.config
+        if tuple(encoder_out.shape) != (b, c.n_audio_ctx, c.d_model):
+            raise ShapeError(f"GraphDecoder.start: encoder output must be ({b}, {c.n_audio_ctx}, {c.d_model}), got "
+                             f"{encoder_out.shape}")  # fmt: skip
+        if not 1 <= len(prompt) < self.max_len:
+            raise ArgumentError(f"GraphDecoder.start: a prompt of {len(prompt)} tokens does not fit the "
+                                f"{self.max_len}-token context")  # fmt: skip
+        if rules != self._rules:
+            suppress, blank, params = rules_arrays(rules)
+            if suppress.shape[0] != c.n_vocab:
+                raise ShapeError(f"GraphDecoder.start: the rules' vocabulary is {suppress.shape[0]}, the model's "
+                                 f"{c.n_vocab}")  # fmt: skip
+            self.suppress.copy_(suppress)
+            self.blank.copy_(blank)
+            self.params.copy_(params)
+            self._rules = rules
+        for i in range(c.decoder_layers):
+            self.cross_kv[i].copy_(model._linear(encoder_out, f"dec.{i}.cross_kv"))
+        state = DecoderState(self.cache, self.cross, 0)
+        hidden = model.decode(np.tile(np.asarray(prompt, np.int64), (b, 1)), state)
+        first = np.asarray(model.logits(hidden[:, sot_index : sot_index + 1]).to_numpy(), np.float64)[:, 0]
+        shifted = first - first.max(axis=-1, keepdims=True)  # decoding._log_softmax, the same float64 steps
+        no_speech_probs = np.exp(shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True)))[:, no_speech]
+        initial = np.tile(np.array([0, -1, -1, -1, 0], np.int32), (b, 1))
+        self.state.copy_(initial)
+        self.sum_lp.copy_(np.zeros(b, np.float64))
+        self.lengths.copy_(np.full(b, len(prompt), np.int32))
+        greedy_rules_step(model.logits(hidden[:, -1]), self.tokens, self.state, self.sum_lp, self.suppress,
+                          self.blank, self.params)  # fmt: skip
+        return no_speech_probs  # type: ignore[no-any-return]
+
+    def read(self) -> Array:
+        """The tokens chosen by the last step (int32 (batch,), on the host: the step's one synchronization)."""
+        return self.tokens.to_numpy()
+
+    def step(self) -> Array:
+        """Decode one token per row (a finished row is fed <|endoftext|>) and return the new ones."""
+        self.graph.replay(current_stream())  # launched on the stream of start() and read(): no events needed
+        return self.read()
+
+
+def graph_decoder(model: Any, batch: int) -> GraphDecoder:
+    """The model's :class:`GraphDecoder` for ``batch`` rows, made (and captured) on first use; a few are
+    kept per model, the least recently made dropped first."""
+    decoders: dict[int, GraphDecoder] | None = getattr(model, "_graph_decoders", None)
+    if decoders is None:
+        decoders = {}
+        model._graph_decoders = decoders
+    found = decoders.get(batch)
+    if found is None:
+        while len(decoders) >= _MAX_DECODERS:
+            decoders.pop(next(iter(decoders)))
+        found = decoders[batch] = GraphDecoder(model, batch)
+    return found
+
+
+def greedy_graph_decode(model: Any, encoder_out: GPUArray, prompt: list[int], rules: Any, *, sot_index: int,
+                        no_speech: int, max_new: int) -> tuple[list[list[int]], Array, Array] | None:  # fmt: skip
+    """Greedy decoding of every row of ``encoder_out`` after ``prompt`` through the graph decoder: the
+    tokens of each row (without <|endoftext|>), the sums of their log-probabilities (the end token's
+    included) and the no-speech probabilities, as the eager loop of :mod:`pygpukit.asr.decoding` gives
+    them. None when the step cannot be captured and ``model.graph_decode`` is None (automatic): a
+    warning says why, the flag becomes False and the caller decodes eagerly."""
+    rows = int(encoder_out.shape[0])
+    if max_new < 1 or len(prompt) + max_new > model.config.n_text_ctx + 1:
+        raise ArgumentError(f"greedy_graph_decode: {max_new} new tokens after a prompt of {len(prompt)} do not fit "
+                            f"the {model.config.n_text_ctx}-token context")  # fmt: skip
+    try:
+        decoder = graph_decoder(model, rows)
+    except PyGPUkitError as exc:
+        if getattr(model, "graph_decode", None) is not None:
+            raise  # asked for explicitly: the failure is the answer
+        warnings.warn(f"greedy decoding through a CUDA graph is unavailable ({exc}); the eager loop decodes "
+                      "instead (model.graph_decode set to False)", RuntimeWarning, stacklevel=3)  # fmt: skip
+        model.graph_decode = False
+        return None
+    no_speech_probs = decoder.start(encoder_out, prompt, rules, sot_index, no_speech)
+    eot = int(rules.eot)
+    seqs: list[list[int]] = [[] for _ in range(rows)]
+    done = np.zeros(rows, bool)
+    tokens = decoder.read()
+    for step in range(max_new):
+        for r in range(rows):
+            if done[r]:
+                continue
+            if int(tokens[r]) == eot:
+                done[r] = True
+            else:
+                seqs[r].append(int(tokens[r]))
+        if done.all() or step + 1 == max_new:
+            break
+        tokens = decoder.step()
+    return seqs, np.asarray(decoder.sum_lp.to_numpy(), np.float64), no_speech_probs

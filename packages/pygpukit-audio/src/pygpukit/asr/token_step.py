@@ -1,0 +1,296 @@
+"""One greedy decoding step of Whisper's token rules on the device: the logit filters, the argmax and the
+log-probability bookkeeping of :class:`~pygpukit.asr.decoding.TokenRules`, for every row of a batch, from
+per-row state kept in device memory, so a captured decode step (:mod:`pygpukit.asr.graph_decode`) needs
+nothing from the host but its replay, and the host reads back only the chosen tokens.
+
+The per-row state is an int32 (rows, 5) array: the number of tokens generated so far, the last and the
+second-to-last of them, the last timestamp token (-1 before the first) and a finished flag. ``sum_lp``
+(float64, (rows,)) accumulates the log-probability of each chosen token (the end token's included).
+
+The rules are those of :meth:`TokenRules.apply` followed by greedy selection, evaluated per row:
+
+- suppressed tokens at every step; ``suppress_blank`` tokens at the first step;
+- with timestamps: <|notimestamps|> never; at the first step only timestamps up to
+  ``max_initial_timestamp_index``; after a pair of timestamps no timestamp; after a single timestamp
+  no text token below <|endoftext|> and no earlier timestamp; after text no timestamp up to the last
+  one; and where the rules allow both, the timestamps are forced when their total probability beats
+  every text token's;
+- the token is the first maximum, its log-probability that of the filtered distribution (float64 on
+  float32 logits, as the host path computes it). A finished row emits <|endoftext|> and its state and
+  sum stay as they are.
+
+On the CUDA backend one block per row runs the step (``whisper_greedy_step_*``, compiled with NVRTC on
+first use); on the CPU backend NumPy does, on the arrays' memory, so a CPU-backend CudaGraph records the
+call (it is public and lives outside the opted-in graph module) and replays it.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from pygpukit.core.array import GPUArray
+from pygpukit.core.dtypes import DType, float64, int32, uint8
+from pygpukit.core.errors import DTypeError, ShapeError
+from pygpukit.core.jit import JITKernel
+
+__all__ = ["STATE_FIELDS", "greedy_rules_step"]
+
+STATE_FIELDS = ("count", "last", "penultimate", "last_timestamp", "done")
+_BLOCK = 512
+_SUFFIX = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+
+_SOURCE = r"""
+// KIND 0: float32, 1: float16, 2: bfloat16 (read as bits: no header needed)
+template <int KIND>
+__device__ __forceinline__ float load(const void* p, long long i) {
+    if (KIND == 0) return ((const float*)p)[i];
+    unsigned short bits = ((const unsigned short*)p)[i];
+    if (KIND == 2) return __uint_as_float(((unsigned int)bits) << 16);
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
+    return f;
+}
+
+#define NEG_INF (-__int_as_float(0x7f800000))
+#define DINF (__longlong_as_double(0x7ff0000000000000LL))
+
+struct RowRules {
+    int count, last, pen, last_ts, eot, no_ts, tsb, max_init, timestamps, check;
+};
+
+__device__ __forceinline__ bool masked(const RowRules& r, int i, const unsigned char* suppress,
+                                       const unsigned char* blank) {
+    if (suppress[i]) return true;
+    if (r.count == 0 && blank[i]) return true;
+    if (!r.timestamps) return false;
+    if (i == r.no_ts) return true;
+    if (r.count == 0) return i < r.tsb || i > r.tsb + r.max_init;
+    if (r.last >= r.tsb) {
+        if (r.pen >= r.tsb) return i >= r.tsb;
+        return i < r.eot || (i >= r.tsb && i < r.last);
+    }
+    return r.last_ts >= 0 && i >= r.tsb && i <= r.last_ts;
+}
+
+// (value, index) maximum with the lower index winning ties, as numpy.argmax.
+__device__ __forceinline__ void better(float& v, int& k, float v2, int k2) {
+    if (v2 > v || (v2 == v && k2 >= 0 && (k < 0 || k2 < k))) { v = v2; k = k2; }
+}
+
+template <int KIND>
+__device__ void greedy_step(const void* logits, long long row_stride, const unsigned char* suppress,
+                            const unsigned char* blank, int* tokens, int* state, double* sum_lp, int eot,
+                            int no_ts, int tsb, int max_init, int timestamps, int vocab) {
+    __shared__ float s_val[2][BLOCK];
+    __shared__ int s_idx[2][BLOCK];
+    __shared__ double s_sum[2][BLOCK];
+    const int row = blockIdx.x, tid = threadIdx.x;
+    int* st = state + 5 * row;
+    RowRules r;
+    r.count = st[0]; r.last = st[1]; r.pen = st[2]; r.last_ts = st[3];
+    r.eot = eot; r.no_ts = no_ts; r.tsb = tsb; r.max_init = max_init; r.timestamps = timestamps;
+    r.check = timestamps && r.count > 0 && !(r.last >= tsb && r.pen >= tsb);
+    const int done = st[4];
+    const char* base = (const char*)logits;
+    const void* x = base;
+    const long long offset = (long long)row * row_stride;
+    float mt = NEG_INF, ms = NEG_INF;
+    int at = -1, as = -1;
+    for (int i = tid; i < vocab; i += BLOCK) {
+        if (masked(r, i, suppress, blank)) continue;
+        float v = load<KIND>(x, offset + i);
+        if (i < tsb) better(mt, at, v, i); else better(ms, as, v, i);
+    }
+    s_val[0][tid] = mt; s_idx[0][tid] = at; s_val[1][tid] = ms; s_idx[1][tid] = as;
+    __syncthreads();
+    for (int half = BLOCK / 2; half > 0; half >>= 1) {
+        if (tid < half) {
+            for (int g = 0; g < 2; ++g) {
+                float v = s_val[g][tid]; int k = s_idx[g][tid];
+                better(v, k, s_val[g][tid + half], s_idx[g][tid + half]);
+                s_val[g][tid] = v; s_idx[g][tid] = k;
+            }
+        }
+        __syncthreads();
+    }
+    mt = s_val[0][0]; at = s_idx[0][0]; ms = s_val[1][0]; as = s_idx[1][0];
+    double st_sum = 0.0, ss_sum = 0.0;
+    for (int i = tid; i < vocab; i += BLOCK) {
+        if (masked(r, i, suppress, blank)) continue;
+        double v = (double)load<KIND>(x, offset + i);
+        if (i < tsb) st_sum += exp(v - (double)mt); else ss_sum += exp(v - (double)ms);
+    }
+    __syncthreads();
+    s_sum[0][tid] = st_sum; s_sum[1][tid] = ss_sum;
+    __syncthreads();
+    for (int half = BLOCK / 2; half > 0; half >>= 1) {
+        if (tid < half) { s_sum[0][tid] += s_sum[0][tid + half]; s_sum[1][tid] += s_sum[1][tid + half]; }
+        __syncthreads();
+    }
+    if (tid != 0) return;
+    double stx = s_sum[0][0], sts = s_sum[1][0];
+    double dmt = (double)mt, dms = (double)ms;
+    bool text_ok = at >= 0 && dmt > -DINF, ts_ok = as >= 0 && dms > -DINF;
+    int token = eot;
+    double lp = -DINF;
+    if (r.check && ts_ok && dms + log(sts) > (text_ok ? dmt : -DINF)) {
+        token = as;
+        lp = -log(sts);
+    } else if (text_ok || ts_ok) {
+        double m = text_ok && (!ts_ok || dmt >= dms) ? dmt : dms;
+        token = text_ok && (!ts_ok || dmt >= dms) ? at : as;
+        double total = (text_ok ? stx * exp(dmt - m) : 0.0) + (ts_ok ? sts * exp(dms - m) : 0.0);
+        lp = -log(total);
+    }
+    if (done) { tokens[row] = eot; return; }
+    sum_lp[row] += lp;
+    if (token == eot) {
+        st[4] = 1;
+    } else {
+        st[2] = r.count == 0 ? token : r.last;
+        st[1] = token;
+        if (token >= tsb) st[3] = token;
+        st[0] = r.count + 1;
+    }
+    tokens[row] = token;
+}
+
+#define KIND_f32 0
+#define KIND_f16 1
+#define KIND_bf16 2
+#define ENTRY(SUFFIX)                                                                                        \
+extern "C" __global__ void __launch_bounds__(BLOCK) whisper_greedy_step_##SUFFIX(                             \
+        const void* logits, long long row_stride, const unsigned char* suppress, const unsigned char* blank, \
+        int* tokens, int* state, double* sum_lp, const int* params, int vocab) {                            \
+    greedy_step<KIND_##SUFFIX>(logits, row_stride, suppress, blank, tokens, state, sum_lp, params[0],       \
+                               params[1], params[2], params[3], params[4], vocab);                           \
+}
+ENTRY(f32)
+ENTRY(f16)
+ENTRY(bf16)
+""".replace("BLOCK", str(_BLOCK))
+
+
+@functools.cache
+def _kernel(suffix: str) -> JITKernel:
+    from pygpukit.core.jit import Param
+
+    pointer = [Param(n, "void*", "pointer", "Q") for n in ("logits",)]
+    params = [
+        *pointer,
+        Param("row_stride", "long long", "scalar", "q"),
+        *[Param(n, "void*", "pointer", "Q") for n in ("suppress", "blank", "tokens", "state", "sum_lp", "params")],
+        Param("vocab", "int", "scalar", "i"),
+    ]
+    return JITKernel(_SOURCE, f"whisper_greedy_step_{suffix}", params=params)
+
+
+def _is_cuda() -> bool:
+    from pygpukit.core import backend
+
+    return backend.backend_state().name == "cuda"
+
+
+def rules_arrays(rules: Any) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """The host values of a :class:`~pygpukit.asr.decoding.TokenRules` that the step reads from the
+    device: the suppress and first-step masks (uint8 (vocab,)) and the int32 parameters (eot,
+    no_timestamps, timestamp_begin, max_initial_timestamp_index, timestamps)."""
+    suppress = np.zeros(rules.vocab_size, np.uint8)
+    blank = np.zeros(rules.vocab_size, np.uint8)
+    for mask, ids in ((suppress, rules.suppress), (blank, rules.suppress_blank)):
+        index = np.asarray(ids, np.int64)
+        if index.size and (index.min() < 0 or index.max() >= rules.vocab_size):
+            raise ShapeError(f"token rules: token ids {index.min()}..{index.max()} outside the vocabulary of "
+                             f"{rules.vocab_size}")  # fmt: skip
+        mask[index] = 1
+    params = np.array([rules.eot, rules.no_timestamps, rules.timestamp_begin, rules.max_initial_timestamp_index,
+                       int(bool(rules.timestamps))], np.int32)  # fmt: skip
+    return suppress, blank, params
+
+
+def _check(logits: Any, arrays: dict[str, tuple[Any, tuple[int, ...], DType]]) -> tuple[int, int]:
+    if not isinstance(logits, GPUArray) or logits.ndim != 2 or logits._strides[-1] != 1:
+        raise ShapeError(f"greedy_rules_step: logits must be a (rows, vocab) GPUArray with unit last stride, got "
+                         f"{getattr(logits, 'shape', type(logits).__name__)}")  # fmt: skip
+    if logits.dtype.name not in _SUFFIX:
+        raise DTypeError(f"greedy_rules_step: logits must be float32, float16 or bfloat16, got {logits.dtype.name}")
+    rows, vocab = logits.shape
+    for name, (array, shape, dtype) in arrays.items():
+        shape = tuple(rows if s == -1 else vocab if s == -2 else s for s in shape)
+        if not isinstance(array, GPUArray) or array.shape != shape or not array.is_contiguous:
+            found = array.shape if isinstance(array, GPUArray) else type(array).__name__
+            raise ShapeError(f"greedy_rules_step: {name} must be a contiguous {shape} GPUArray, got {found}")
+        if array.dtype != dtype:
+            raise DTypeError(f"greedy_rules_step: {name} must be {dtype.name}, got {array.dtype.name}")
+    return rows, vocab
+
+
+def greedy_rules_step(logits: GPUArray, tokens: GPUArray, state: GPUArray, sum_lp: GPUArray, suppress: GPUArray,
+                      blank: GPUArray, params: GPUArray) -> None:  # fmt: skip
+    """Apply the token rules to ``logits`` (rows, vocab), pick each row's token into ``tokens`` (rows,)
+    int32 and update ``state`` (rows, 5) int32 and ``sum_lp`` (rows,) float64 in place; ``suppress``,
+    ``blank`` and ``params`` are the device copies of :func:`rules_arrays`."""
+    rows, vocab = _check(logits, {"tokens": (tokens, (-1,), int32), "state": (state, (-1, len(STATE_FIELDS)), int32),
+                                  "sum_lp": (sum_lp, (-1,), float64), "suppress": (suppress, (-2,), uint8),
+                                  "blank": (blank, (-2,), uint8), "params": (params, (5,), int32)})  # fmt: skip
+    if _is_cuda():
+        _kernel(_SUFFIX[logits.dtype.name])(
+            logits.device_ptr, logits._strides[0], suppress.device_ptr, blank.device_ptr, tokens.device_ptr,
+            state.device_ptr, sum_lp.device_ptr, params.device_ptr, vocab, grid=rows, block=_BLOCK,
+        )  # fmt: skip
+        return
+    x = logits._host_view()
+    eot, no_timestamps, tsb, max_initial, timestamps = (int(v) for v in params._host_view())
+    st, out, sums = state._host_view(), tokens._host_view(), sum_lp._host_view()
+    always, first = suppress._host_view().astype(bool), blank._host_view().astype(bool)
+    index = np.arange(vocab)
+    for row in range(rows):
+        count, last, pen, last_ts, done = (int(v) for v in st[row])
+        mask = always | first if count == 0 else always.copy()
+        check = False
+        if timestamps:
+            mask[no_timestamps] = True
+            if count == 0:
+                mask |= (index < tsb) | (index > tsb + max_initial)
+            elif last >= tsb:
+                if pen >= tsb:
+                    mask |= index >= tsb
+                else:
+                    mask |= (index < eot) | ((index >= tsb) & (index < last))
+                    check = True
+            else:
+                check = True
+                if last_ts >= 0:
+                    mask |= (index >= tsb) & (index <= last_ts)
+        values = np.where(mask, -np.inf, np.asarray(x[row], np.float32).astype(np.float64))
+        token, lp = _choose(values, tsb, check, eot)
+        if done:
+            out[row] = eot
+            continue
+        sums[row] += lp
+        if token == eot:
+            st[row, 4] = 1
+        else:
+            st[row, :4] = (count + 1, token, token if count == 0 else last, token if token >= tsb else last_ts)
+        out[row] = token
+
+
+def _choose(values: np.ndarray[Any, Any], tsb: int, check: bool, eot: int) -> tuple[int, float]:
+    """The kernel's decision for one filtered row (float64): the token and its log-probability."""
+    text, stamps = values[:tsb], values[tsb:]
+    mt, ms = float(text.max(initial=-np.inf)), float(stamps.max(initial=-np.inf))
+    text_ok, ts_ok = mt > -np.inf, ms > -np.inf
+    sts = float(np.exp(stamps[stamps > -np.inf] - ms).sum()) if ts_ok else 0.0
+    stx = float(np.exp(text[text > -np.inf] - mt).sum()) if text_ok else 0.0
+    if check and ts_ok and ms + np.log(sts) > mt:
+        return tsb + int(np.argmax(stamps)), float(-np.log(sts))
+    if not (text_ok or ts_ok):
+        return eot, -np.inf
+    pick_text = text_ok and (not ts_ok or mt >= ms)
+    m = mt if pick_text else ms
+    token = int(np.argmax(text)) if pick_text else tsb + int(np.argmax(stamps))
+    total = (stx * np.exp(mt - m) if text_ok else 0.0) + (sts * np.exp(ms - m) if ts_ok else 0.0)
+    return token, float(-np.log(total))
