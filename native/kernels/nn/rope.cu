@@ -13,7 +13,7 @@
 //       aligned and half % W == 0, else 1.
 //       Positions outside [0, max_positions) are clamped into it: the kernel never reads past the
 //       tables (the host checks positions only on the CPU backend).
-#include "../common/layout.cuh"
+#include "rope_common.cuh"
 
 namespace pygpukit {
 namespace ops {
@@ -31,18 +31,6 @@ struct RopeShape {
   int offset;  // added to every position
   int pad;
 };
-
-// N consecutive table entries (N-aligned) widened to float, in loads of at most 16 bytes.
-template <typename C, int N>
-__device__ __forceinline__ void rope_table(const C* __restrict__ p, float (&out)[N]) {
-  constexpr int kChunk = (N * static_cast<int>(sizeof(C)) > 16) ? 16 / static_cast<int>(sizeof(C)) : N;
-#pragma unroll
-  for (int c = 0; c < N; c += kChunk) {
-    const Pack<C, kChunk> pack = *reinterpret_cast<const Pack<C, kChunk>*>(p + c);
-#pragma unroll
-    for (int j = 0; j < kChunk; ++j) out[c + j] = convert<float>(pack.v[j]);
-  }
-}
 
 template <typename T, typename C, int kGptj, int W>
 __global__ void rope_apply(T* __restrict__ q, T* __restrict__ k, const C* __restrict__ cos_table,
@@ -94,26 +82,7 @@ __global__ void rope_apply(T* __restrict__ q, T* __restrict__ k, const C* __rest
     }
     Pack<T, W> a = *reinterpret_cast<const Pack<T, W>*>(first);
     Pack<T, W> z = *reinterpret_cast<const Pack<T, W>*>(second);
-    float x[2 * W];
-#pragma unroll
-    for (int j = 0; j < W; ++j) {
-      x[j] = convert<float>(a.v[j]);
-      x[W + j] = convert<float>(z.v[j]);
-    }
-    float y[2 * W];
-#pragma unroll
-    for (int j = 0; j < W; ++j) {
-      // Pair j: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin).
-      const int i1 = kGptj ? 2 * j : j;
-      const int i2 = kGptj ? 2 * j + 1 : W + j;
-      y[i1] = x[i1] * c[j] - x[i2] * sn[j];
-      y[i2] = x[i2] * c[j] + x[i1] * sn[j];
-    }
-#pragma unroll
-    for (int j = 0; j < W; ++j) {
-      a.v[j] = convert<T>(y[j]);
-      z.v[j] = convert<T>(y[W + j]);
-    }
+    rope_rotate<T, kGptj, W>(a, z, c, sn);
     *reinterpret_cast<Pack<T, W>*>(first) = a;
     *reinterpret_cast<Pack<T, W>*>(second) = z;
   }

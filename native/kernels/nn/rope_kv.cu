@@ -17,7 +17,7 @@
 //       each half (NeoX) or two neighbouring packs (GPT-J)) or one of its (head_dim - 2 half) / W
 //       tail packs; heads are q's, then k's, then v's. W is 16 / sizeof(T) when every row start is
 //       aligned and half and head_dim - 2 half are multiples of it, else 1.
-#include "../common/layout.cuh"
+#include "rope_common.cuh"
 
 namespace pygpukit {
 namespace ops {
@@ -39,18 +39,6 @@ struct RopeKVShape {
   int offset;   // added to every position
   int pad;
 };
-
-// N consecutive table entries widened to float (as rope.cu's rope_table), in loads of at most 16 bytes.
-template <typename C, int N>
-__device__ __forceinline__ void rope_kv_table(const C* __restrict__ p, float (&out)[N]) {
-  constexpr int kChunk = (N * static_cast<int>(sizeof(C)) > 16) ? 16 / static_cast<int>(sizeof(C)) : N;
-#pragma unroll
-  for (int c = 0; c < N; c += kChunk) {
-    const Pack<C, kChunk> pack = *reinterpret_cast<const Pack<C, kChunk>*>(p + c);
-#pragma unroll
-    for (int j = 0; j < kChunk; ++j) out[c + j] = convert<float>(pack.v[j]);
-  }
-}
 
 template <typename T, typename C, int kGptj, int W>
 __global__ void rope_kv_append(const T* q, T* q_out, const T* __restrict__ k, const T* __restrict__ v,
@@ -118,28 +106,9 @@ __global__ void rope_kv_append(const T* q, T* q_out, const T* __restrict__ k, co
       p = p < 0 ? 0 : (p >= shape.max_positions ? shape.max_positions - 1 : p);
       const index_t entry = p * shape.half + static_cast<index_t>(unit) * W;
       float c[W], sn[W];
-      rope_kv_table<C, W>(cos_table + entry, c);
-      rope_kv_table<C, W>(sin_table + entry, sn);
-      float x[2 * W];
-#pragma unroll
-      for (int j = 0; j < W; ++j) {
-        x[j] = convert<float>(a.v[j]);
-        x[W + j] = convert<float>(z.v[j]);
-      }
-      float y[2 * W];
-#pragma unroll
-      for (int j = 0; j < W; ++j) {
-        // Pair j: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin), as rope_apply.
-        const int i1 = kGptj ? 2 * j : j;
-        const int i2 = kGptj ? 2 * j + 1 : W + j;
-        y[i1] = x[i1] * c[j] - x[i2] * sn[j];
-        y[i2] = x[i2] * c[j] + x[i1] * sn[j];
-      }
-#pragma unroll
-      for (int j = 0; j < W; ++j) {
-        a.v[j] = convert<T>(y[j]);
-        z.v[j] = convert<T>(y[W + j]);
-      }
+      rope_table<C, W>(cos_table + entry, c);
+      rope_table<C, W>(sin_table + entry, sn);
+      rope_rotate<T, kGptj, W>(a, z, c, sn);
     }
     *reinterpret_cast<Pack<T, W>*>(dst + first) = a;
     *reinterpret_cast<Pack<T, W>*>(dst + second) = z;
