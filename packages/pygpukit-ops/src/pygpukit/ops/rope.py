@@ -204,21 +204,33 @@ def rope_cos_sin(
 
 
 # -- apply_rope ------------------------------------------------------------------------------------
-def _expressions(dtype: DType, table: DType) -> tuple[str, ...]:
-    return tuple(f"{NAMESPACE}rope_apply<{dtype.ctype}, {table.ctype}, {gptj}, {width}>"
-                 for gptj in (0, 1) for width in (16 // dtype.itemsize, 1))  # fmt: skip
+class RopeKernels:
+    """The JIT kernels of one RoPE kernel template ``<T, C, kGptj, W>`` (``rope_apply`` here,
+    ``rope_kv_append`` in rope_kv.py), compiled as one group per (dtype, table dtype): both styles
+    and both pack widths."""
+
+    def __init__(self, file: str, template: str, params: Any, cache: str) -> None:
+        self._file, self._template, self._params = file, template, params
+        self._kernels: PlanCache[JITKernel] = PlanCache(cache)
+
+    def expression(self, dtype: DType, table: DType, gptj: int, width: int) -> str:
+        return f"{NAMESPACE}{self._template}<{dtype.ctype}, {table.ctype}, {gptj}, {width}>"
+
+    def expressions(self, dtype: DType, table: DType) -> tuple[str, ...]:
+        return tuple(self.expression(dtype, table, gptj, width)
+                     for gptj in (0, 1) for width in (16 // dtype.itemsize, 1))  # fmt: skip
+
+    def kernel(self, dtype: DType, table: DType, gptj: int, width: int) -> JITKernel:
+        key = (dtype.name, table.name, gptj, width)
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            expression = self.expression(dtype, table, gptj, width)
+            group_ = group(self._file, self.expressions(dtype, table))
+            kernel = self._kernels.put(key, group_.kernel(expression, self._params))
+        return kernel
 
 
-_kernels: PlanCache[JITKernel] = PlanCache("ops.rope.kernels")
-
-
-def _kernel(dtype: DType, table: DType, gptj: int, width: int) -> JITKernel:
-    key = (dtype.name, table.name, gptj, width)
-    kernel = _kernels.get(key)
-    if kernel is None:
-        expression = f"{NAMESPACE}rope_apply<{dtype.ctype}, {table.ctype}, {gptj}, {width}>"
-        kernel = _kernels.put(key, group(_FILE, _expressions(dtype, table)).kernel(expression, _PARAMS))
-    return kernel
+_KERNELS = RopeKernels(_FILE, "rope_apply", _PARAMS, "ops.rope.kernels")
 
 
 def _check_activation(name: str, x: Any, ndim: int = 4) -> GPUArray:
@@ -331,7 +343,7 @@ def apply_rope(
     vector = half % width == 0 and _aligned(q, width) and (k is None or _aligned(k, width))
     vector = vector and cos.device_ptr % 16 == 0 and sin.device_ptr % 16 == 0
     w = width if vector else 1
-    kernel = _kernel(q.dtype, cos.dtype, _STYLES[style], w)
+    kernel = _KERNELS.kernel(q.dtype, cos.dtype, _STYLES[style], w)
     k_strides = k._strides[:3] if k is not None else (0, 0, 0)
     if positions.ndim == 2:
         pos_strides = positions._strides
@@ -495,7 +507,7 @@ def _enumerate() -> Groups:
     groups: list[tuple[str, ...]] = []
     for dtype in _DTYPES:
         for table in dict.fromkeys((float32, dtype)):
-            groups.append(_expressions(dtype, table))
+            groups.append(_KERNELS.expressions(dtype, table))
     return {_FILE: groups}
 
 

@@ -16,14 +16,13 @@ import numpy as np
 
 from pygpukit.core.abi import KernelStruct
 from pygpukit.core.array import GPUArray
-from pygpukit.core.dtypes import DType, bfloat16, float16, float32
+from pygpukit.core.dtypes import bfloat16, float16, float32
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
-from pygpukit.core.jit import JITKernel
-from pygpukit.core.plans import PlanCache
 
 from . import _cpu
-from ._kernels import BLOCK, NAMESPACE, Groups, group, pointer, register_enumerator, size_param
+from ._kernels import BLOCK, NAMESPACE, Groups, pointer, register_enumerator, size_param
 from ._layout import check_devices, is_cuda
+from .rope import RopeKernels
 
 __all__ = ["rope_kv_append"]
 
@@ -45,21 +44,7 @@ _NAME = "rope_kv_append"
 Array = np.ndarray[Any, Any]
 
 
-def _expressions(dtype: DType, table: DType) -> tuple[str, ...]:
-    return tuple(f"{NAMESPACE}rope_kv_append<{dtype.ctype}, {table.ctype}, {gptj}, {width}>"
-                 for gptj in (0, 1) for width in (16 // dtype.itemsize, 1))  # fmt: skip
-
-
-_kernels: PlanCache[JITKernel] = PlanCache("ops.rope_kv.kernels")
-
-
-def _kernel(dtype: DType, table: DType, gptj: int, width: int) -> JITKernel:
-    key = (dtype.name, table.name, gptj, width)
-    kernel = _kernels.get(key)
-    if kernel is None:
-        expression = f"{NAMESPACE}rope_kv_append<{dtype.ctype}, {table.ctype}, {gptj}, {width}>"
-        kernel = _kernels.put(key, group(_FILE, _expressions(dtype, table)).kernel(expression, _PARAMS))
-    return kernel
+_KERNELS = RopeKernels(_FILE, "rope_kv_append", _PARAMS, "ops.rope_kv.kernels")
 
 
 def _activation(name: str, x: Any, dtype: str | None) -> GPUArray:
@@ -177,7 +162,7 @@ def rope_kv_append(
     vector = vector and all(a.device_ptr % 16 == 0 and all(s % width == 0 for s in a._strides[:3]) for a in arrays)
     vector = vector and all(a.device_ptr % 16 == 0 for a in (k_cache, v_cache, cos, sin))
     w = width if vector else 1
-    kernel = _kernel(q.dtype, cos.dtype, _STYLES[style], w)
+    kernel = _KERNELS.kernel(q.dtype, cos.dtype, _STYLES[style], w)
     shape = _SHAPE.pack_flat(*q._strides[:3], *out._strides[:3], *k._strides[:3], *v._strides[:3],
                              positions._strides[0], batch, seq, q_heads, kv_heads, head_dim, half, cos.shape[0],
                              max_seq, offset, 0)  # fmt: skip
@@ -233,7 +218,7 @@ def _enumerate() -> Groups:
     groups: list[tuple[str, ...]] = []
     for dtype in _DTYPES:
         for table in dict.fromkeys((float32, dtype)):
-            groups.append(_expressions(dtype, table))
+            groups.append(_KERNELS.expressions(dtype, table))
     return {_FILE: groups}
 
 
