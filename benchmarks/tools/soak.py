@@ -100,7 +100,13 @@ class Soak:
         }
 
     def check(self, name: str, got: np.ndarray[Any, Any], want: np.ndarray[Any, Any], rtol: float) -> None:
-        if not np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=rtol, equal_nan=True):
+        """``got`` within ``rtol`` of ``want``, element by element and relative to the largest value of
+        ``want`` (a dot product of K terms near zero carries the rounding of its large terms: an
+        fp32 matmul of 2048 N(0, 1) terms is off by 2.5e-4 where its result is near 0)."""
+        scale = max(1.0, float(np.nanmax(np.abs(want.astype(np.float64)), initial=0.0)))
+        if not np.allclose(
+            got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=rtol * scale, equal_nan=True
+        ):
             self.failures.append(f"{name}: max error {np.nanmax(np.abs(got.astype(np.float64) - want)):.3g}")
 
     def elementwise(self) -> None:
@@ -133,7 +139,7 @@ class Soak:
         c = gp.matmul(x, y, use_tf32=False)
         rounded_a = x[:4].astype(gp.float32).to_numpy().astype(np.float64)
         rounded_b = y.astype(gp.float32).to_numpy().astype(np.float64)
-        tol = {"float32": 1e-4, "float16": 2e-2, "bfloat16": 1e-1}[dtype.name]
+        tol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}[dtype.name]  # relative to the largest value
         self.check(f"matmul {dtype.name}", c[:4].astype(gp.float32).to_numpy(), rounded_a @ rounded_b, tol)
 
     def model_allocation(self) -> None:

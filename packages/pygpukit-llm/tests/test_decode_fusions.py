@@ -18,6 +18,7 @@ import pytest
 
 import pygpukit as gp
 import pygpukit.llm as llm
+from pygpukit.core.backend import backend_state
 from pygpukit.core.memory import memory_stats
 from pygpukit.llm import DecodeM1, DecodeM1Graph
 from pygpukit.ops.quant import ChannelQuantizedTensor, QuantizedTensor
@@ -138,15 +139,23 @@ def test_fuse_all_runs_the_fused_gemvs_and_equals_unfused(model_type: str, tmp_p
     decoder = DecodeM1(model, 1, 20, fuse="all")
     assert decoder.fusions == ("qkv", "rope_kv", "gemv")
     got = _teacher_forced_logits(decoder, PROMPT, tokens)
+    # The CPU simulation rounds where the op chain rounds, so there the logits are bitwise equal; on the
+    # GPU the fused GEMV sums each dot product in another order than the library's GEMV (seen on an
+    # H100: relative differences of a few 1e-7), so there they agree within float32 rounding.
+    exact = backend_state().name != "cuda"
     for step, (g, w) in enumerate(zip(got, want, strict=True)):
-        assert np.array_equal(g, w), step  # each fused step rounds where the op chain rounds
+        if exact:
+            assert np.array_equal(g, w), step
+        else:
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * float(np.abs(w).max()), err_msg=str(step))
     steps = 24
     m1 = _ds._run(DecodeM1(model, 1, 6 + steps + 1, _ds.SAMPLING, seed=2, fuse="all"), PROMPT, steps)
     graph = DecodeM1Graph(model, 1, 6 + steps + 1, _ds.SAMPLING, seed=2, fuse="all")
     plain = DecodeM1Graph(model, 1, 6 + steps + 1, _ds.SAMPLING, seed=2)
     assert graph.num_nodes < plain.num_nodes
-    assert np.array_equal(_ds._run(graph, PROMPT, steps), m1)
-    assert np.array_equal(_ds._run(plain, PROMPT, steps), m1)
+    assert np.array_equal(_ds._run(graph, PROMPT, steps), m1)  # the same kernels: bitwise on every backend
+    if exact:  # sampled tokens of differently rounded logits may part ways on the GPU
+        assert np.array_equal(_ds._run(plain, PROMPT, steps), m1)
 
 
 def test_fuse_all_falls_back_where_the_gemv_cannot_run(tmp_path: Path) -> None:

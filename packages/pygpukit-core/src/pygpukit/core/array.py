@@ -650,7 +650,7 @@ class GPUArray:
         """CUDA Array Interface v3 (CUDA backend only)."""
         if not self.on_gpu:
             raise AttributeError("__cuda_array_interface__ exists only for arrays on a CUDA device")
-        handle = current_stream().handle
+        handle = current_stream()._id  # not .handle: exporting is not a launch (no token from a paced stream)
         return {
             "shape": self._shape,
             "typestr": self._dtype.numpy.str,
