@@ -88,3 +88,16 @@ def test_errors_are_pygpukit_errors() -> None:
         assert issubclass(error, gp.PyGPUkitError)
     assert issubclass(ShapeError, ValueError)
     assert issubclass(DTypeError, TypeError)
+
+
+def test_use_tf32_and_stream_priority_of_the_wrong_type_are_typed_errors() -> None:
+    """Found in the session notes: `matmul(use_tf32="yes")` and `Stream(priority="a")` were accepted."""
+    a = gp.from_numpy(np.ones((2, 3), np.float32))
+    with pytest.raises(gp.DTypeError, match="use_tf32 must be True, False or None"):
+        gp.matmul(a, a.T, use_tf32="yes")  # type: ignore[arg-type]
+    with pytest.raises(gp.DTypeError, match="Stream priority must be an int"):
+        gp.Stream(priority="a")  # type: ignore[arg-type]
+    with pytest.raises(gp.DTypeError, match="Stream priority must be an int"):
+        gp.Stream(priority=True)
+    assert gp.Stream(priority=np.int32(0)) is not None
+    np.testing.assert_array_equal(gp.matmul(a, a.T, use_tf32=np.bool_(False)).to_numpy(), np.full((2, 2), 3.0))

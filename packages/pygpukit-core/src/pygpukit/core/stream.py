@@ -22,7 +22,7 @@ from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
 from .backend import backend_state
-from .errors import DeviceResetError, PyGPUkitError
+from .errors import DeviceResetError, DTypeError, PyGPUkitError
 
 if TYPE_CHECKING:
     from ._native import NativeModule
@@ -110,6 +110,9 @@ class Stream:
     _reset: int
 
     def __init__(self, priority: int = 0, *, non_blocking: bool = True) -> None:
+        if isinstance(priority, bool) or not hasattr(priority, "__index__"):
+            raise DTypeError(f"Stream priority must be an int, got {type(priority).__name__} {priority!r}")
+        priority = priority.__index__()
         native = _native()
         if native is None:
             self._handle = self._id = next(_cpu_handles)

@@ -71,6 +71,8 @@ def get_tf32() -> bool:
 def _tf32_for(use_tf32: bool | None) -> bool:
     if use_tf32 is None:
         return get_tf32()
+    if not isinstance(use_tf32, (bool, np.bool_)):
+        raise DTypeError(f"use_tf32 must be True, False or None, got {type(use_tf32).__name__} {use_tf32!r}")
     return bool(use_tf32) and not env_flag("PYGPUKIT_NO_TF32", False)
 
 
@@ -167,6 +169,8 @@ def matmul(
         plan = PLANS.get(key)
         if plan is not None:
             return plan(a, b, None, out, stream)  # type: ignore[no-any-return]
+    if use_tf32 is not None and not isinstance(use_tf32, (bool, np.bool_)):
+        raise DTypeError(f"matmul: use_tf32 must be True, False or None, got {type(use_tf32).__name__} {use_tf32!r}")
     if not isinstance(b, GPUArray) and getattr(b, "_quantized_t", False):  # w.T of a quantized weight
         return _quantized_matmul(a, b.weight, out, stream)
     _check_pair(a, b, "matmul")
