@@ -18,7 +18,9 @@ import pygpukit.ops as ops
 from pygpukit.core.array import GPUArray, empty, from_numpy
 from pygpukit.core.dtypes import DType, as_dtype
 from pygpukit.core.errors import ArgumentError, PyGPUkitError
-from pygpukit.ops.quant import QUANT_FORMATS, QuantizedTensor
+from pygpukit.ops.quant import QUANT_FORMATS, ActOrderError, Int4Tensor, QuantizedTensor
+from pygpukit.ops.quant.fp8_block import BlockFP8Tensor, concat_rows
+from pygpukit.ops.quant.int4 import concat_out_features
 
 from .config import (
     GPT2_SPEC,
@@ -89,8 +91,13 @@ class _Source:
         return self.get(name) if name in self.names else None
 
 
-def _stack_rows(parts: Sequence[GPUArray]) -> GPUArray:
-    """Arrays of one trailing shape stacked along the first axis, on the device."""
+def _stack_rows(parts: Sequence[Any]) -> Any:
+    """Arrays of one trailing shape stacked along the first axis, on the device (INT4 weights of an
+    AWQ/GPTQ checkpoint along their output features)."""
+    if isinstance(parts[0], Int4Tensor):
+        return concat_out_features(parts)
+    if isinstance(parts[0], BlockFP8Tensor):  # an HF "fp8" checkpoint's block-scaled weights
+        return concat_rows(parts)
     rows = sum(p.shape[0] for p in parts)
     out = empty((rows, *parts[0].shape[1:]), parts[0].dtype)
     start = 0
@@ -204,6 +211,64 @@ def _safetensors(path: Path) -> Any:
     return load_safetensors(path)
 
 
+def _int4_settings(directory: Path) -> dict[str, Any] | None:
+    """An AWQ / GPTQ checkpoint's INT4 settings from config.json's ``quantization_config`` (None for a
+    checkpoint without one, or of another quant_method)."""
+    path = directory / "config.json"
+    if not path.is_file():
+        return None
+    import json
+
+    qc = json.loads(path.read_text()).get("quantization_config")
+    method = str(qc.get("quant_method", "")).lower() if isinstance(qc, dict) else ""
+    if method not in ("awq", "gptq"):
+        return None
+    assert isinstance(qc, dict)
+    bits = qc.get("bits", qc.get("w_bit"))
+    if bits != 4:
+        raise ArgumentError(f"{path}: {method} checkpoints with bits = {bits!r} are not supported (4 only)")
+    group = qc.get("group_size", qc.get("q_group_size"))
+    if method == "awq":
+        version = str(qc.get("version", "gemm")).lower()
+        if version != "gemm" or qc.get("zero_point", True) is False:
+            raise ArgumentError(f"{path}: AWQ version {version!r} with zero_point={qc.get('zero_point')!r} is not "
+                                f"supported (the GEMM packing with zero points only)")  # fmt: skip
+        return {"packing": "awq", "group_size": group, "zero_offset": 0}
+    if qc.get("desc_act", False):
+        raise ActOrderError(f"{path}: GPTQ with desc_act=True (act-order) is not supported")
+    fmt = str(qc.get("checkpoint_format", "gptq")).lower()
+    if fmt not in ("gptq", "gptq_v2"):
+        raise ArgumentError(f"{path}: GPTQ checkpoint_format {fmt!r} is not supported ('gptq' or 'gptq_v2')")
+    return {"packing": "gptq", "group_size": group, "zero_offset": 1 if fmt == "gptq" else 0}
+
+
+def _fp8_block_settings(directory: Path) -> tuple[int, int] | None:
+    """The ``weight_block_size`` of an HF "fp8" checkpoint (config.json's ``quantization_config``
+    with ``quant_method`` "fp8": float8_e4m3fn weights with float32 ``weight_scale_inv`` per block),
+    or None for a checkpoint of another kind."""
+    path = directory / "config.json"
+    if not path.is_file():
+        return None
+    import json
+
+    qc = json.loads(path.read_text()).get("quantization_config")
+    if not isinstance(qc, dict) or str(qc.get("quant_method", "")).lower() != "fp8":
+        return None
+    block = qc.get("weight_block_size")
+    if not (isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block)):
+        raise ArgumentError(f"{path}: fp8 checkpoints need weight_block_size [rows, columns] (block scales), "
+                            f"got {block!r}")  # fmt: skip
+    return int(block[0]), int(block[1])
+
+
+def _int4_weight(st: Any, base: str, settings: dict[str, Any]) -> Int4Tensor:
+    """The packed INT4 weight ``base`` + qweight / qzeros / scales (/ g_idx) of an AWQ/GPTQ checkpoint."""
+    g_idx = st.numpy(base + "g_idx") if base + "g_idx" in st.tensor_names else None
+    scales = st.to_gpu(base + "scales", "float16")
+    return Int4Tensor(st.to_gpu(base + "qweight"), st.to_gpu(base + "qzeros"), scales, settings["packing"],
+                      settings["group_size"], g_idx=g_idx, zero_offset=settings["zero_offset"])  # fmt: skip
+
+
 def load_model_from_safetensors(
     path: str | Path, dtype: Any = None, spec: ModelSpec | None = None, *, config: TransformerConfig | None = None,
     progress: bool = True,
@@ -211,11 +276,17 @@ def load_model_from_safetensors(
     """A model from a safetensors file, a sharded checkpoint's ``model.safetensors.index.json`` or a
     checkpoint directory (with its ``config.json``; the tokenizer and chat template are attached when
     ``tokenizer.json`` is there). ``dtype`` (float32, float16 or bfloat16) defaults to the stored
-    floating dtype. ``spec`` overrides the architecture read from config.json or the tensor names."""
+    floating dtype. ``spec`` overrides the architecture read from config.json or the tensor names.
+    An AWQ or GPTQ checkpoint (config.json's ``quantization_config``, 4 bits) keeps its linear
+    weights packed (:class:`pygpukit.ops.quant.Int4Tensor`); an HF "fp8" checkpoint (``quant_method``
+    "fp8" with ``weight_block_size``) keeps its float8_e4m3fn linear weights with their
+    ``weight_scale_inv`` block scales (:class:`pygpukit.ops.quant.BlockFP8Tensor`)."""
     path = Path(path)
     directory = path if path.is_dir() else path.parent
     st = _safetensors(path)
     names = list(st.tensor_names)
+    int4 = _int4_settings(directory)
+    packed = {n[: -len("qweight")] for n in names if n.endswith(".qweight")} if int4 is not None else set()
     if config is None:
         hf = load_hf_config(directory)
         config = config_from_hf(hf, spec or (detect_model_spec(names) if "model_type" not in hf else None),
@@ -225,8 +296,18 @@ def load_model_from_safetensors(
     stored = {st.info(n).dtype for n in names}
     default = "bfloat16" if "BF16" in stored else "float16" if "F16" in stored else "float32"
     model_dtype = _model_dtype(dtype, default)
+    if packed and (config.spec is GPT2_SPEC or config.spec.moe):
+        raise ArgumentError(f"{path}: AWQ/GPTQ weights are supported for dense decoder models, not {config.spec.name}")
+    names += [p + "weight" for p in sorted(packed) if p + "weight" not in names]
+    fp8 = _fp8_block_settings(directory)  # HF "fp8": weight + weight_scale_inv kept as BlockFP8Tensor
+    scaled = {n[: -len("weight_scale_inv")] for n in names if n.endswith(".weight_scale_inv")} if fp8 else set()
 
-    def fetch(name: str, target: DType) -> GPUArray:
+    def fetch(name: str, target: DType) -> Any:
+        if name.endswith(".weight") and name[: -len("weight")] in packed:
+            return _int4_weight(st, name[: -len("weight")], int4 or {})
+        if fp8 is not None and name.endswith(".weight") and name[: -len("weight")] in scaled:
+            scale = st.to_gpu(name[: -len("weight")] + "weight_scale_inv", "float32")
+            return BlockFP8Tensor(st.to_gpu(name), scale, fp8)
         array: GPUArray = st.to_gpu(name)
         return array if array.dtype == target else array.astype(target)
 
@@ -366,17 +447,25 @@ def load_gguf(
     return CausalTransformerModel(config, weights, model_dtype, tokenizer, chat)
 
 
-LOAD_QUANTIZE = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "fp8", "int8")
+LOAD_QUANTIZE = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "fp8", "int8",
+                 "int4")  # fmt: skip
 """The formats ``load(..., quantize=...)`` converts dense linear weights to."""
 
 
 def quantize_weights(weights: ModelWeights, fmt: str) -> None:
     """Replace every dense linear weight of ``weights`` (Q, K, V, O, gate/up, down, an untied output
     head) by its ``fmt`` form (:data:`LOAD_QUANTIZE`: a GGUF block format through
-    ``pygpukit.ops.quantize``, or ``"fp8"`` / ``"int8"`` with per-channel scales), one weight at a
-    time on the host. Weights already quantized, the embedding, norms, biases and MoE experts stay."""
+    ``pygpukit.ops.quantize``, ``"fp8"`` / ``"int8"`` with per-channel scales, or ``"int4"``: AWQ
+    packing, asymmetric, groups of 128, 64 or 32 (the largest dividing K; weights whose K or N fit
+    none stay dense)), one weight at a time on the host. Weights already quantized, the embedding,
+    norms, biases and MoE experts stay."""
 
     def convert(value: Any) -> Any:
+        if fmt.endswith("_k") and isinstance(value, GPUArray) and value.shape[1] % 256:
+            return value  # k-quants: K not whole 256-element super-blocks stays dense
+        if fmt == "int4" and isinstance(value, GPUArray):  # AWQ packing, the largest group size dividing K
+            group = next((g for g in (128, 64, 32) if value.shape[1] % g == 0), None)
+            return value if group is None or value.shape[0] % 8 else ops.quantize(value, "int4", group_size=group)
         return ops.quantize(value, fmt) if isinstance(value, GPUArray) else value
 
     for layer in weights.layers:
@@ -398,8 +487,8 @@ def load(
     (``*.index.json``) or a ``.gguf`` file; the kind is detected from the path (and a GGUF file's
     magic bytes). ``keep_quantized``: GGUF block-quantized linear weights stay packed on the device
     (see :func:`load_gguf`). ``quantize`` (one of :data:`LOAD_QUANTIZE`, any case): the dense linear
-    weights are quantized after loading (:func:`quantize_weights`); the k-quants are refused (there
-    is no reference quantizer for them)."""
+    weights are quantized after loading (:func:`quantize_weights`; for the k-quants, weights whose K
+    is not a multiple of 256 stay dense)."""
     fmt = None
     if quantize is not None:
         fmt = quantize.lower() if isinstance(quantize, str) else quantize

@@ -108,6 +108,13 @@ def _device_arrays(value: Any) -> Iterator[GPUArray]:
     elif isinstance(value, ChannelQuantizedTensor):
         yield value.data
         yield value.scale
+    elif getattr(value, "_quantized", False) and hasattr(value, "qweight"):  # an Int4Tensor (AWQ / GPTQ)
+        yield from (value.qweight, value.qzeros, value.scales)
+    elif getattr(value, "_quantized", False):  # other quantized weights (BlockFP8Tensor, NVF4Tensor, ...)
+        for slot in getattr(type(value), "__slots__", ()):
+            part = getattr(value, slot, None)
+            if isinstance(part, GPUArray):
+                yield part
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """GPU benchmark of the quantized GEMVs (pygpukit.ops.quant): how fast they read packed GGUF blocks and
-FP8/INT8 (per-channel) weights, as a fraction of the device's measured copy bandwidth (issue 18's
-target: >= 75% for Q4_K, Q8_0 and FP8 at 7B/8B shapes).
+FP8/INT8 (per-channel) and INT4 (AWQ / GPTQ packing, group size 128) weights, as a fraction of the
+device's measured copy bandwidth (issue 18's target: >= 75% for Q4_K, Q8_0, FP8 and INT4 at 7B/8B shapes).
 
     python -m pygpukit.benchmark.quant_gemv [--formats Q4_K,Q8_0,fp8] [--rows 1,8] [--dtype bfloat16]
                                             [--iterations 200] [--json results.json]
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
-from pygpukit.ops.quant import QUANT_FORMATS, QuantizedTensor, quantize_per_channel, quantized_gemv
+from pygpukit.ops.quant import QUANT_FORMATS, Int4Tensor, QuantizedTensor, quantize_per_channel, quantized_gemv
 
 # Linear layers of Llama-2-7B (4096 / 11008) and Llama-3-8B (4096 / 14336, GQA kv 1024): (N, K).
 SHAPES_7B = [(4096, 4096), (11008, 4096), (4096, 11008), (1024, 4096), (14336, 4096), (4096, 14336)]
@@ -67,6 +67,14 @@ def random_weight(rng: np.random.Generator, fmt: str, n: int, k: int) -> np.ndar
     return data.reshape(-1)
 
 
+def _random_int4(rng: np.random.Generator, packing: str, n: int, k: int) -> Int4Tensor:
+    words = (k, n // 8) if packing == "awq" else (k // 8, n)
+    qweight = rng.integers(0, 1 << 32, size=words, dtype=np.uint32)
+    qzeros = rng.integers(0, 1 << 32, size=(k // 128, n // 8), dtype=np.uint32)
+    scales = (rng.standard_normal((k // 128, n)) * 1e-3).astype(np.float16)
+    return Int4Tensor(qweight, qzeros, scales, packing, 128)
+
+
 def _check(q: Any, x: gp.GPUArray, y: gp.GPUArray) -> float:
     w = q.dequantize(gp.float32).to_numpy().astype(np.float64)
     xs = x.to_numpy().astype(np.float64)
@@ -88,6 +96,9 @@ def run(formats: list[str], rows: list[int], dtype: str, iterations: int,
             if fmt in ("FP8", "INT8"):
                 q = quantize_per_channel(rng.standard_normal((n, k)).astype(np.float32), fmt)
                 nbytes = n * k + 4 * n
+            elif fmt in ("AWQ", "GPTQ"):  # INT4, group size 128, random packed words and scales
+                q = _random_int4(rng, fmt.lower(), n, k)
+                nbytes = q.nbytes
             else:
                 q = QuantizedTensor.from_raw(random_weight(rng, fmt, n, k), fmt, (n, k))
                 nbytes = q.nbytes
@@ -110,17 +121,17 @@ def run(formats: list[str], rows: list[int], dtype: str, iterations: int,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--formats", default="Q4_K,Q8_0,Q4_0,Q6_K,Q5_K,FP8,INT8",
-                        help="comma-separated GGUF formats, fp8, int8")  # fmt: skip
+    parser.add_argument("--formats", default="Q4_K,Q8_0,Q4_0,Q6_K,Q5_K,FP8,INT8,AWQ,GPTQ",
+                        help="comma-separated GGUF formats, fp8, int8, awq, gptq (INT4, group 128)")  # fmt: skip
     parser.add_argument("--rows", default="1,8", help="rows of x (M <= 8), comma-separated")
     parser.add_argument("--dtype", default="bfloat16", choices=("float32", "float16", "bfloat16"))
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     formats = [f.strip().upper() for f in args.formats.split(",") if f.strip()]
-    unknown = [f for f in formats if f not in (*QUANT_FORMATS, "FP8", "INT8")]
+    unknown = [f for f in formats if f not in (*QUANT_FORMATS, "FP8", "INT8", "AWQ", "GPTQ")]
     if unknown:
-        parser.error(f"unknown formats {unknown}; choose from {', '.join(QUANT_FORMATS)}, fp8, int8")
+        parser.error(f"unknown formats {unknown}; choose from {', '.join(QUANT_FORMATS)}, fp8, int8, awq, gptq")
     rows = [int(r) for r in args.rows.split(",")]
     if any(not 1 <= r <= 8 for r in rows):
         parser.error(f"--rows must be within 1..8, got {rows}")

@@ -49,6 +49,9 @@ from .._kernels import (
 )
 from .._layout import check_devices, is_cuda
 from ..gemm._base import check_activation, check_bias, row_major_ld
+from .fp8_block import BlockFP8Tensor, block_fp8_linear
+from .int4 import Int4Tensor, int4_linear
+from .nvf4 import NVF4Tensor, nvf4_linear
 from .tensor import _IDS, QUANT_FORMATS, QuantizedTensor
 from .weight_only import ChannelQuantizedTensor, weight_only_linear
 
@@ -247,7 +250,7 @@ def _activate(y: GPUArray, code: int, stream: Stream | None) -> None:
 
 def quantized_linear(
     x: GPUArray,
-    w: QuantizedTensor | ChannelQuantizedTensor,
+    w: QuantizedTensor | ChannelQuantizedTensor | Int4Tensor | BlockFP8Tensor | NVF4Tensor,
     b: GPUArray | None = None,
     activation: str | None = None,
     *,
@@ -272,6 +275,12 @@ def quantized_linear(
     op = "linear"
     if isinstance(w, ChannelQuantizedTensor):
         return weight_only_linear(x, w, b, activation, stream=stream)
+    if isinstance(w, BlockFP8Tensor):  # FP8 with 128x128 block scales (fp8_block.py)
+        return block_fp8_linear(x, w, b, activation, stream=stream)
+    if isinstance(w, NVF4Tensor):  # e2m1 values, e4m3 scales per 16 (nvf4.py)
+        return nvf4_linear(x, w, b, activation, stream=stream)
+    if isinstance(w, Int4Tensor):  # group-quantized INT4, AWQ / GPTQ packing (int4.py)
+        return int4_linear(x, w, b, activation, stream=stream)
     q = _check_weight(w, op)
     n, k = q.shape
     x = _check_x(x, k, op)

@@ -4,13 +4,14 @@ Quantization runs on the host in NumPy (a one-off at load time) and, for the for
 package can quantize (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), gives its bytes exactly: the same float32
 operations in the same order (round half away from zero for Q8_0, truncation of x + 0.5 / 8.5 /
 16.5 for the others, scales rounded to float16 once). The k-quants (Q2_K .. Q6_K) have no reference
-quantizer in the gguf package (it raises NotImplementedError); ``quantize`` raises
-:class:`ArgumentError` for them: take them from a GGUF file (:meth:`QuantizedTensor.from_raw`).
+quantizer in the gguf package (it raises NotImplementedError); they follow llama.cpp's reference
+quantizers (:mod:`.kquants`).
 Dequantization runs on the device (:func:`pygpukit.ops.dequantize_gguf`) for every format.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,10 @@ from pygpukit.core.dtypes import float32
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 from pygpukit.core.stream import Stream
 
+from .fp8_block import BlockFP8Tensor, quantize_block_fp8
+from .int4 import Int4Tensor, quantize_int4
+from .kquants import KQUANT_QUANTIZERS, quantize_kquant_blocks
+from .nvf4 import NVF4Tensor, quantize_nvf4
 from .tensor import QuantizedTensor, quant_format
 from .weight_only import ChannelQuantizedTensor, quantize_per_channel
 
@@ -116,9 +121,11 @@ _QUANTIZERS: dict[str, Callable[[Array], Array]] = {
     "Q5_0": _q5_0,
     "Q5_1": _q5_1,
     "Q8_0": _q8_0,
+    **{fmt: functools.partial(quantize_kquant_blocks, fmt=fmt) for fmt in KQUANT_QUANTIZERS},  # kquants.py
 }
 QUANTIZE_FORMATS: tuple[str, ...] = tuple(_QUANTIZERS)
-"""The formats :func:`quantize` makes (those the ``gguf`` package has reference quantizers for)."""
+"""The formats :func:`quantize` makes: the ``gguf`` package's reference quantizers (Q4_0 .. Q8_0) and
+llama.cpp's reference k-quant quantizers (Q2_K .. Q6_K, :mod:`.kquants`)."""
 
 
 def quantize_host(values: Array, fmt: str) -> Array:
@@ -127,33 +134,45 @@ def quantize_host(values: Array, fmt: str) -> Array:
     fmt = quant_format(name, fmt)
     function = _QUANTIZERS.get(fmt)
     if function is None:
-        raise ArgumentError(f"{name}: no reference quantizer for {fmt} (the gguf package has none for the "
-                            f"k-quants); quantize makes {', '.join(QUANTIZE_FORMATS)}")  # fmt: skip
+        raise ArgumentError(f"{name}: no quantizer for {fmt}; quantize makes {', '.join(QUANTIZE_FORMATS)}")
     if values.ndim != 2:
         raise ShapeError(f"{name}: w must be 2-D (N, K), got shape {values.shape}")
     if values.dtype.kind != "f" and values.dtype.name != "bfloat16":
         raise DTypeError(f"{name}: w must be a floating array, got {values.dtype}")
     n, k = values.shape
-    if k % 32:
-        raise ShapeError(f"{name}: K = {k} (shape {values.shape}) is not a multiple of the 32-element blocks of {fmt}")
-    blocks = np.ascontiguousarray(values, dtype=np.float32).reshape(-1, 32)
+    qk = 256 if fmt in KQUANT_QUANTIZERS else 32
+    if k % qk:
+        raise ShapeError(f"{name}: K = {k} (shape {values.shape}) is not a multiple of the {qk}-element blocks "
+                         f"of {fmt}")  # fmt: skip
+    blocks = np.ascontiguousarray(values, dtype=np.float32).reshape(-1, qk)
     parts = []
+    chunk = _CHUNK_BLOCKS * 32 // qk
     with np.errstate(invalid="ignore", over="ignore"):
-        for first in range(0, blocks.shape[0], _CHUNK_BLOCKS):
-            parts.append(function(blocks[first : first + _CHUNK_BLOCKS]))
+        for first in range(0, blocks.shape[0], chunk):
+            parts.append(function(blocks[first : first + chunk]))
     result: Array = np.concatenate(parts, axis=0).reshape(n, -1)
     return result
 
 
-def quantize(w: Any, format: str | int, *, stream: Stream | None = None) -> QuantizedTensor | ChannelQuantizedTensor:
-    """``w`` (a 2-D GPUArray or NumPy array of floats, shape (N, K), K a multiple of 32) as a
+def quantize(w: Any, format: str | int, *, stream: Stream | None = None, group_size: int = 128, packing: str = "awq",
+             symmetric: bool = False) -> QuantizedTensor | ChannelQuantizedTensor | Int4Tensor | BlockFP8Tensor | NVF4Tensor:  # fmt: skip  # noqa: E501
+    """``w`` (a 2-D GPUArray or NumPy array of floats, shape (N, K), K a multiple of 32, of 256 for the k-quants) as a
     :class:`QuantizedTensor` in ``format`` (one of :data:`QUANTIZE_FORMATS`), its bytes equal to
     ``gguf.quants.quantize(w.astype(float32), format)``. Runs on the host (NumPy); the result is on
-    the device. :class:`ArgumentError` for the k-quants (no reference quantizer). ``format`` ``"fp8"``
+    the device. The k-quants follow llama.cpp's reference quantizers (:mod:`.kquants`). ``format`` ``"fp8"``
     (``"fp8_e4m3"``) or ``"int8"``: weight-only with per-channel scales
-    (:func:`~pygpukit.ops.quant.weight_only.quantize_per_channel`)."""
+    (:func:`~pygpukit.ops.quant.weight_only.quantize_per_channel`); ``"fp8_block"``: FP8 with 128x128
+    block scales (:func:`~.fp8_block.quantize_block_fp8`); ``"nvf4"`` (:func:`~.nvf4.quantize_nvf4`).
+    ``format`` ``"int4"``: groups of
+    ``group_size`` in the ``packing`` "awq" or "gptq", ``symmetric`` or not (:func:`~.int4.quantize_int4`)."""
+    if isinstance(format, str) and format.lower() == "int4":  # group-quantized INT4 (int4.py): AWQ / GPTQ packing
+        return quantize_int4(w, group_size, packing, symmetric, stream=stream)
     if isinstance(format, str) and format.lower() in ("fp8", "fp8_e4m3", "int8"):
         return quantize_per_channel(w, format, stream=stream)
+    if isinstance(format, str) and format.lower() == "fp8_block":  # 128x128 block scales (fp8_block.py)
+        return quantize_block_fp8(w, stream=stream)
+    if isinstance(format, str) and format.lower() == "nvf4":  # nvf4.py
+        return quantize_nvf4(w, stream=stream)
     if isinstance(w, GPUArray):
         if not w.dtype.is_floating:
             raise DTypeError(f"quantize: w must be a floating array, got {w.dtype}")
@@ -167,9 +186,12 @@ def quantize(w: Any, format: str | int, *, stream: Stream | None = None) -> Quan
     return QuantizedTensor.from_raw(raw, fmt, host.shape, stream=stream)
 
 
-def dequantize(q: QuantizedTensor, dtype: Any = float32, *, out: GPUArray | None = None) -> GPUArray:
+def dequantize(q: QuantizedTensor | Int4Tensor, dtype: Any = float32, *, out: GPUArray | None = None) -> GPUArray:
     """The (N, K) weight of ``q`` decoded on the device to float32 (bit for bit
-    ``gguf.quants.dequantize``), float16 or bfloat16 (that value rounded once)."""
+    ``gguf.quants.dequantize``), float16 or bfloat16 (that value rounded once). An
+    :class:`~.int4.Int4Tensor` decodes to (q - zero) * scale (exact in float32); ``out`` is not taken."""
+    if isinstance(q, Int4Tensor) and out is None:
+        return q.dequantize(dtype)
     if not isinstance(q, QuantizedTensor):
         raise DTypeError(f"dequantize: q must be a QuantizedTensor, got {type(q).__name__}")
     return q.dequantize(dtype, out=out)

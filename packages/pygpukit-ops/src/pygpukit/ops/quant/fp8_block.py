@@ -1,0 +1,282 @@
+"""FP8 e4m3 weights with 2-D block scales: the layout of HF "fp8" block-quantized checkpoints.
+
+DeepSeek-V3 / Qwen3-FP8 checkpoints store a linear weight (N, K) as ``weight`` float8_e4m3fn and
+``weight_scale_inv`` float32 of shape (ceil(N / 128), ceil(K / 128)) (``weight_block_size`` [128, 128]
+in ``quantization_config``): ``W[r, c] = weight[r, c] * weight_scale_inv[r // 128, c // 128]``.
+:class:`BlockFP8Tensor` keeps both on the device; :func:`quantize_block_fp8` makes one from float
+weights (per block scale = max |w| / 448, 1 for an all-zero block; values w / scale cast to
+float8_e4m3fn with round-to-nearest-even, ml_dtypes' and torch's cast).
+``pygpukit.ops.linear(x, bw)`` runs:
+
+- up to 8 rows of x (decode, W8A16): one GEMV kernel (native/kernels/quant/fp8_block_gemv.cu) reading
+  the 1-byte weights with 16-byte loads and each 16-element partial sum scaled by its block's scale,
+  float32 accumulation;
+- more rows (prefill): W dequantized to x's dtype on the device (a kernel of the same file), then the
+  GEMM dispatch.
+
+The CPU simulation backend computes the product in float64 from the stored values and scales.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from pygpukit.core.array import GPUArray, empty, from_numpy
+from pygpukit.core.dtypes import DType, as_dtype, float8_e4m3fn, float16, float32
+from pygpukit.core.dtypes import bfloat16 as bf16
+from pygpukit.core.errors import DTypeError, ShapeError
+from pygpukit.core.jit import JITKernel
+from pygpukit.core.plans import PlanCache
+from pygpukit.core.stream import Stream, thread_device
+
+from .. import _cpu
+from .._kernels import NAMESPACE, Groups, c_param, code_param, group, launch, pointer, register_enumerator, size_param
+from .._layout import check_devices, is_cuda
+from ..gemm._base import check_activation, check_bias, row_major_ld
+from .tensor import TransposedWeight
+
+__all__ = ["FP8_BLOCK", "BlockFP8Tensor", "block_fp8_linear", "concat_rows", "quantize_block_fp8"]
+
+_FILE = "quant/fp8_block_gemv.cu"
+FP8_BLOCK = (128, 128)
+"""The block (rows, columns) of HF fp8 checkpoints' ``weight_block_size``, the default."""
+_BUCKETS = (1, 2, 4, 8)
+_MAX_ROWS = 8
+_DTYPES = (float32, float16, bf16)
+_GEMV_PARAMS = [pointer("x"), pointer("w"), pointer("s"), pointer("y"), pointer("bias"), c_param("rows", "int"),
+                c_param("n", "int"), c_param("k", "int"), size_param("ldx"), size_param("ldw"), size_param("ldy"),
+                size_param("lds"), c_param("bn", "int"), c_param("bk", "int"), code_param("vector")]  # fmt: skip
+_DEQUANT_PARAMS = [pointer("w"), pointer("s"), pointer("out"), c_param("n", "int"), c_param("k", "int"),
+                   size_param("ldw"), size_param("lds"), c_param("bn", "int"), c_param("bk", "int")]  # fmt: skip
+_KERNELS: PlanCache[JITKernel] = PlanCache("ops.fp8_block")
+
+
+def _block(name: str, block: Any) -> tuple[int, int]:
+    if not isinstance(block, Sequence) or isinstance(block, str) or len(block) != 2:
+        raise ShapeError(f"{name}: block must be (rows, columns), got {block!r}")
+    dims = []
+    for d in block:
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d <= 0:
+            raise ShapeError(f"{name}: block must be two positive ints, got {block!r}")
+        dims.append(int(d))
+    return dims[0], dims[1]
+
+
+class BlockFP8Tensor:
+    """A linear weight (N, K) as float8_e4m3fn ``data`` (row-major, unit stride along K) and float32
+    ``scale`` (ceil(N / bn), ceil(K / bk)), ``W[r, c] = data[r, c] * scale[r // bn, c // bk]`` (HF's
+    ``weight`` and ``weight_scale_inv``); ``block`` = (bn, bk), (128, 128) by default."""
+
+    __slots__ = ("block", "data", "scale", "shape")
+    _quantized = True  # what linear() looks for
+
+    def __init__(self, data: GPUArray, scale: GPUArray, block: Sequence[int] = FP8_BLOCK) -> None:
+        name = "BlockFP8Tensor"
+        if not isinstance(data, GPUArray) or not isinstance(scale, GPUArray):
+            raise DTypeError(f"{name}: data and scale must be GPUArrays, got {type(data).__name__} and "
+                             f"{type(scale).__name__}")  # fmt: skip
+        if data.dtype != float8_e4m3fn:
+            raise DTypeError(f"{name}: data must be float8_e4m3fn, got {data.dtype}")
+        if data.ndim != 2 or row_major_ld(data) is None:
+            raise ShapeError(f"{name}: data must be a row-major 2-D (N, K) array, got shape {data.shape} and "
+                             f"strides {data.strides}")  # fmt: skip
+        bn, bk = _block(name, block)
+        n, k = int(data.shape[0]), int(data.shape[1])
+        grid = (-(-n // bn), -(-k // bk))
+        if scale.dtype != float32 or scale.shape != grid or not scale.is_contiguous:
+            raise ShapeError(f"{name}: scale must be a contiguous float32 {grid} array for {(n, k)} in blocks of "
+                             f"{(bn, bk)}, got {scale.dtype} {scale.shape}")  # fmt: skip
+        self.data, self.scale, self.block = data, scale, (bn, bk)
+        self.shape = (n, k)
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    @property
+    def T(self) -> TransposedWeight:  # noqa: N802 (NumPy's name)
+        """The (K, N) transpose, for ``pygpukit.ops.matmul(x, w.T)``."""
+        return TransposedWeight(self)
+
+    def host_values(self) -> Any:
+        """The weight in float64 on the host (CPU backend and tests)."""
+        bn, bk = self.block
+        n, k = self.shape
+        s = _cpu.host(self.scale).astype(np.float64)
+        full = np.repeat(np.repeat(s, bn, axis=0)[:n], bk, axis=1)[:, :k]
+        return _cpu.host(self.data).astype(np.float64) * full
+
+    def dequantize(self, dtype: Any = float32, *, stream: Stream | None = None) -> GPUArray:
+        """``data * scale`` (each block's scale) on the device, in ``dtype`` (float32, float16 or
+        bfloat16; the float32 product rounded once)."""
+        target = as_dtype(dtype)
+        if target not in _DTYPES:
+            raise DTypeError(f"dequantize: dtype must be float32, float16 or bfloat16, got {target}")
+        n, k = self.shape
+        out = empty((n, k), target, stream=stream)
+        if n * k == 0:
+            return out
+        if not is_cuda():
+            _cpu.store(out, self.host_values().astype(np.float32))
+            return out
+        ldw = row_major_ld(self.data)
+        assert ldw is not None  # checked by the constructor
+        bn, bk = self.block
+        args = (self.data.device_ptr, self.scale.device_ptr, out.device_ptr, n, k, ldw, self.scale.shape[1], bn, bk)
+        kernel = _kernel(_dequant_expression(target), _DEQUANT_PARAMS, target)
+        grid = min(-(-(n * k) // 256), 65536)
+        if stream is None:
+            launch(kernel, args, grid, 256)
+        else:
+            kernel(*args, grid=grid, block=256, stream=stream)
+        return out
+
+    def __repr__(self) -> str:
+        return f"BlockFP8Tensor(shape={self.shape}, block={self.block})"
+
+
+def quantize_block_fp8(w: Any, block: Sequence[int] = FP8_BLOCK, *, stream: Stream | None = None) -> BlockFP8Tensor:
+    """``w`` (2-D float GPUArray or NumPy array, (N, K)) as a :class:`BlockFP8Tensor`: per block of
+    ``block`` = (bn, bk) (edge blocks smaller), scale = max |w| / 448 (1 for an all-zero block) and
+    values ``w / scale`` cast to float8_e4m3fn with round-to-nearest-even. Computed on the host in
+    float32."""
+    name = "quantize_block_fp8"
+    bn, bk = _block(name, block)
+    if isinstance(w, GPUArray):
+        if not w.dtype.is_floating:
+            raise DTypeError(f"{name}: w must be a floating array, got {w.dtype}")
+        host = w.to_numpy(stream=stream)
+    elif isinstance(w, np.ndarray):
+        host = w
+    else:
+        raise DTypeError(f"{name}: w must be a GPUArray or a NumPy array, got {type(w).__name__}")
+    if host.ndim != 2:
+        raise ShapeError(f"{name}: w must be 2-D (N, K), got shape {host.shape}")
+    if host.dtype.kind != "f" and host.dtype.name != "bfloat16":
+        raise DTypeError(f"{name}: w must be a floating array, got {host.dtype}")
+    values = np.asarray(host, dtype=np.float32)
+    n, k = values.shape
+    gn, gk = -(-n // bn), -(-k // bk)
+    padded = np.zeros((gn * bn, gk * bk), np.float32)
+    padded[:n, :k] = np.abs(values)
+    amax = padded.reshape(gn, bn, gk, bk).max(axis=(1, 3))
+    scale = np.where(amax > 0, amax / np.float32(448.0), np.float32(1)).astype(np.float32)
+    full = np.repeat(np.repeat(scale, bn, axis=0)[:n], bk, axis=1)[:, :k]
+    data = np.clip(values / full, -448.0, 448.0).astype(float8_e4m3fn.numpy)
+    return BlockFP8Tensor(from_numpy(data, stream=stream), from_numpy(scale, stream=stream), (bn, bk))
+
+
+def _gemv_expression(dtype: DType, bucket: int) -> str:
+    return f"{NAMESPACE}fp8block::fp8_block_gemv<{dtype.ctype}, {bucket}>"
+
+
+def _dequant_expression(dtype: DType) -> str:
+    return f"{NAMESPACE}fp8block::fp8_block_dequant<{dtype.ctype}>"
+
+
+def _expressions(dtype: DType) -> tuple[str, ...]:
+    return (*(_gemv_expression(dtype, b) for b in _BUCKETS), _dequant_expression(dtype))
+
+
+def _kernel(expression: str, params: list[Any], dtype: DType) -> JITKernel:
+    key = (expression, thread_device())
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        kernel = _KERNELS.put(key, group(_FILE, _expressions(dtype)).kernel(expression, params))
+    return kernel
+
+
+def block_fp8_linear(
+    x: GPUArray,
+    w: BlockFP8Tensor,
+    b: GPUArray | None = None,
+    activation: str | None = None,
+    *,
+    stream: Stream | None = None,
+) -> GPUArray:
+    """``activation(x @ W.T + b)`` for a :class:`BlockFP8Tensor` ``w`` (N, K) and x (..., K) of
+    float32, float16 or bfloat16 (``pygpukit.ops.linear`` hands such weights here)."""
+    op = "linear"
+    if not isinstance(w, BlockFP8Tensor):
+        raise DTypeError(f"{op}: w must be a BlockFP8Tensor, got {type(w).__name__}")
+    if not isinstance(x, GPUArray):
+        raise DTypeError(f"{op}: x must be a GPUArray, got {type(x).__name__}")
+    n, k = w.shape
+    if x.dtype not in _DTYPES:
+        raise DTypeError(f"{op}: x must be float32, float16 or bfloat16, got {x.dtype}")
+    if x.ndim == 0 or x.shape[-1] != k:
+        raise ShapeError(f"{op}: x of shape {x.shape} does not have the weight's K = {k} features")
+    code = check_activation(activation, op)
+    bias = check_bias(b, n, x.dtype, op, x.dtype)
+    check_devices(op, [v for v in (x, w.data, w.scale, bias) if v is not None])
+    lead = x.shape[:-1]
+    rows = int(np.prod(lead)) if lead else 1
+    x2 = x.reshape(rows, k) if x.is_contiguous else x.contiguous(stream=stream).reshape(rows, k)
+    out = empty((rows, n), x.dtype, stream=stream)
+    if rows == 0:
+        return out.reshape((*lead, n))
+    if not is_cuda():
+        from ..gemm._base import apply_activation
+
+        y = _cpu.host(x2).astype(np.float64) @ w.host_values().T
+        if bias is not None:
+            y = y + _cpu.host(bias).astype(np.float64)
+        _cpu.store(out, apply_activation(y, code) if code else y)
+        return out.reshape((*lead, n))
+    if rows > _MAX_ROWS:
+        from ..gemm.api import linear
+
+        wd = w.dequantize(x.dtype, stream=stream)
+        return linear(x2, wd, bias, activation, stream=stream).reshape((*lead, n))
+    ldw = row_major_ld(w.data)
+    assert ldw is not None  # checked by the constructor
+    bn, bk = w.block
+    x_ptr, w_ptr = x2.device_ptr, w.data.device_ptr
+    aligned = (x_ptr | w_ptr) % 16 == 0 and (k * x.itemsize) % 16 == 0 and ldw % 16 == 0
+    vector = int(k % 16 == 0 and bk % 16 == 0 and aligned)
+    args = (x_ptr, w_ptr, w.scale.device_ptr, out.device_ptr, 0 if bias is None else bias.device_ptr, rows, n, k,
+            k, ldw, n, w.scale.shape[1], bn, bk, vector)  # fmt: skip
+    bucket = next(b_ for b_ in _BUCKETS if b_ >= rows)
+    kernel = _kernel(_gemv_expression(x.dtype, bucket), _GEMV_PARAMS, x.dtype)
+    grid = -(-n // 8)
+    if stream is None:
+        launch(kernel, args, grid, 256)
+    else:
+        kernel(*args, grid=grid, block=256, stream=stream)
+    if code:
+        from .gemv import _activate
+
+        _activate(out, code, stream)
+    return out.reshape((*lead, n))
+
+
+def _enumerate() -> Groups:
+    return {_FILE: [_expressions(d) for d in _DTYPES]}
+
+
+register_enumerator(_enumerate)
+
+
+def concat_rows(parts: Sequence[BlockFP8Tensor]) -> BlockFP8Tensor:
+    """Block-FP8 weights of one K and block stacked along their output features (rows), on the device
+    (a checkpoint's gate and up projections as one weight). Every part but the last must have a
+    multiple of the block's rows, so that the scale grids stack."""
+    name = "concat_rows"
+    if not parts or not all(isinstance(p, BlockFP8Tensor) for p in parts):
+        raise DTypeError(f"{name}: parts must be a non-empty sequence of BlockFP8Tensor")
+    first = parts[0]
+    bn = first.block[0]
+    for p in parts:
+        if p.block != first.block or p.shape[1] != first.shape[1]:
+            raise ShapeError(f"{name}: parts differ in K or block: {p.shape} {p.block} vs {first.shape} {first.block}")
+    for p in parts[:-1]:
+        if p.shape[0] % bn:
+            raise ShapeError(f"{name}: a part of {p.shape[0]} rows is not a multiple of the {bn}-row blocks")
+    from .. import shape as _shape
+
+    data = _shape.concatenate([p.data for p in parts], axis=0)
+    scale = _shape.concatenate([p.scale for p in parts], axis=0)
+    return BlockFP8Tensor(data, scale, first.block)
