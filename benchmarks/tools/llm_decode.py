@@ -1,8 +1,9 @@
 """Benchmark: end-to-end generation speed of a real model, pygpukit next to transformers in one run.
 
     python benchmarks/tools/llm_decode.py MODEL.gguf [--tokens 128] [--repeats 5] [--json OUT.json]
-        [--strategy graph|m1|eager|batch|speculative|jacobi] [--quantized] [--no-fuse] [--fuse-all]
+        [--strategy graph|m1|eager|batch|speculative|jacobi|engine] [--quantized] [--no-fuse] [--fuse-all]
         [--batch-size 8] [--draft-layers K] [--draft DRAFT.gguf] [--num-draft-tokens 4] [--window 4]
+        [--requests 64]
 
 For each dtype (float32, bfloat16) both libraries run the same chat prompt with greedy decoding for
 ``--tokens`` new tokens (no stop on end-of-sequence); the first run of each warms up, the median of
@@ -19,7 +20,10 @@ starts, so the figures are steady-state decode. The GGUF weights are dequantized
 is the batch's total tokens/s, next to transformers at batch 1); ``speculative`` drafts
 ``--num-draft-tokens`` with the model's first ``--draft-layers`` blocks (or the ``--draft`` model) and
 verifies them in one forward; ``jacobi`` iterates a ``--window`` of guesses. Their rows also give
-the acceptance rate / iterations per token (``decode_info``).
+the acceptance rate / iterations per token (``decode_info``). ``engine`` submits ``--requests``
+copies of the prompt at once to a continuous-batching :class:`pygpukit.llm.Engine` (``max_batch`` =
+``--requests``, paged KV cache) and reports its throughput: all generated tokens over the time from
+the first step to the last, prefill included; the "ttft" is when the last request got its first token.
 
 pygpukit decodes with its fused kernels (one QKV GEMV, RoPE fused with the KV-cache write:
 pygpukit.llm.decode); ``--no-fuse`` also measures the unfused kernels in the same run (first, on a
@@ -76,6 +80,36 @@ def _ours(path: Path, dtype: str, tokens: int, repeats: int, strategy: str | Non
             "runs_tokens_per_s": rate[1:]}  # fmt: skip
 
 
+def _engine(path: Path, dtype: str, tokens: int, repeats: int, requests: int, quantized: bool) -> dict[str, Any]:
+    """``requests`` greedy copies of the prompt through one continuous-batching Engine at once."""
+    import pygpukit.llm as llm
+
+    options = {"keep_quantized": quantized} if "keep_quantized" in inspect.signature(llm.load).parameters else {}
+    model = llm.load(path, dtype=dtype, progress=False, **options)
+    ids = model.tokenizer.encode(model.chat_prompt(PROMPT), add_special_tokens=False)
+    engine = llm.Engine(model, max_batch=requests, max_seq_len=len(ids) + tokens, block_size=16)
+    ttft, rate, info = [], [], {}
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        batch = [engine.submit(ids, max_tokens=tokens, ignore_eos=True) for _ in range(requests)]
+        first = None
+        while engine.has_work:
+            engine.step()
+            if first is None and all(r.output for r in batch):
+                first = time.perf_counter() - start
+        rate.append(requests * tokens / (time.perf_counter() - start))
+        ttft.append(first or 0.0)
+        info = {
+            "preemptions": float(engine.stats.preemptions),
+            "blocks": float(engine.num_blocks),
+            "graph": float(engine.graph),
+        }
+    return {"library": "pygpukit", "dtype": dtype, "backend": model.backend, "prompt_tokens": len(ids),
+            "strategy": "engine", "quantized": quantized, "fused": True, "batch": requests, "decode_info": info,
+            "ttft_s": statistics.median(ttft[1:]), "decode_tokens_per_s": statistics.median(rate[1:]),
+            "runs_tokens_per_s": rate[1:]}  # fmt: skip
+
+
 def _transformers(path: Path, dtype: str, tokens: int, repeats: int) -> dict[str, Any] | None:
     try:
         import torch
@@ -119,7 +153,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--strategy",
-        choices=("graph", "m1", "eager", "batch", "speculative", "jacobi"),
+        choices=("graph", "m1", "eager", "batch", "speculative", "jacobi", "engine"),
         default=None,
         help="pygpukit's decode strategy (default: generate()'s choice)",
     )
@@ -131,6 +165,7 @@ def main() -> None:
     parser.add_argument("--draft", type=Path, help="--strategy speculative: a draft model file instead")
     parser.add_argument("--num-draft-tokens", type=int, default=4, help="--strategy speculative: tokens drafted")
     parser.add_argument("--window", type=int, default=4, help="--strategy jacobi: the window of guessed tokens")
+    parser.add_argument("--requests", type=int, default=64, help="--strategy engine: concurrent requests")
     args = parser.parse_args()
     extra: dict[str, Any] = {}
     if args.strategy == "batch":
@@ -157,8 +192,11 @@ def main() -> None:
             rows.append(full)
             print(f"{dtype}: pygpukit[{full['strategy']}, fuse=all] {full['decode_tokens_per_s']:.1f} tok/s "
                   f"(ttft {full['ttft_s'] * 1e3:.1f} ms)", flush=True)  # fmt: skip
-        ours = _ours(args.model, dtype, args.tokens, args.repeats, args.strategy, args.quantized,
-                     strategy_options=extra)  # fmt: skip
+        if args.strategy == "engine":
+            ours = _engine(args.model, dtype, args.tokens, args.repeats, args.requests, args.quantized)
+        else:
+            ours = _ours(args.model, dtype, args.tokens, args.repeats, args.strategy, args.quantized,
+                         strategy_options=extra)  # fmt: skip
         ref = _transformers(args.model, dtype, args.tokens, args.repeats)
         rows += [ours] + ([ref] if ref else [])
         ratio = f", {ours['decode_tokens_per_s'] / ref['decode_tokens_per_s']:.2f}x transformers" if ref else ""

@@ -40,6 +40,7 @@ from .config import (  # noqa: E402
 from .decode import DecodeM1, DecodeM1Graph, UnsupportedStrategyError  # noqa: E402
 from .decode_batch import DecodeBatch  # noqa: E402
 from .decode_spec import DecodeJacobi, DecodeSpeculative  # noqa: E402
+from .engine import Engine, EngineMemoryError, EngineStats, Request, RequestSampling  # noqa: E402
 from .generation import GenerationStats, SamplingParams, generate, generate_stream  # noqa: E402
 from .gguf import GGUFError, GGUFFile, GGUFTensorInfo  # noqa: E402
 from .loader import MissingWeightError, load, load_gguf, load_model_from_safetensors  # noqa: E402
@@ -73,6 +74,9 @@ __all__ = [
     "DecodeM1Graph",
     "DecodeSpeculative",
     "DecodeState",
+    "Engine",
+    "EngineMemoryError",
+    "EngineStats",
     "GGUFError",
     "GGUFFile",
     "GGUFTensorInfo",
@@ -82,6 +86,8 @@ __all__ = [
     "ModelConfigError",
     "ModelSpec",
     "ModelWeights",
+    "Request",
+    "RequestSampling",
     "SafeTensorsError",
     "SafeTensorsFile",
     "SamplingParams",

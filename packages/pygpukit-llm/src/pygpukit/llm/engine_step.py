@@ -1,0 +1,137 @@
+"""The :class:`~pygpukit.llm.Engine`'s batched decode step with preallocated buffers, and its CUDA graph.
+
+:class:`PagedDecodeStep` is :class:`~pygpukit.llm.DecodeM1`'s step (the same buffers, projections,
+norms and MLP, ``out=`` everywhere) over the engine's paged KV cache instead of a fixed one: RoPE at
+the cache's ``context_lens``, the key and value appended into each slot's blocks there, paged decode
+attention over each slot's block-table row with the lengths ``context_lens + mask``, the greedy pick
+into ``tokens_out``, then ``context_lens += mask`` (only decoding slots advance). Every input is read
+from device buffers (the tokens, the engine's mask, the cache's table and lengths), so one captured
+graph replays at every step whatever requests run (``graph=True``, the default on the CUDA backend).
+The picks are also the next step's input tokens, so a steady-state step uploads nothing and
+allocates nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+import pygpukit.ops as ops
+from pygpukit.core.array import GPUArray, empty
+from pygpukit.core.dtypes import int32
+from pygpukit.core.errors import PyGPUkitError
+from pygpukit.core.graph import CudaGraph
+from pygpukit.core.stream import Stream, current_stream
+
+from .decode import DecodeM1
+
+if TYPE_CHECKING:
+    from .model import CausalTransformerModel
+
+__all__ = ["PagedDecodeStep"]
+
+# The CPU backend's CudaGraph records the calls this module makes into pygpukit inside a capture.
+__pygpukit_record_calls__ = True
+
+
+class PagedDecodeStep(DecodeM1):
+    """One decode token for each of ``batch`` paged-cache slots, allocation-free (see the module)."""
+
+    def __init__(self, model: CausalTransformerModel, cache: ops.PagedKVCache, mask: GPUArray,
+                 workspace: ops.DecodeWorkspace, graph: bool) -> None:  # fmt: skip
+        # DecodeM1's buffers without its fixed-size KV cache (the state is the paged cache here).
+        self.model = model
+        self.batch = cache.max_batch
+        self.max_seq_len = cache.max_blocks_per_seq * cache.block_size
+        self.sampler = None
+        self._settings = {}
+        self._history = None
+        self._history_host = None
+        self.fuse = True
+        self._fuse_all = False
+        self.paged = cache
+        self.mask = mask
+        self.paged_workspace = workspace
+        self.lens = empty(self.batch, int32)
+        self._allocate()
+        # self.tokens: the greedy picks (sampled rows overwritten by the engine), also the next step's
+        # input; the engine writes a request's first token (from its prefill) into its row.
+        self.input = self.tokens
+        self.tokens.copy_(np.zeros(self.batch, np.int32))  # valid ids in every row (free rows embed token 0)
+        self.graph: CudaGraph | None = None
+        if graph:
+            self.graph = CudaGraph()
+            stream = Stream()
+            current_stream().synchronize()
+            with stream:
+                self._step()  # warm-up: plans and per-stream state exist before the capture
+            stream.synchronize()
+            with self.graph.capture(stream):
+                self._step()
+            if not self.graph.is_ready:
+                raise PyGPUkitError("Engine: the decode step was not captured")
+            self.graph.synchronize()
+
+    @property
+    def tokens_out(self) -> GPUArray:
+        return self.tokens
+
+    def run(self) -> None:
+        """One step: the graph's replay, or the ops launched one by one."""
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            self._step()
+
+    def _step(self) -> None:
+        model, cache = self.model, self.paged
+        c, w, b = model.config, model.weights, self.batch
+        rms = model.spec.norm == "rmsnorm"
+        ctx = cache.context_lens  # the new tokens' positions
+        ops.add(ctx, self.mask, out=self.lens)  # the attention sees the new token of decoding slots
+        ops.embedding(w.embed, self.input.reshape(b, 1), out=self.residual)
+        if w.position_embed is not None:
+            assert self.position_rows is not None
+            ops.embedding(w.position_embed, ctx.reshape(b, 1), out=self.position_rows)
+            ops.add(self.residual, self.position_rows, out=self.residual)
+        for index, layer in enumerate(w.layers):
+            if index == 0:
+                self._norm(self.residual, layer.attn_norm, layer.attn_norm_bias, self.normed)
+            elif rms:
+                ops.add_rmsnorm(self.proj, self.residual, layer.attn_norm, c.norm_eps, out=self.normed,
+                                residual_out=self.residual)  # fmt: skip
+            else:
+                ops.add(self.residual, self.proj, out=self.residual)
+                self._norm(self.residual, layer.attn_norm, layer.attn_norm_bias, self.normed)
+            q, k, v = self._project(layer)
+            if layer.q_norm is not None and layer.k_norm is not None:
+                assert self.qn is not None
+                assert self.kn is not None
+                q = ops.rmsnorm(q, layer.q_norm, c.norm_eps, out=self.qn)
+                k = ops.rmsnorm(k, layer.k_norm, c.norm_eps, out=self.kn)
+            if model.rope is not None:
+                model.rope(q, k, ctx)
+            cache.append(index, k, v)  # at context_lens: blockless slots are skipped
+            ops.paged_decode_attention(q[:, 0], cache.k_blocks(index), cache.v_blocks(index), cache.block_table,
+                                       self.lens, out=self.attn, workspace=self.paged_workspace)  # fmt: skip
+            self._linear(self.attn.reshape(b, 1, c.q_size), layer.wo, layer.bo, self.proj)
+            if rms:
+                ops.add_rmsnorm(self.proj, self.residual, layer.mlp_norm, c.norm_eps, out=self.normed,
+                                residual_out=self.residual)  # fmt: skip
+            else:
+                ops.add(self.residual, self.proj, out=self.residual)
+                self._norm(self.residual, layer.mlp_norm, layer.mlp_norm_bias, self.normed)
+            self._mlp(layer)
+        flat = self.final.reshape(b, 1, c.hidden_size)
+        if rms:
+            ops.add_rmsnorm(self.proj, self.residual, w.final_norm, c.norm_eps, out=flat, residual_out=self.residual)
+        else:
+            ops.add(self.residual, self.proj, out=self.residual)
+            self._norm(self.residual, w.final_norm, w.final_norm_bias, flat)
+        self._linear(self.final, w.lm_head, None, self.logits)
+        ops.greedy(self.logits, out=self.tokens)
+        ops.add(ctx, self.mask, out=ctx)
+
+    def read(self) -> np.ndarray[Any, Any]:
+        return self.tokens.to_numpy()
