@@ -34,9 +34,10 @@ from pygpukit.core.stream import Stream, thread_device
 
 from .. import _cpu
 from .._kernels import NAMESPACE, Groups, c_param, code_param, group, launch, pointer, register_enumerator, size_param
-from .._layout import check_devices, is_cuda
-from ..gemm._base import check_activation, check_bias, row_major_ld
+from .._layout import is_cuda
+from ..gemm._base import row_major_ld
 from .tensor import TransposedWeight
+from .weight_only import linear_prologue
 
 __all__ = ["FP8_BLOCK", "BlockFP8Tensor", "block_fp8_linear", "concat_rows", "quantize_block_fp8"]
 
@@ -199,22 +200,17 @@ def block_fp8_linear(
 ) -> GPUArray:
     """``activation(x @ W.T + b)`` for a :class:`BlockFP8Tensor` ``w`` (N, K) and x (..., K) of
     float32, float16 or bfloat16 (``pygpukit.ops.linear`` hands such weights here)."""
-    op = "linear"
-    if not isinstance(w, BlockFP8Tensor):
-        raise DTypeError(f"{op}: w must be a BlockFP8Tensor, got {type(w).__name__}")
-    if not isinstance(x, GPUArray):
-        raise DTypeError(f"{op}: x must be a GPUArray, got {type(x).__name__}")
-    n, k = w.shape
-    if x.dtype not in _DTYPES:
-        raise DTypeError(f"{op}: x must be float32, float16 or bfloat16, got {x.dtype}")
-    if x.ndim == 0 or x.shape[-1] != k:
-        raise ShapeError(f"{op}: x of shape {x.shape} does not have the weight's K = {k} features")
-    code = check_activation(activation, op)
-    bias = check_bias(b, n, x.dtype, op, x.dtype)
-    check_devices(op, [v for v in (x, w.data, w.scale, bias) if v is not None])
-    lead = x.shape[:-1]
-    rows = int(np.prod(lead)) if lead else 1
-    x2 = x.reshape(rows, k) if x.is_contiguous else x.contiguous(stream=stream).reshape(rows, k)
+    x2, lead, rows, n, code, bias = linear_prologue(
+        x,
+        w,
+        BlockFP8Tensor,
+        "a BlockFP8Tensor",
+        (w.data, w.scale),
+        b,
+        activation,
+        stream,
+    )
+    k = x2.shape[1]
     out = empty((rows, n), x.dtype, stream=stream)
     if rows == 0:
         return out.reshape((*lead, n))

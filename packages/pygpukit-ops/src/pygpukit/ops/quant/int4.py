@@ -31,11 +31,11 @@ from pygpukit.core.stream import Stream, thread_device
 
 from .. import _cpu
 from .._kernels import NAMESPACE, Groups, c_param, code_param, group, launch, pointer, register_enumerator, size_param
-from .._layout import check_devices, is_cuda
-from ..gemm._base import check_activation, check_bias
+from .._layout import is_cuda
 from . import int4_pack as _pack
 from .int4_pack import GROUP_SIZES, PACKINGS
 from .tensor import TransposedWeight
+from .weight_only import linear_prologue
 
 __all__ = ["INT4_PACKINGS", "ActOrderError", "Int4Tensor", "concat_out_features", "int4_linear", "quantize_int4"]
 
@@ -263,21 +263,21 @@ def int4_linear(
     """``activation(x @ W.T + b)`` for an :class:`Int4Tensor` ``w`` (N, K) and x (..., K) of float32,
     float16 or bfloat16 (``pygpukit.ops.linear`` hands such weights here)."""
     op = "linear"
-    if not isinstance(w, Int4Tensor):
-        raise DTypeError(f"{op}: w must be an Int4Tensor, got {type(w).__name__}")
-    if not isinstance(x, GPUArray):
-        raise DTypeError(f"{op}: x must be a GPUArray, got {type(x).__name__}")
-    n, k = w.shape
-    if x.dtype not in _DTYPES:
-        raise DTypeError(f"{op}: x must be float32, float16 or bfloat16, got {x.dtype}")
-    if x.ndim == 0 or x.shape[-1] != k:
-        raise ShapeError(f"{op}: x of shape {x.shape} does not have the weight's K = {k} features")
-    code = check_activation(activation, op)
-    bias = check_bias(b, n, x.dtype, op, x.dtype)
-    check_devices(op, [v for v in (x, w.qweight, w.qzeros, w.scales, bias) if v is not None])
-    lead = x.shape[:-1]
-    rows = int(np.prod(lead)) if lead else 1
-    x2 = x.reshape(rows, k) if x.is_contiguous else x.contiguous(stream=stream).reshape(rows, k)
+    x2, lead, rows, n, code, bias = linear_prologue(
+        x,
+        w,
+        Int4Tensor,
+        "an Int4Tensor",
+        (
+            w.qweight,
+            w.qzeros,
+            w.scales,
+        ),
+        b,
+        activation,
+        stream,
+    )
+    k = x2.shape[1]
     if rows > _MAX_ROWS:  # prefill, on both backends: W rounded once to x's dtype, then the GEMM
         return _prefill(x2, w, bias, activation, stream).reshape((*lead, n))
     out = empty((rows, n), x.dtype, stream=stream)

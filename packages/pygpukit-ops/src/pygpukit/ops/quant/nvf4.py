@@ -32,9 +32,10 @@ from pygpukit.core.stream import Stream, thread_device
 
 from .. import _cpu
 from .._kernels import NAMESPACE, Groups, c_param, code_param, group, launch, pointer, register_enumerator, size_param
-from .._layout import check_devices, is_cuda
-from ..gemm._base import check_activation, check_bias, row_major_ld
+from .._layout import is_cuda
+from ..gemm._base import row_major_ld
 from .tensor import TransposedWeight
+from .weight_only import linear_prologue
 
 __all__ = ["E2M1_VALUES", "NVF4Tensor", "nvf4_linear", "quantize_nvf4"]
 
@@ -201,22 +202,17 @@ def nvf4_linear(
 ) -> GPUArray:
     """``activation(x @ W.T + b)`` for an :class:`NVF4Tensor` ``w`` (N, K) and x (..., K) of float32,
     float16 or bfloat16 (``pygpukit.ops.linear`` hands such weights here)."""
-    op = "linear"
-    if not isinstance(w, NVF4Tensor):
-        raise DTypeError(f"{op}: w must be an NVF4Tensor, got {type(w).__name__}")
-    if not isinstance(x, GPUArray):
-        raise DTypeError(f"{op}: x must be a GPUArray, got {type(x).__name__}")
-    n, k = w.shape
-    if x.dtype not in _DTYPES:
-        raise DTypeError(f"{op}: x must be float32, float16 or bfloat16, got {x.dtype}")
-    if x.ndim == 0 or x.shape[-1] != k:
-        raise ShapeError(f"{op}: x of shape {x.shape} does not have the weight's K = {k} features")
-    code = check_activation(activation, op)
-    bias = check_bias(b, n, x.dtype, op, x.dtype)
-    check_devices(op, [v for v in (x, w.data, w.scale, bias) if v is not None])
-    lead = x.shape[:-1]
-    rows = int(np.prod(lead)) if lead else 1
-    x2 = x.reshape(rows, k) if x.is_contiguous else x.contiguous(stream=stream).reshape(rows, k)
+    x2, lead, rows, n, code, bias = linear_prologue(
+        x,
+        w,
+        NVF4Tensor,
+        "an NVF4Tensor",
+        (w.data, w.scale),
+        b,
+        activation,
+        stream,
+    )
+    k = x2.shape[1]
     out = empty((rows, n), x.dtype, stream=stream)
     if rows == 0:
         return out.reshape((*lead, n))

@@ -15,6 +15,7 @@ The CPU simulation backend computes the product in float64 from the stored value
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -162,22 +163,17 @@ def weight_only_linear(
 ) -> GPUArray:
     """``activation(x @ W.T + b)`` for a :class:`ChannelQuantizedTensor` ``w`` (N, K) and x (..., K)
     of float32, float16 or bfloat16 (``pygpukit.ops.linear`` hands such weights here)."""
-    op = "linear"
-    if not isinstance(w, ChannelQuantizedTensor):
-        raise DTypeError(f"{op}: w must be a ChannelQuantizedTensor, got {type(w).__name__}")
-    if not isinstance(x, GPUArray):
-        raise DTypeError(f"{op}: x must be a GPUArray, got {type(x).__name__}")
-    n, k = w.shape
-    if x.dtype not in _DTYPES:
-        raise DTypeError(f"{op}: x must be float32, float16 or bfloat16, got {x.dtype}")
-    if x.ndim == 0 or x.shape[-1] != k:
-        raise ShapeError(f"{op}: x of shape {x.shape} does not have the weight's K = {k} features")
-    code = check_activation(activation, op)
-    bias = check_bias(b, n, x.dtype, op, x.dtype)
-    check_devices(op, [v for v in (x, w.data, w.scale, bias) if v is not None])
-    lead = x.shape[:-1]
-    rows = int(np.prod(lead)) if lead else 1
-    x2 = x.reshape(rows, k) if x.is_contiguous else x.contiguous(stream=stream).reshape(rows, k)
+    x2, lead, rows, n, code, bias = linear_prologue(
+        x,
+        w,
+        ChannelQuantizedTensor,
+        "a ChannelQuantizedTensor",
+        (w.data, w.scale),
+        b,
+        activation,
+        stream,
+    )
+    k = x2.shape[1]
     out = empty((rows, n), x.dtype, stream=stream)
     if rows == 0:
         return out.reshape((*lead, n))
@@ -218,3 +214,35 @@ def _enumerate() -> Groups:
 
 
 register_enumerator(_enumerate)
+
+
+def linear_prologue(
+    x: Any,
+    w: Any,
+    kind: type[Any],
+    noun: str,
+    parts: Sequence[GPUArray],
+    b: GPUArray | None,
+    activation: str | None,
+    stream: Stream | None,
+) -> tuple[GPUArray, tuple[int, ...], int, int, int, GPUArray | None]:
+    """The checks every quantized weight type's ``linear`` runs first (``w`` an instance of ``kind``,
+    named ``noun`` in messages; ``parts``: its device arrays), then x as a contiguous (rows, K) view.
+    Returns (x2, lead shape, rows, N, activation code, bias)."""
+    op = "linear"
+    if not isinstance(w, kind):
+        raise DTypeError(f"{op}: w must be {noun}, got {type(w).__name__}")
+    if not isinstance(x, GPUArray):
+        raise DTypeError(f"{op}: x must be a GPUArray, got {type(x).__name__}")
+    n, k = w.shape
+    if x.dtype not in _DTYPES:
+        raise DTypeError(f"{op}: x must be float32, float16 or bfloat16, got {x.dtype}")
+    if x.ndim == 0 or x.shape[-1] != k:
+        raise ShapeError(f"{op}: x of shape {x.shape} does not have the weight's K = {k} features")
+    code = check_activation(activation, op)
+    bias = check_bias(b, n, x.dtype, op, x.dtype)
+    check_devices(op, [v for v in (x, *parts, bias) if v is not None])
+    lead = x.shape[:-1]
+    rows = int(np.prod(lead)) if lead else 1
+    x2 = x.reshape(rows, k) if x.is_contiguous else x.contiguous(stream=stream).reshape(rows, k)
+    return x2, lead, rows, n, code, bias
