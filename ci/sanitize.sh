@@ -152,6 +152,12 @@ packages/pygpukit-ops/tests/test_sampling.py::test_strided_rows_every_entry_poin
 packages/pygpukit-ops/tests/test_gguf_dequant.py::test_views_at_any_offset
 packages/pygpukit-ops/tests/test_gguf_dequant.py::test_shapes_type_ids_and_tiles
 packages/pygpukit-ops/tests/test_quant_gemv.py::test_gemv_vector_input_and_output
+packages/pygpukit-ops/tests/test_quant_kquants.py::test_gpu_linear_on_quantized_weights
+packages/pygpukit-ops/tests/test_quant_fp8_block.py::test_gpu_gemv_every_row_count_and_dtype
+packages/pygpukit-ops/tests/test_quant_int4.py::test_linear_matches_float64_reference
+packages/pygpukit-ops/tests/test_quant_nvf4.py::test_linear_every_row_count
+packages/pygpukit-ops/tests/test_rope_kv.py::test_decode_shapes
+packages/pygpukit-ops/tests/test_gemv_fusions.py::test_in_place_residual_and_fresh_output
 packages/pygpukit-ops/tests/test_lstm.py::test_lstm
 packages/pygpukit-core/tests/test_graph.py::test_replay_is_bitwise_identical_to_eager
 packages/pygpukit-core/tests/test_concurrency.py::test_threads_on_their_own_streams_do_not_cross_talk

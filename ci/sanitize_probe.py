@@ -41,6 +41,46 @@ def report(step: str) -> None:
           flush=True)  # fmt: skip
 
 
+def _describe(obj: object) -> str:
+    """A short name for one referrer: frames and code by file and line, containers by type and size."""
+    import types
+
+    if isinstance(obj, types.FrameType):
+        return f"frame {obj.f_code.co_filename}:{obj.f_lineno} ({obj.f_code.co_name})"
+    if isinstance(obj, types.TracebackType):
+        return f"traceback at {obj.tb_frame.f_code.co_filename}:{obj.tb_lineno}"
+    if isinstance(obj, BaseException):
+        return f"exception {type(obj).__name__}: {str(obj)[:120]}"
+    if isinstance(obj, dict):
+        keys = list(obj)[:6]
+        return f"dict({len(obj)}) keys {keys}"
+    if isinstance(obj, (list, tuple, set)):
+        return f"{type(obj).__name__}({len(obj)})"
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def referrers(skip: set[int]) -> None:
+    """For each DeviceBuffer alive other than those in ``skip``, print what holds it, three levels up
+    (the question of the sanitizer runs: what keeps an eager body's temporaries alive there)."""
+    import sys
+
+    here = sys._getframe()
+    buffers = [o for o in gc.get_objects() if isinstance(o, DeviceBuffer) and id(o) not in skip]
+    for buffer in buffers[:3]:
+        print(f"  buffer of {buffer.nbytes} bytes held by:", flush=True)
+        level = [buffer]
+        for depth in range(4):
+            nxt = []
+            for obj in level:
+                for ref in gc.get_referrers(obj):
+                    if ref is here or ref is buffers or ref is level or ref is nxt:
+                        continue
+                    print(f"  {'  ' * depth}<- {_describe(ref)}", flush=True)
+                    nxt.append(ref)
+            level = nxt[:4]
+    del buffers
+
+
 def body(x: gp.GPUArray, out: gp.GPUArray) -> None:
     y = gp.exp(x * 0.5)
     gp.add(y, gp.sum(y * y, axis=1, keepdims=True), out=out)
@@ -67,6 +107,7 @@ def main() -> int:
         body(x, out)
         stream.synchronize()
     report("eager body on a new stream")
+    referrers({id(x._buffer), id(out._buffer)} if hasattr(x, "_buffer") else set())
     graph = gp.CudaGraph()
     try:
         with graph.capture(stream):
