@@ -212,6 +212,7 @@ for tool in "${tools[@]}"; do
   limit="$(limit_for "$tool")"
   options=(--tool "$tool" --target-processes all --print-limit 200)
   tool_tests=("${tests[@]}")
+  tool_args=()
   case "$tool" in
     memcheck) options+=(--padding 64) ;;
     racecheck)
@@ -219,19 +220,25 @@ for tool in "${tools[@]}"; do
       options+=(--racecheck-report all)
       mapfile -t tool_tests < <(printf '%s\n' "${tests[@]}" | grep -v '/test_elementwise\.py')
       ;;
-    synccheck | initcheck) ;;
+    synccheck) ;;
+    initcheck) tool_args=(-v) ;;  # each test's name before its reports: initcheck's point at host copies
     *) echo "sanitize: unknown tool $tool" >&2; status=1; continue ;;
   esac
   echo "=== sanitize $tool: $sanitizer ${options[*]} $python -m pytest ... (${#tool_tests[@]} ids, limit ${limit} s)"
   start=$SECONDS
   timeout --signal=INT --kill-after=30 "$limit" "$sanitizer" "${options[@]}" "$python" "${pytest_args[@]}" \
-    "${tool_tests[@]}" >"$log" 2>&1
+    "${tool_args[@]}" "${tool_tests[@]}" >"$log" 2>&1
   rc=$?
   took=$((SECONDS - start))
   # One "ERROR SUMMARY: N errors" per sanitized process; racecheck adds "RACECHECK SUMMARY: ...".
   errors=$(grep -aoE "ERROR SUMMARY: [0-9]+ error" "$log" | awk '{s += $3} END {print s + 0}')
   processes=$(grep -acE "ERROR SUMMARY: [0-9]+ error" "$log")
   hazards=$(grep -aoE "RACECHECK SUMMARY: .*" "$log" | head -3 | paste -sd ';' -)
+  if [[ $tool == racecheck ]]; then  # racecheck ends each process with its own summary line instead
+    processes=$(grep -acE "RACECHECK SUMMARY:" "$log")
+    errors=$(grep -aoE "RACECHECK SUMMARY: .*\([0-9]+ errors" "$log" | grep -oE "[0-9]+ errors" |
+      awk '{s += $1} END {print s + 0}')
+  fi
   tests_line=$(grep -aE "[0-9]+ (passed|failed)" "$log" | tail -1)
   note=""
   if [[ $rc -eq 124 || $rc -eq 137 || $rc -eq 130 ]] || [[ $processes -eq 0 ]]; then

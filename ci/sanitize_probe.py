@@ -68,9 +68,9 @@ def referrers(skip: set[int]) -> None:
     buffers = [o for o in gc.get_objects() if isinstance(o, DeviceBuffer) and id(o) not in skip]
     for buffer in buffers[:3]:
         print(f"  buffer of {buffer.nbytes} bytes held by:", flush=True)
-        level = [buffer]
+        level: list[object] = [buffer]
         for depth in range(4):
-            nxt = []
+            nxt: list[object] = []
             for obj in level:
                 for ref in gc.get_referrers(obj):
                     if ref is here or ref is buffers or ref is level or ref is nxt:
@@ -79,6 +79,39 @@ def referrers(skip: set[int]) -> None:
                     nxt.append(ref)
             level = nxt[:4]
     del buffers
+
+
+def dead_frames() -> None:
+    """Frames of returned calls that are still alive, and what holds each one that is not another
+    frame (a traceback, a generator, a container), three levels up: the root of the buffers above."""
+    import sys
+    import types
+
+    running = set()
+    frame: types.FrameType | None = sys._getframe()
+    while frame is not None:
+        running.add(id(frame))
+        frame = frame.f_back
+    dead = [o for o in gc.get_objects() if isinstance(o, types.FrameType) and id(o) not in running]
+    print(f"  {len(dead)} frames of returned calls alive", flush=True)
+    shown = 0
+    for frame in dead:
+        holders = [r for r in gc.get_referrers(frame) if not isinstance(r, types.FrameType) and r is not dead]
+        if not holders:
+            continue
+        print(f"  {_describe(frame)} held by:", flush=True)
+        level: list[object] = holders
+        for depth in range(3):
+            nxt: list[object] = []
+            for obj in level[:4]:
+                print(f"  {'  ' * depth}<- {_describe(obj)}", flush=True)
+                nxt.extend(r for r in gc.get_referrers(obj) if r is not level and r is not nxt and r is not dead
+                           and r is not holders)  # fmt: skip
+            level = nxt
+        shown += 1
+        if shown == 4:
+            break
+    del dead
 
 
 def body(x: gp.GPUArray, out: gp.GPUArray) -> None:
@@ -108,6 +141,7 @@ def main() -> int:
         stream.synchronize()
     report("eager body on a new stream")
     referrers({id(x._buffer), id(out._buffer)} if hasattr(x, "_buffer") else set())
+    dead_frames()
     graph = gp.CudaGraph()
     try:
         with graph.capture(stream):

@@ -82,9 +82,11 @@ def test_both_models_progress_under_their_budgets(example: ModuleType, models: N
     assert report["alone_ms"] > 0
     assert report["beside_ms"] > 0
     assert report["other_done"] >= 1  # the best-effort model made progress meanwhile
-    # Greedy: the LLM wrote the same text alone and beside Whisper (nothing shared was clobbered).
-    first, second = report["llm_texts"]
-    assert first == second, report["llm_texts"]
+    # Greedy: the LLM wrote the same text in its unmeasured first run, alone and beside Whisper
+    # (nothing shared was clobbered).
+    first, *others = report["llm_texts"]
+    assert len(others) == 2, report["llm_texts"]
+    assert all(text == first for text in others), report["llm_texts"]
     assert first, report["llm_texts"]  # (the first tokens of this prompt are white space)
     if example._cached_speech() is not None:
         assert report["asr_text"].lower().rstrip(".") in ("10 of clubs", "ten of clubs"), report["asr_text"]

@@ -137,6 +137,15 @@ class _DeviceActivation:
                 self.function(d, out=d)
 
 
+def aligned_bias(bias: GPUArray, stream: Stream | None) -> tuple[GPUArray, int]:
+    """A copy of ``bias`` at a fresh (256-byte aligned) allocation and its pointer: cuBLASLt's epilogue
+    refuses a bias pointer that is not 16-byte aligned (CUBLAS_STATUS_NOT_SUPPORTED at the launch), which
+    a view such as ``bias[7:]`` of a bfloat16 vector is. The copy lives until the caller's launch is
+    queued; the pool's stream-ordered reuse keeps it valid for the launch."""
+    copy = bias.clone(stream)
+    return copy, copy.device_ptr
+
+
 class DirectPlan:
     """A plan whose launch takes the caller's arrays as they are (the decode path's GEMV, most
     cuBLASLt products): allocate the result unless ``out`` is given, launch."""
@@ -153,11 +162,16 @@ class DirectPlan:
 
     def __call__(self, a: GPUArray, b: GPUArray, bias: GPUArray | None, out: GPUArray | None,
                  stream: Stream | None) -> GPUArray:  # fmt: skip
+        bias_ptr = 0
+        if bias is not None:
+            bias_ptr = bias.device_ptr
+            if bias_ptr & 15 and self.route == "cublaslt":
+                bias, bias_ptr = aligned_bias(bias, stream)
         if out is None:
             d = empty(self.full_shape, self.dtype, stream=stream)
-            self.launch.run(a.device_ptr, b.device_ptr, d.device_ptr, 0 if bias is None else bias.device_ptr, stream)
+            self.launch.run(a.device_ptr, b.device_ptr, d.device_ptr, bias_ptr, stream)
             return d if self.result_shape is None else d.reshape(self.result_shape)
-        self.launch.run(a.device_ptr, b.device_ptr, out.device_ptr, 0 if bias is None else bias.device_ptr, stream)
+        self.launch.run(a.device_ptr, b.device_ptr, out.device_ptr, bias_ptr, stream)
         return out
 
 
@@ -179,7 +193,12 @@ class Plan(DirectPlan):
             a = self.copy_a(a, stream)  # held until the launch is queued
         if self.copy_b is not None:
             b = self.copy_b(b, stream)
-        self.launch.run(a.device_ptr, b.device_ptr, d.device_ptr, 0 if bias is None else bias.device_ptr, stream)
+        bias_ptr = 0
+        if bias is not None:
+            bias_ptr = bias.device_ptr
+            if bias_ptr & 15 and self.route == "cublaslt":
+                bias, bias_ptr = aligned_bias(bias, stream)
+        self.launch.run(a.device_ptr, b.device_ptr, d.device_ptr, bias_ptr, stream)
         if self.post is not None:
             self.post(d, stream)
         if out is not None:
