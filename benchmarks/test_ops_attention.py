@@ -5,6 +5,11 @@
   same data (torch gets (batch, heads, L, dim) contiguous copies, made before timing). Bar: >= 0.8x
   torch's TFLOP/s. ``flops`` = 4 * batch * heads * L^2 * dim / 2 (causal) per round. ``pygpukit-alt``
   runs the other compiled tiling of head_dim 128 (attention._PREFILL_ALTERNATIVES), to pick the default.
+  On SM 90 (H100, H200) ``pygpukit`` runs the wgmma kernel (attention_prefill_sm90.cu) and
+  ``pygpukit-sm80`` the mma.sync kernel (gp.set_prefill_kernel("sm80")); ``pygpukit-sm90-alt`` the
+  SM 90 kernel's other tilings (_attention_sm90.CONFIGS after the first, and ALTERNATIVES);
+  ``torch-default`` torch's SDPA with the backend torch picks (a Hopper kernel on an H100 where it
+  has one): issue 15's bar is >= 0.9x of it.
 - Decode: decode_attention, bf16, Llama-3-8B heads (32 query, 8 kv, dim 128), contexts 4096 and 32768,
   batch 1, 4 and 8, every sequence at full length. ``bytes`` is the KV cache read once (K and V of
   every live position). Bar: >= 0.85x the bandwidth of reading the cache once; ``read-once`` is torch
@@ -26,7 +31,7 @@ import pytest
 
 import pygpukit as gp
 from pygpukit.core.plans import clear_plan_caches
-from pygpukit.ops import attention
+from pygpukit.ops import _attention_sm90, attention
 
 pytestmark = pytest.mark.gpu
 
@@ -90,11 +95,60 @@ def test_sdpa_causal_pygpukit(benchmark: Any, length: int) -> None:
     _time_pygpukit_prefill(benchmark, length)
 
 
+@pytest.fixture
+def _sm80() -> Iterator[None]:
+    """The SM 80 (mma.sync) prefill kernel on every device, the default choice restored afterwards."""
+    before = _attention_sm90.CHOICE.kind
+    gp.set_prefill_kernel("sm80")
+    yield
+    gp.set_prefill_kernel(before)
+
+
 @pytest.mark.parametrize("length", LENGTHS)
+@pytest.mark.usefixtures("_sm80")
 def test_sdpa_causal_pygpukit_alt(benchmark: Any, length: int, monkeypatch: pytest.MonkeyPatch) -> None:
     benchmark.group = _prefill_group(length)
     monkeypatch.setitem(attention._PREFILL_CONFIGS, HEAD_DIM, attention._PREFILL_ALTERNATIVES[HEAD_DIM])
     _time_pygpukit_prefill(benchmark, length)
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+@pytest.mark.usefixtures("_sm80")
+def test_sdpa_causal_pygpukit_sm80(benchmark: Any, length: int) -> None:
+    benchmark.group = _prefill_group(length)
+    _time_pygpukit_prefill(benchmark, length)
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+@pytest.mark.parametrize("tiling", _attention_sm90.CONFIGS[HEAD_DIM][1:] + _attention_sm90.ALTERNATIVES[HEAD_DIM],
+                         ids=lambda t: f"bn{t[0]}-stages{t[1]}{'-skew' if t[2] else ''}")  # fmt: skip
+def test_sdpa_causal_pygpukit_sm90_alt(benchmark: Any, length: int, tiling: _attention_sm90.Tiling,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from pygpukit.ops.gemm._base import device_props
+
+    if not device_props(gp.get_device()).wgmma:
+        pytest.skip("the SM 90 prefill kernel runs on devices of compute capability 9.0 only")
+    benchmark.group = _prefill_group(length)
+    monkeypatch.setitem(_attention_sm90.CONFIGS, HEAD_DIM, [tiling])
+    _time_pygpukit_prefill(benchmark, length)
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+def test_sdpa_causal_torch_default(benchmark: Any, length: int) -> None:
+    torch = _torch()
+    benchmark.group = _prefill_group(length)
+    q, k, v = (torch.from_numpy(x).to("cuda", torch.bfloat16).transpose(1, 2).contiguous() for x in _qkv(length))
+    stream = torch.cuda.Stream()
+    iterations = _iterations(length)
+
+    def run() -> None:
+        with torch.cuda.stream(stream):
+            for _ in range(iterations):
+                torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        stream.synchronize()
+
+    benchmark.pedantic(run, rounds=5, warmup_rounds=1)
+    benchmark.extra_info["flops"] = _prefill_flops(length)
 
 
 @pytest.mark.parametrize("length", LENGTHS)

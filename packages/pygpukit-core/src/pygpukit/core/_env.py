@@ -136,6 +136,7 @@ class EnvSetting:
 _CHOICES: dict[str, tuple[str, ...]] = {
     "PYGPUKIT_BACKEND": ("auto", "cuda", "cpu"),
     "PYGPUKIT_CUDA_VARIANT": ("cu12", "cu13"),
+    "PYGPUKIT_PREFILL_KERNEL": ("auto", "sm80"),  # read by pygpukit.ops' prefill attention
 }
 _FLAGS: dict[str, bool] = {  # name -> default
     "PYGPUKIT_DEBUG_LIBRARY_LOAD": False,

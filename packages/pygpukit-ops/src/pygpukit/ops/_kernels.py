@@ -55,7 +55,8 @@ __all__ = [
 
 _jit = importlib.import_module("pygpukit.core.jit")  # the module (pygpukit.core.jit is also a function's name)
 BLOCK = 256
-SM90A_FILES = frozenset({"gemm/gemm_wgmma.cu"})  # kernels with real bodies only when built for sm_90a
+# Kernels with real bodies only when built for sm_90a.
+SM90A_FILES = frozenset({"gemm/gemm_wgmma.cu", "attention/attention_prefill_sm90.cu"})
 UNROLL = 4  # kUnroll of types.cuh: packs per thread and tile of the contiguous elementwise kernels
 TILE = BLOCK * UNROLL  # packs per block and tile of those kernels (their grid_for per_block)
 TILE_BLOCKS_PER_SM = 256  # their grid_for per_sm
@@ -173,15 +174,17 @@ def grid_for(work: int, per_block: int = BLOCK, per_sm: int = 16) -> int:
     return min(blocks, sm_count() * per_sm)
 
 
-def launch(kernel: JITKernel, args: tuple[Any, ...], grid: int | tuple[int, ...], block: Any = None) -> None:
-    """``kernel(*args, grid=grid, block=block)`` (block: :data:`BLOCK` when None) through the kernel's
-    native launcher directly when it has one for the current backend state: the repeated-call fast
-    paths' launch. Anything the launcher does not take goes through the full call, which checks it."""
+def launch(kernel: JITKernel, args: tuple[Any, ...], grid: int | tuple[int, ...], block: Any = None,
+           shared_mem: int = 0) -> None:  # fmt: skip
+    """``kernel(*args, grid=grid, block=block, shared_mem=shared_mem)`` (block: :data:`BLOCK` when
+    None) through the kernel's native launcher directly when it has one for the current backend state:
+    the repeated-call fast paths' launch. Anything the launcher does not take goes through the full
+    call, which checks it."""
     block = BLOCK if block is None else block
     fast = kernel._fast
     if (fast is None or _jit._launch_hook is not None or kernel._fast_state is not _backend._state
-            or fast(args, grid, block, 0, None) is not None):  # fmt: skip
-        kernel(*args, grid=grid, block=block)  # (pygpukit.profiling's hook records it there)
+            or fast(args, grid, block, shared_mem, None) is not None):  # fmt: skip
+        kernel(*args, grid=grid, block=block, shared_mem=shared_mem)  # (pygpukit.profiling's hook records it there)
 
 
 # -- completion counters ----------------------------------------------------------------------------

@@ -15,7 +15,9 @@ with seq_q <= seq_kv, query i sits at position p = seq_kv - seq_q + i and sees k
 sliding ``window`` w only keys p - w < j <= p. The default scale is 1 / sqrt(head_dim).
 
 fp16 and bf16 run on tensor cores (mma.sync, flash-attention 2 style tiling with an online softmax in
-float32, native/kernels/attention/attention_prefill.cu); decode attention splits the keys over many blocks,
+float32, native/kernels/attention/attention_prefill.cu; on SM 90 devices head dimensions 64 and 128 run
+a warpgroup-MMA kernel instead, attention_prefill_sm90.cu through _attention_sm90.py, which
+:func:`set_prefill_kernel` can turn off for comparison); decode attention splits the keys over many blocks,
 the last block of each sequence and kv head merging the splits (attention_decode.cu), and reads the
 length of every sequence from device memory so that one captured CUDA graph serves every position.
 float32 runs on the CUDA cores. Every kernel is deterministic (no atomics on the data) and allocates
@@ -46,7 +48,9 @@ from pygpukit.core.jit import JITKernel
 from pygpukit.core.plans import PlanCache
 from pygpukit.core.stream import thread_device
 
+from . import _attention_sm90 as _sm90
 from . import _cpu
+from ._attention_sm90 import set_prefill_kernel
 from ._kernels import NAMESPACE, Groups, group, register_enumerator
 from ._layout import check_devices, is_cuda, overlaps
 
@@ -58,6 +62,7 @@ __all__ = [
     "prefill_attention",
     "sdpa",
     "sdpa_causal",
+    "set_prefill_kernel",
 ]
 
 HEAD_DIMS = (64, 80, 96, 128, 256)
@@ -68,7 +73,7 @@ _NS = f"{NAMESPACE}attention::"
 _LOG2E = 1.4426950408889634
 _SPLIT_GRANULE = 64  # kSplitGranule in attention_common.cuh
 # The one argument of every attention kernel (attention_common.cuh), declared once.
-_ARGS = KernelStruct(f"{_NS}AttentionArgs", (_PREFILL_FILE, _DECODE_FILE), [
+_ARGS = KernelStruct(f"{_NS}AttentionArgs", (_PREFILL_FILE, _DECODE_FILE, _sm90.FILE), [
     ("q", "const void*"), ("k", "const void*"), ("v", "const void*"), ("out", "void*"), ("lens", "const int*"),
     ("block_table", "const int*"), ("partial", "float*"),
     ("q_batch", "long long"), ("q_seq", "long long"), ("q_head", "long long"),
@@ -335,6 +340,12 @@ def _plan_rows(q: GPUArray, k: GPUArray, target: GPUArray, k_strides: Sequence[i
         group_rows = seq_q * (heads // kv_heads)
         kernel = _kernel(_PREFILL_FILE, [expression], expression, 0)
         return _Plan(kernel, fields, (-(-group_rows // 4), kv_heads, batch), 128, 0)
+    tiling = _sm90.config(dtype, head_dim, table is not None, thread_device())
+    if tiling is not None:  # SM 90: the wgmma kernel (_attention_sm90.py)
+        expression = _sm90.expression(dtype, head_dim, tiling)
+        shared = _sm90.shared_bytes(head_dim, tiling)
+        kernel = _sm90.kernel(expression, _PARAMS, shared)
+        return _Plan(kernel, fields, _sm90.grid(batch, seq_q, heads), _sm90.THREADS, shared)
     config = _prefill_config(head_dim)
     expression = _prefill_expression(dtype, head_dim, config)
     shared = _prefill_shared(head_dim, config)
@@ -352,7 +363,7 @@ def _launch_rows(q: GPUArray, k: GPUArray, v: GPUArray, out: GPUArray, k_strides
     target = _result_target(out, q.dtype, [q, k, v])
     key = ("rows", q._dtype, q._shape, q._strides, k._shape, tuple(k_strides), tuple(v_strides), target._strides,
            kv_heads, kv_capacity, causal, window, scale, lens is not None, lens_add,
-           None if table is None else table._strides[0], block_size, thread_device())  # fmt: skip
+           None if table is None else table._strides[0], block_size, thread_device(), _sm90.CHOICE.kind)  # fmt: skip
     plan = _PLANS.get(key)
     if plan is None:
         plan = _PLANS.put(key, _plan_rows(q, k, target, k_strides, v_strides, kv_heads=kv_heads,
