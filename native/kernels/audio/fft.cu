@@ -16,7 +16,9 @@
 //   fft_smem_<f32|f64>     a whole transform of length L in shared memory (two buffers of L per row), rows
 //       of a batch in blockDim.y, the butterflies of a row over blockDim.x. Also the two steps of a
 //       four-step transform L = L1 L2: rows are (outer, inner) pairs with their own strides, and the store
-//       multiplies output k of inner row m by W^(m k) (tw_post).
+//       multiplies output k of inner row m by W^(m k) (tw_post). A complex transform too long for one
+//       launch is these two launches only (input -> scratch -> output, two passes over memory); the
+//       load and store modes, the conjugations and the scale happen in them.
 //   fft_pass_<f32|f64>     one Stockham pass over contiguous rows in global memory (lengths too long for
 //       shared memory that do not split into two that fit).
 //   fft_pack_<f32|f64>     the first stage's read into contiguous rows of length m >= L (zeros past L),
@@ -24,8 +26,9 @@
 //   fft_chirp_mul_<f32|f64> Bluestein's pointwise product y = conj(y * bhat) / m.
 //
 // Index arithmetic: rows and offsets are 64-bit; positions inside a row are int (L < 2^31, which the
-// planner checks). Shared memory holds 2 L complex values per row of the block.
+// planner checks). Shared memory holds 2 L complex values per row of the block (plus a bank pad, above).
 #include "complex.cuh"
+#include "padding.cuh"
 
 namespace pygpukit {
 namespace audio {
@@ -337,6 +340,64 @@ __device__ __forceinline__ Cx<T> load_value(int mode, const void* __restrict__ i
   return v;
 }
 
+// kLoadFramePairs: element e of STFT frame (signal row at `in + row_start`, first padded position `start`)
+// as the complex value (w[2e] x(start + 2e), w[2e + 1] x(start + 2e + 1)), x read through pad_mode outside
+// [0, x_len) and w the window (null: none); the same values and arithmetic as spectral.cu's frame_signal.
+template <typename T>
+__device__ __forceinline__ Cx<T> load_frame_pair(const void* __restrict__ in, index_t row_start,
+                                                 index_t start, int e, const T* __restrict__ window,
+                                                 index_t x_len, int pad_mode) {
+  const T* x = static_cast<const T*>(in) + row_start;
+  const int j = 2 * e;
+  const index_t t = start + j;
+  Cx<T> v;
+  if (t >= 0 && t + 1 < x_len) {
+    v.re = x[t];
+    v.im = x[t + 1];
+  } else {
+    v.re = padded(x, t, x_len, pad_mode);
+    v.im = padded(x, t + 1, x_len, pad_mode);
+  }
+  if (window) {
+    v.re *= window[j];
+    v.im *= window[j + 1];
+  }
+  return v;
+}
+
+// Row r of a launch as (outer r / inner, inner r % inner), without a 64-bit division where it can.
+__device__ __forceinline__ void split_row(index_t row, index_t inner, index_t& outer, index_t& in_row) {
+  if (inner == 1) {
+    outer = row;
+    in_row = 0;
+  } else if (row <= 0xffffffffll && inner <= 0xffffffffll) {
+    const unsigned r = static_cast<unsigned>(row);
+    const unsigned m = static_cast<unsigned>(inner);
+    const unsigned o = r / m;
+    outer = o;
+    in_row = r - o * m;
+  } else {
+    outer = row / inner;
+    in_row = row - outer * inner;
+  }
+}
+
+// The flat positions q = start, start + step, ... of a (majors x m) grid as (major q / m, minor q % m),
+// stepped without a division per position.
+struct GridWalk {
+  int major, minor, dmajor, dminor, m;
+  __device__ __forceinline__ GridWalk(int start, int step, int m_)
+      : major(start / m_), minor(start % m_), dmajor(step / m_), dminor(step % m_), m(m_) {}
+  __device__ __forceinline__ void next() {
+    minor += dminor;
+    major += dmajor;
+    if (minor >= m) {
+      minor -= m;
+      ++major;
+    }
+  }
+};
+
 // A row of a transform's result as the last stage reads it: z[k], or for Bluestein chirp[k] conj(z[k]).
 template <typename T>
 struct ResultRow {
@@ -345,24 +406,32 @@ struct ResultRow {
   __device__ __forceinline__ Cx<T> operator()(int k) const { return chirp ? chirp[k] * conj(z[k]) : z[k]; }
 };
 
-// Output k of a row starting at `out + base` (complex elements, or real for kStoreReal), element stride
-// `elem`. post_step != 0: a four-step's first step, times W^(k post_step) from tw.
+// Output k of a row starting at `out + base` (complex elements, or real for kStoreReal and kStoreR2cPower),
+// element stride `elem`. post_step != 0: a four-step's first step, times W^(k post_step) from tw. `power`:
+// the exponent of kStoreR2cPower.
 template <typename T>
 __device__ __forceinline__ void store_value(int mode, void* __restrict__ out, index_t base, index_t elem,
                                             int k, const ResultRow<T>& z, int n,
                                             const Cx<T>* __restrict__ tw_edge, const Cx<T>* __restrict__ tw,
-                                            index_t post_step, int conj_out, T scale) {
+                                            index_t post_step, int conj_out, T scale, double power = 2.0) {
   if (mode == codes::kStoreComplex) {
     Cx<T> v = z(k);
     if (conj_out) v.im = -v.im;
     if (post_step != 0) v = v * tw[k * post_step];
     static_cast<Cx<T>*>(out)[base + k * elem] = v * scale;
-  } else if (mode == codes::kStoreR2cEven) {
+  } else if (mode == codes::kStoreR2cEven || mode == codes::kStoreR2cPower) {
     // X[k] = (Z[k] + conj Z[n - k]) / 2 + W_(2n)^k (-i) (Z[k] - conj Z[n - k]) / 2, k <= n, Z periodic.
     const Cx<T> zk = z(k == n ? 0 : k);
     const Cx<T> zc = conj(z(k == 0 ? 0 : n - k));
-    const Cx<T> v = (zk + zc) + tw_edge[k] * mul_neg_i(zk - zc);
-    static_cast<Cx<T>*>(out)[base + k * elem] = v * (T(0.5) * scale);
+    const Cx<T> v = ((zk + zc) + tw_edge[k] * mul_neg_i(zk - zc)) * (T(0.5) * scale);
+    if (mode == codes::kStoreR2cEven) {
+      static_cast<Cx<T>*>(out)[base + k * elem] = v;
+    } else {  // as spectrum_power (spectral.cu)
+      const T m2 = norm2(v);
+      static_cast<T*>(out)[base + k * elem] = power == 2.0   ? m2
+                                              : power == 1.0 ? sqrt(m2)
+                                                             : pow(m2, static_cast<T>(power) / T(2));
+    }
   } else {  // kStoreReal
     static_cast<T*>(out)[base + k * elem] = z(k).re * scale;
   }
@@ -374,29 +443,40 @@ __device__ __forceinline__ void store_value(int mode, void* __restrict__ out, in
 // its output at o * out_outer + i * out_inner. rows_fast bit 0 (input) and bit 1 (output): consecutive
 // threads take consecutive rows of the block rather than consecutive elements (coalesced where the rows are
 // adjacent in memory and the elements strided, as in a four-step's columns).
+// kLoadFramePairs: inner rows are the frames of an outer signal row; `window`, `x_len` (samples per signal
+// row), `pad_left` and `pad_mode` describe the frames, and in_inner is the hop.
 template <typename T>
 __device__ void fft_smem(const void* __restrict__ in, void* __restrict__ out, const Cx<T>* __restrict__ tw,
                          const Cx<T>* __restrict__ tw_edge, index_t rows, index_t inner, index_t in_outer,
                          index_t in_inner, index_t in_elem, index_t out_outer, index_t out_inner,
                          index_t out_elem, int n, int in_len, int out_count, int npass,
                          unsigned long long radices, int tw_pass, int tw_post, int load_mode, int store_mode,
-                         int conj_in, int conj_out, int rows_fast, double scale) {
+                         int conj_in, int conj_out, int rows_fast, double scale, const T* __restrict__ window,
+                         index_t x_len, index_t pad_left, int pad_mode, double power) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Cx<T>* smem = reinterpret_cast<Cx<T>*>(smem_raw);
   const int ry = static_cast<int>(blockDim.y);
   const int tid = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x);
   const int nthreads = static_cast<int>(blockDim.x * blockDim.y);
   const index_t row0 = static_cast<index_t>(blockIdx.x) * ry;
-  const index_t span = 2 * static_cast<index_t>(n);  // two buffers per row
+  // Two buffers per row; launches over strided rows (rows_fast) pad each row's span by 32 / ry values so
+  // that the rows of one warp's access fall in different shared-memory banks (_fft_plan._smem_shape).
+  const index_t span = 2 * static_cast<index_t>(n) + (rows_fast ? (ry >= 32 ? 1 : 32 / ry) : 0);
 
-  const index_t loads = static_cast<index_t>(ry) * n;
-  for (index_t q = tid; q < loads; q += nthreads) {
-    const int rr = (rows_fast & 1) ? static_cast<int>(q % ry) : static_cast<int>(q / n);
-    const int e = (rows_fast & 1) ? static_cast<int>(q / ry) : static_cast<int>(q % n);
+  // Positions q < ry n (ry n fits in an int: it is bounded by the shared memory).
+  const bool loads_fast = (rows_fast & 1) != 0;
+  for (GridWalk w(tid, nthreads, loads_fast ? ry : n); w.major < (loads_fast ? n : ry); w.next()) {
+    const int rr = loads_fast ? w.minor : w.major;
+    const int e = loads_fast ? w.major : w.minor;
     const index_t row = row0 + rr;
     if (row < rows) {
-      const index_t base = (row / inner) * in_outer + (row % inner) * in_inner;
-      smem[rr * span + e] = load_value<T>(load_mode, in, base, in_elem, e, n, in_len, tw_edge, conj_in);
+      index_t o, i;
+      split_row(row, inner, o, i);
+      smem[rr * span + e] =
+          load_mode == codes::kLoadFramePairs
+              ? load_frame_pair<T>(in, o * in_outer, i * in_inner - pad_left, e, window, x_len, pad_mode)
+              : load_value<T>(load_mode, in, o * in_outer + i * in_inner, in_elem, e, n, in_len, tw_edge,
+                              conj_in);
     }
   }
   __syncthreads();
@@ -407,17 +487,18 @@ __device__ void fft_smem(const void* __restrict__ in, void* __restrict__ out, co
   const index_t result = (npass & 1) ? n : 0;  // offset of the result buffer in each row's span
 
   const int count = out_count;
-  const index_t stores = static_cast<index_t>(ry) * count;
   const T s = static_cast<T>(scale);
-  for (index_t q = tid; q < stores; q += nthreads) {
-    const int rr = (rows_fast & 2) ? static_cast<int>(q % ry) : static_cast<int>(q / count);
-    const int k = (rows_fast & 2) ? static_cast<int>(q / ry) : static_cast<int>(q % count);
+  const bool stores_fast = (rows_fast & 2) != 0;
+  for (GridWalk w(tid, nthreads, stores_fast ? ry : count); w.major < (stores_fast ? count : ry); w.next()) {
+    const int rr = stores_fast ? w.minor : w.major;
+    const int k = stores_fast ? w.major : w.minor;
     const index_t row = row0 + rr;
     if (row < rows) {
-      const index_t i = row % inner;
-      const index_t base = (row / inner) * out_outer + i * out_inner;
+      index_t o, i;
+      split_row(row, inner, o, i);
       const ResultRow<T> z{smem + rr * span + result, nullptr};
-      store_value<T>(store_mode, out, base, out_elem, k, z, n, tw_edge, tw, i * tw_post, conj_out, s);
+      store_value<T>(store_mode, out, o * out_outer + i * out_inner, out_elem, k, z, n, tw_edge, tw,
+                     i * tw_post, conj_out, s, power);
     }
   }
 }
@@ -522,12 +603,13 @@ __device__ void fft_chirp_mul(Cx<T>* __restrict__ y, const Cx<T>* __restrict__ b
       long long in_outer, long long in_inner, long long in_elem, long long out_outer, long long out_inner,   \
       long long out_elem, int n, int in_len, int out_count, int npass, unsigned long long radices,           \
       int tw_pass, int tw_post, int load_mode, int store_mode, int conj_in, int conj_out, int rows_fast,     \
-      double scale) {                                                                                        \
+      double scale, const void* window, long long x_len, long long pad_left, int pad_mode, double power) {   \
     using pygpukit::audio::Cx;                                                                               \
     pygpukit::audio::fft_smem<T>(in, out, static_cast<const Cx<T>*>(tw), static_cast<const Cx<T>*>(tw_edge), \
                                  rows, inner, in_outer, in_inner, in_elem, out_outer, out_inner, out_elem,   \
                                  n, in_len, out_count, npass, radices, tw_pass, tw_post, load_mode,          \
-                                 store_mode, conj_in, conj_out, rows_fast, scale);                           \
+                                 store_mode, conj_in, conj_out, rows_fast, scale,                            \
+                                 static_cast<const T*>(window), x_len, pad_left, pad_mode, power);           \
   }                                                                                                          \
   extern "C" __global__ void fft_pass_##SUFFIX(const void* src, void* dst, const void* tw, long long rows,   \
                                                int n, int radix, int ns, int tw_pass) {                      \

@@ -193,3 +193,28 @@ def test_four_step_global_pass_and_pack_paths_on_the_device(dtype: type) -> None
     lengths = [*range(1, 70), 96, 97, 128, 240, 256, 343, 1000, 1024, 1331, 2048, 2197, 4096, 4099]
     failures = _sweep(lengths, dtype, batch=3)
     assert not failures, failures[:20]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_long_four_step_lengths_on_the_device(dtype: type) -> None:
+    """The two-launch four-step path of complex transforms (2^16 to 2^22, an odd smooth 3 * 2^18, a batch, a
+    cropped input), and the real transforms of those lengths (pack, four-step core, unpack)."""
+    rng = _rng()
+    failures = []
+    for n, batch in ((1 << 16, 3), (1 << 18, 2), (1 << 20, 2), (3 << 18, 2), (1 << 21, 1), (1 << 22, 1)):
+        x = _complex(rng, (batch, n), dtype)
+        for kind in ("fft", "ifft"):
+            for norm in (None, "ortho"):
+                error = _check(kind, x, dtype, norm=norm)
+                if not error <= TOL[dtype]:
+                    failures.append((kind, n, batch, norm, error))
+        error = _check("fft", x, dtype, n=n - 8)  # cropped rows: the input's row stride is not the length
+        if not error <= TOL[dtype]:
+            failures.append(("fft crop", n, batch, None, error))
+        r = rng.standard_normal((batch, n)).astype(dtype)
+        for kind, data, kwargs in (("rfft", r, {}), ("irfft", _complex(rng, (batch, n // 2 + 1), dtype), {"n": n})):
+            error = _check(kind, data, dtype, **kwargs)
+            if not error <= TOL[dtype]:
+                failures.append((kind, n, batch, None, error))
+    assert not failures, failures

@@ -11,6 +11,8 @@ import pytest
 
 import pygpukit.audio as audio
 from pygpukit.audio import filters
+from pygpukit.audio.spectral import stft_power
+from pygpukit.core.array import from_numpy
 from pygpukit.core.errors import ArgumentError
 
 pytestmark = pytest.mark.gpu
@@ -57,6 +59,24 @@ def test_stft_istft_power_db(dtype: type, n: int, hop: int, win: int, center: bo
     db = 10 * np.log10(np.maximum(1e-10, power)) - 10 * np.log10(power.max())
     db = np.maximum(db, db.max() - 80.0)
     assert _rel(audio.power_to_db(got_power, ref="max"), db) <= 10 * TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "symmetric"])
+def test_stft_frames_read_in_the_fft(dtype: type, mode: str) -> None:
+    """The fused framing of stft (kLoadFramePairs) and the fused power spectrogram (kStoreR2cPower): every pad
+    mode where the padding is longer than the signal, a batch of two leading dimensions, a device-array input,
+    and an n_fft that frames first (odd)."""
+    rng = np.random.default_rng()
+    for shape, n, hop in (((2, 300), 512, 100), ((2, 3, 4000), 400, 160), ((5000,), 2048, 512), ((2, 999), 255, 64)):
+        y = rng.standard_normal(shape)
+        spec = audio.stft(from_numpy(y.astype(dtype)), n_fft=n, hop_length=hop, pad_mode=mode)
+        want = _stft(y, n, hop, n, True, mode)
+        assert _rel(spec, want) <= 5 * TOL[dtype], (shape, n, mode)
+        for power in (2.0, 1.0, 1.5):  # the power spectrogram written by the FFT kernel (melspectrogram's)
+            got = stft_power(from_numpy(y.astype(dtype)), n_fft=n, hop_length=hop, win_length=None, window="hann",
+                             center=True, pad_mode=mode, power=power)  # fmt: skip
+            assert _rel(got, np.abs(want) ** power) <= 10 * TOL[dtype], (shape, n, mode, power)
 
 
 def test_fft_sizes_of_whisper_and_kokoro_batches() -> None:

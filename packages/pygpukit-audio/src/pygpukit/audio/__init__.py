@@ -36,6 +36,7 @@ from . import (  # noqa: E402
     vad,
 )
 from . import fft as _fft  # noqa: E402
+from ._finite import check_pending, finite_check_mode, set_finite_check  # noqa: E402
 from ._kernels import precompile  # noqa: E402
 from .constantq import *  # noqa: E402,F403
 from .decompose import *  # noqa: E402,F403
@@ -65,7 +66,10 @@ __all__ = [
     "io",
     "music",
     "phase",
+    "check_pending",
+    "finite_check_mode",
     "precompile",
+    "set_finite_check",
     "resampling",
     "spectral",
     "streaming",

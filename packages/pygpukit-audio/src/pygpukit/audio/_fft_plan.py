@@ -7,11 +7,16 @@ an even length n use L = n / 2 (see fft.cu). The core length is run by, in order
 
 1. one ``fft_smem`` launch, when L has no prime factor above 13 and two rows of L fit in shared memory:
    the input's read and the output's write (real packing, Hermitian symmetry, scaling) happen in it;
-2. otherwise a ``fft_pack`` launch into contiguous rows, the core, and a ``fft_unpack`` launch, where the
+2. a complex transform (fft, ifft) of such an L too long for that, read without zero padding, whose
+   L = L1 L2 splits into two halves that fit: a four-step transform of two ``fft_smem`` launches, the first
+   reading the input's columns into one scratch buffer (times the twiddles W_L^(m2 k1) on the way out), the
+   second writing the output (conjugation and scale included): two passes over memory (2^20 complex64:
+   8 MB read and 8 MB written each);
+3. otherwise a ``fft_pack`` launch into contiguous rows, the core, and a ``fft_unpack`` launch, where the
    core is a Stockham transform of smooth length Lc: in shared memory (one launch), as a four-step
    transform Lc = L1 L2 (two ``fft_smem`` launches over strided rows) when both halves fit, else one
    global-memory ``fft_pass`` launch per radix;
-3. a length with a prime factor above 13 goes through Bluestein's algorithm: the chirp-multiplied input
+4. a length with a prime factor above 13 goes through Bluestein's algorithm: the chirp-multiplied input
    zero-padded to a power of two m >= 2 L - 1, a transform of m, the product with the transformed chirp
    (``fft_chirp_mul``), a second transform of m, and the chirp again in the unpack.
 
@@ -65,7 +70,8 @@ SMEM_PARAMS = (
     _P("in"), _P("out"), _P("tw"), _P("tw_edge"), _Q("rows"), _Q("inner"), _Q("in_outer"), _Q("in_inner"),
     _Q("in_elem"), _Q("out_outer"), _Q("out_inner"), _Q("out_elem"), _I("n"), _I("in_len"), _I("out_count"),
     _I("npass"), kern.c_param("radices", "unsigned long long"), _I("tw_pass"), _I("tw_post"), _I("load_mode"),
-    _I("store_mode"), _I("conj_in"), _I("conj_out"), _I("rows_fast"), _D("scale"),
+    _I("store_mode"), _I("conj_in"), _I("conj_out"), _I("rows_fast"), _D("scale"), _P("window"), _Q("x_len"),
+    _Q("pad_left"), _I("pad_mode"), _D("power"),
 )  # fmt: skip
 PASS_PARAMS = (_P("src"), _P("dst"), _P("tw"), _Q("rows"), _I("n"), _I("radix"), _I("ns"), _I("tw_pass"))
 PACK_PARAMS = (
@@ -170,6 +176,7 @@ class _Modes:
     store: int
     conj: int
     scale: float
+    conj_out: int | None = None  # None: as conj (a four-step conjugates in its first read and last write only)
 
 
 def _plain(length: int) -> _Modes:
@@ -184,19 +191,30 @@ def _kernel(name: str, dtype: DType, params: tuple[Param, ...]) -> JITKernel:
     return kern.kernel(name, dtype, params)
 
 
+_BANK_PAD = 32  # most complex values of padding per row of a strided launch (fft.cu: 32 / rows per block)
+# Rows per block of strided launches (a four-step's columns: their loads coalesce across rows), before the
+# shared-memory and thread limits; benchmarks/tools/audio_bench.py --fft-variants times other values.
+strided_rows = 16
+
+
 def _smem_shape(length: int, dtype: DType, rows: int, strided: bool, limit: int = 1024) -> tuple[int, int, int]:
     """(threads per row, rows per block, bytes of shared memory) of an fft_smem launch over rows of ``length``:
-    one thread per butterfly of the largest radix, about 256 threads a block, at least 16 rows a block when
-    the rows are strided columns (their loads coalesce across rows), within the shared memory."""
-    per_row_bytes = 2 * length * 2 * dtype.itemsize  # two buffers of complex values
+    one thread per butterfly of the largest radix, about 256 threads a block, at least ``strided_rows`` when
+    the rows are strided columns (their loads coalesce across rows), within the shared memory. Strided rows
+    are padded by 32 / ry complex values each (as fft.cu does) against shared-memory bank conflicts."""
+    complex_bytes = 2 * dtype.itemsize
+    per_row_bytes = (2 * length + (_BANK_PAD if strided else 0)) * complex_bytes  # two buffers (+ the pad)
     rads = radices(length) or [1]
     per_row = max(1, -(-length // max(rads)))
     tx = min(limit, per_row if per_row < 32 else -(-per_row // 32) * 32)
     ry = max(1, 256 // tx)
     if strided:
-        ry = max(ry, 16)
+        ry = max(ry, strided_rows)
     ry = max(1, min(ry, _smem_limit() // per_row_bytes, limit // tx, rows))
-    return tx, ry, ry * per_row_bytes
+    if not strided:
+        return tx, ry, ry * per_row_bytes
+    pad = 1 if ry >= 32 else 32 // ry
+    return tx, ry, ry * (2 * length + pad) * complex_bytes
 
 
 # Tests set this to a small number of bytes to send short lengths down the four-step, global-pass and
@@ -208,8 +226,8 @@ def _smem_limit() -> int:
     return kern.max_shared_memory() if smem_limit_override is None else smem_limit_override
 
 
-def _fits_smem(length: int, dtype: DType) -> bool:
-    return 2 * length * 2 * dtype.itemsize <= _smem_limit()
+def _fits_smem(length: int, dtype: DType, strided: bool = False) -> bool:
+    return (2 * length + (_BANK_PAD if strided else 0)) * 2 * dtype.itemsize <= _smem_limit()
 
 
 class FftPlan:
@@ -252,9 +270,11 @@ class _Builder:
 
     def smem(self, src: str, dst: str, length: int, modes: _Modes, *, in_strides: tuple[int, int, int],
              out_strides: tuple[int, int, int], inner: int = 1, tw_post: int = 0, rows_fast: int = 0,
-             rows: int | None = None, edge: GPUArray | None = None,
-             tw_table: GPUArray | None = None) -> None:  # fmt: skip
-        """One fft_smem launch: ``rows`` rows (outer, inner) of a transform of ``length`` from ``src`` to ``dst``."""
+             rows: int | None = None, edge: GPUArray | None = None, tw_table: GPUArray | None = None,
+             frames: tuple[int, int, int, int] = (0, 0, 0, 0), power: float = 2.0) -> None:  # fmt: skip
+        """One fft_smem launch: ``rows`` rows (outer, inner) of a transform of ``length`` from ``src`` to ``dst``;
+        ``frames``: (window address, samples per signal row, left padding, pad mode) of kLoadFramePairs;
+        ``power``: the exponent of kStoreR2cPower."""
         rows = self.rows if rows is None else rows
         rads = radices(length)
         assert rads is not None
@@ -272,7 +292,8 @@ class _Builder:
                 _opted_in.add(key)
         args = (src, dst, self.table(table), self.table(edge) if edge is not None else 0, rows, inner, *in_strides,
                 *out_strides, length, modes.in_len, modes.out_count, len(rads), _packed(rads), tw_pass, tw_post,
-                modes.load, modes.store, modes.conj, modes.conj, rows_fast, modes.scale)  # fmt: skip
+                modes.load, modes.store, modes.conj, modes.conj if modes.conj_out is None else modes.conj_out,
+                rows_fast, modes.scale, *frames, power)  # fmt: skip
         self.launches.append(_Launch(kernel, -(-rows // ry), (tx, ry, 1), shared, args))
 
     def core(self, buffer: str, length: int) -> str:
@@ -311,10 +332,27 @@ def _split(length: int, dtype: DType) -> tuple[int, int] | None:
     """L = L1 L2 with both halves fitting in shared memory, L1 the largest such divisor <= sqrt(L)."""
     best = None
     for l1 in range(math.isqrt(length), 1, -1):
-        if length % l1 == 0 and _fits_smem(l1, dtype) and _fits_smem(length // l1, dtype):
+        if length % l1 == 0 and _fits_smem(l1, dtype, True) and _fits_smem(length // l1, dtype, True):
             best = (l1, length // l1)
             break
     return best
+
+
+def _four_step(b: _Builder, split: tuple[int, int], in_row: int, conj: int, scale: float) -> None:
+    """A complex transform of L = L1 L2 (no zero padding) as two fft_smem launches and one scratch buffer:
+    the first reads the input's columns (conjugated for an inverse transform) into the scratch, the second
+    writes the output rows (conjugated and scaled): two passes over memory, no pack or unpack."""
+    l1, l2 = split
+    length = l1 * l2
+    table = _roots(length, b.dtype)
+    b.scratch = [b.rows * length]
+    load, store = _LOAD["kLoadComplex"], _STORE["kStoreComplex"]
+    first = _Modes(l1, l1, load, store, conj, 1.0, conj_out=0)
+    b.smem("in", "s0", l1, first, inner=l2, in_strides=(in_row, 1, l2), out_strides=(length, 1, l2), tw_post=1,
+           rows_fast=3, rows=b.rows * l2, tw_table=table)  # fmt: skip
+    second = _Modes(l2, l2, load, store, 0, scale, conj_out=conj)
+    b.smem("s0", "out", l2, second, inner=l1, in_strides=(length, l2, 1), out_strides=(length, 1, l1),
+           rows_fast=2, rows=b.rows * l1, tw_table=table)  # fmt: skip
 
 
 # -- plans ------------------------------------------------------------------------------------------------------
@@ -339,6 +377,32 @@ def get_plan(kind: str, n: int, in_row: int, rows: int, dtype: DType, norm: str)
     plan = _PLANS.get(key)
     if plan is None:
         plan = _PLANS.put(key, _make(kind, n, in_row, rows, dtype, norm))
+    return plan
+
+
+def stft_plan(n_fft: int, rows: int, n_frames: int, length: int, hop: int, pad_left: int, pad_mode: int,
+              window: GPUArray, dtype: DType, power: float | None = None) -> FftPlan | None:  # fmt: skip
+    """The STFT's rfft with the framing fused into the FFT's read: one fft_smem launch from the contiguous signal
+    rows (rows, length) to the frame-major spectra (rows * n_frames, n_fft // 2 + 1, 2), each frame read from
+    the padded signal and windowed on the way into shared memory (kLoadFramePairs); with ``power``, |X| ** power
+    instead (rows * n_frames, n_fft // 2 + 1) reals (kStoreR2cPower). None when n_fft is odd, or n_fft / 2
+    has a prime factor above 13 or does not fit in shared memory (stft then frames first)."""
+    if n_fft % 2 or radices(n_fft // 2) is None or not _fits_smem(n_fft // 2, dtype):
+        return None
+    key = ("stft", n_fft, rows, n_frames, length, hop, pad_left, pad_mode, window.device_ptr, dtype, power,
+           thread_device())  # fmt: skip
+    plan = _PLANS.get(key)
+    if plan is None:
+        half, n_freq = n_fft // 2, n_fft // 2 + 1
+        b = _Builder(dtype, rows * n_frames)
+        b.table(window)  # kept alive with the plan
+        store = _STORE["kStoreR2cEven"] if power is None else _STORE["kStoreR2cPower"]
+        modes = _Modes(n_fft, n_freq, _LOAD["kLoadFramePairs"], store, 0, 1.0)
+        b.smem("in", "out", half, modes, inner=n_frames, in_strides=(length, hop, 1),
+               out_strides=(n_frames * n_freq, n_freq, 1), edge=_roots(n_fft, dtype),
+               frames=(window.device_ptr, length, pad_left, pad_mode),
+               power=2.0 if power is None else power)  # fmt: skip
+        plan = _PLANS.put(key, FftPlan(b.launches, (), tuple(b.tables)))
     return plan
 
 
@@ -371,6 +435,10 @@ def _make(kind: str, n: int, in_row: int, rows: int, dtype: DType, norm: str) ->
     if rads is not None and _fits_smem(length, dtype):
         b.smem("in", "out", length, modes, in_strides=(in_row, 0, 1), out_strides=(out_row, 0, 1), edge=edge)
         return FftPlan(b.launches, (), tuple(b.tables))
+    split = _split(length, dtype) if rads is not None and kind in ("fft", "ifft") and in_len == length else None
+    if split is not None:
+        _four_step(b, split, in_row, conj, scale)
+        return FftPlan(b.launches, tuple(b.scratch), tuple(b.tables))
     edge_ptr = b.table(edge) if edge is not None else 0
     chirp_ptr, m = 0, length
     if rads is not None:

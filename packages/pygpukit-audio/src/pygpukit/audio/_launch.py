@@ -9,15 +9,15 @@ from typing import Any
 
 import numpy as np
 
-from pygpukit.core.array import GPUArray, from_numpy, zeros
-from pygpukit.core.dtypes import DType, uint64
+from pygpukit.core.array import GPUArray, from_numpy
+from pygpukit.core.dtypes import DType
 from pygpukit.core.errors import ArgumentError, ShapeError
 from pygpukit.core.jit import JITKernel, Param
 from pygpukit.core.plans import PlanCache
 from pygpukit.core.stream import thread_device
 
 from . import _kernels as kern
-from ._common import host, is_cuda
+from ._finite import check_finite
 
 __all__ = ["PAD_MODES", "check_finite", "dense", "device_table", "launch", "pad_mode_code", "signal_rows"]
 
@@ -77,22 +77,6 @@ def pad_mode_code(name: str, mode: Any, allowed: tuple[str, ...] = tuple(PAD_MOD
     if not isinstance(mode, str) or mode not in allowed:
         raise ArgumentError(f"{name}: pad_mode must be one of {', '.join(repr(m) for m in allowed)}, got {mode!r}")
     return PAD_MODES[mode]
-
-
-def check_finite(name: str, what: str, x: GPUArray) -> None:
-    """:class:`ArgumentError` when ``x`` holds a NaN or an infinity (librosa refuses such audio too). On the GPU
-    one counting kernel and a read of its 8-byte count."""
-    if x.size == 0:
-        return
-    if not is_cuda():
-        bad = int(np.count_nonzero(~np.isfinite(host(x))))
-    else:
-        data = x if x.is_contiguous else x.contiguous()
-        count = zeros(1, uint64)
-        launch("count_nonfinite", x.dtype, x.size, data.device_ptr, x.size, count.device_ptr)
-        bad = int(count.to_numpy()[0])
-    if bad:
-        raise ArgumentError(f"{name}: {what} holds {bad} non-finite value(s) (NaN or infinity); audio must be finite")
 
 
 _TABLES: PlanCache[GPUArray] = PlanCache("audio.tables", maxsize=512)

@@ -22,7 +22,7 @@ from pygpukit.core.errors import ArgumentError, ShapeError
 from . import filters
 from ._common import Array, as_signal, host, is_cuda, number, positive_int
 from ._launch import check_finite, device_table, launch, pad_mode_code, signal_rows
-from .spectral import power_spectrum, power_to_db, stft
+from .spectral import power_to_db, stft_power
 
 __all__ = [
     "delta",
@@ -51,9 +51,9 @@ def _spectrogram(name: str, y: Any, S: Any, n_fft: int, hop_length: int, power: 
         return spec, 2 * (spec.shape[-2] - 1)
     if y is None:
         raise ArgumentError(f"{name}: give y (audio) or S (a spectrogram)")
-    matrix = stft(y, n_fft=n_fft, hop_length=hop_length, win_length=win_length, window=window, center=center,
-                  pad_mode=pad_mode)  # fmt: skip
-    return power_spectrum(matrix, power=power), n_fft
+    spec = stft_power(y, n_fft=n_fft, hop_length=hop_length, win_length=win_length, window=window, center=center,
+                      pad_mode=pad_mode, power=power)  # fmt: skip
+    return spec, n_fft
 
 
 def _project(S: GPUArray, basis_t: GPUArray) -> GPUArray:  # noqa: N803

@@ -24,7 +24,7 @@ from pygpukit.core.array import GPUArray, empty
 from pygpukit.core.dtypes import DType, float32, float64
 from pygpukit.core.errors import ArgumentError, ShapeError
 
-from . import filters
+from . import _fft_plan, filters
 from ._common import Array, as_complex, as_signal, host, is_cuda, number, positive_int
 from ._launch import check_finite, dense, device_table, launch, pad_mode_code, signal_rows, undo
 from .fft import irfft_rows, rfft_rows
@@ -73,6 +73,21 @@ def stft(y: Any, *, n_fft: int = 2048, hop_length: int | None = None, win_length
          window: Any = "hann", center: bool = True, dtype: Any = None,
          pad_mode: str = "constant") -> GPUArray:  # fmt: skip
     """Short-time Fourier transform of ``y`` (..., T), as librosa.stft: complex (..., 1 + n_fft // 2, n_frames, 2)."""
+    return _stft(y, n_fft, hop_length, win_length, window, center, dtype, pad_mode, None)
+
+
+def stft_power(y: Any, *, n_fft: int, hop_length: int | None, win_length: int | None, window: Any, center: bool,
+               pad_mode: str, power: float) -> GPUArray:  # fmt: skip
+    """``power_spectrum(stft(y, ...), power=power)``: (..., 1 + n_fft // 2, n_frames) in stft's layout. On the
+    CUDA backend, where stft reads its frames in the FFT kernel, that kernel writes |X| ** power itself
+    (kStoreR2cPower): one launch, and the complex spectrogram is never written. Used by melspectrogram and
+    the spectral features."""
+    p = number("power_spectrum", "power", power, minimum=0.0, exclusive=True)
+    return _stft(y, n_fft, hop_length, win_length, window, center, None, pad_mode, p)
+
+
+def _stft(y: Any, n_fft: Any, hop_length: Any, win_length: Any, window: Any, center: bool, dtype: Any,
+          pad_mode: str, power: float | None) -> GPUArray:  # fmt: skip
     name = "stft"
     signal = as_signal(name, "y", y)
     n_fft, hop, win = _lengths(name, n_fft, hop_length, win_length)
@@ -83,7 +98,7 @@ def stft(y: Any, *, n_fft: int = 2048, hop_length: int | None = None, win_length
     data, lead, rows, length = signal_rows(name, signal)
     if length == 0:
         raise ShapeError(f"{name}: y is empty (shape {signal.shape})")
-    check_finite(name, "y", data)
+    check_finite(name, "y", data, deferred=isinstance(y, GPUArray))  # NumPy input: the copy waited anyway
     pad = n_fft // 2 if center else 0
     if length + 2 * pad < n_fft:
         raise ShapeError(f"{name}: n_fft={n_fft} is too large for a signal of {length} samples"
@@ -91,7 +106,18 @@ def stft(y: Any, *, n_fft: int = 2048, hop_length: int | None = None, win_length
     n_frames = 1 + (length + 2 * pad - n_fft) // hop
     n_freq = n_fft // 2 + 1
     window_values = fft_window(name, window, win, n_fft, dt)
-    if is_cuda():
+    k = len(lead)
+    plan = _fft_plan.stft_plan(n_fft, rows, n_frames, length, hop, pad, mode, window_values, dt) if is_cuda() else None
+    if plan is not None and power is not None:
+        fused = _fft_plan.stft_plan(n_fft, rows, n_frames, length, hop, pad, mode, window_values, dt, power)
+        assert fused is not None  # the same conditions as the plan above
+        powers = empty((rows * n_frames, n_freq), dt)
+        fused.run(data, powers, dt)
+        return powers.reshape(*lead, n_frames, n_freq).transpose(*range(k), k + 1, k)
+    if plan is not None:  # the framing and windowing happen in the FFT's read of the signal
+        spectra = empty((rows * n_frames, n_freq, 2), dt)
+        plan.run(data, spectra, dt)
+    elif is_cuda():
         frames = empty((rows * n_frames, n_fft), dt)
         launch("frame_signal", dt, frames.size, data.device_ptr, frames.device_ptr, window_values.device_ptr, rows,
                length, length, n_frames, n_fft, hop, pad, mode)  # fmt: skip
@@ -102,8 +128,8 @@ def stft(y: Any, *, n_fft: int = 2048, hop_length: int | None = None, win_length
         values = np.fft.rfft(framed.reshape(rows * n_frames, n_fft), axis=-1)
         host(spectra)[...] = np.stack([values.real, values.imag], axis=-1).astype(dt.numpy)
     frame_major = spectra.reshape(*lead, n_frames, n_freq, 2)
-    k = len(lead)
-    return frame_major.transpose(*range(k), k + 1, k, k + 2)
+    result = frame_major.transpose(*range(k), k + 1, k, k + 2)
+    return result if power is None else power_spectrum(result, power=power)
 
 
 def _host_frames(x: Array, frame_length: int, hop: int, pad: int, pad_mode: str) -> Array:
@@ -145,7 +171,7 @@ def istft(stft_matrix: Any, *, hop_length: int | None = None, win_length: int | 
     if frame_major.dtype != dt:
         frame_major = frame_major.astype(dt)
     frame_major = frame_major.contiguous() if not frame_major.is_contiguous else frame_major
-    check_finite(name, "stft_matrix", frame_major)
+    check_finite(name, "stft_matrix", frame_major, deferred=isinstance(stft_matrix, GPUArray))
     window_values = fft_window(name, window, win, n, dt)
     out = empty((*lead, out_len), dt)
     tiny = float(np.finfo(dt.numpy).tiny)
