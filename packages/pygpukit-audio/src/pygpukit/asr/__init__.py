@@ -21,7 +21,7 @@ from .batch import transcribe_batch  # noqa: E402
 from .ct2 import ModelFormatError, read_model_bin  # noqa: E402
 from .features import log_mel_spectrogram, whisper_features  # noqa: E402
 from .hub import DEFAULT_MODEL, ModelDownloadError, ModelNotFoundError  # noqa: E402
-from .longform import Segment, TranscriptionResult, load_audio, transcribe  # noqa: E402
+from .longform import Segment, TranscriptionResult, detect_language, load_audio, transcribe  # noqa: E402
 from .model import WhisperModel  # noqa: E402
 from .streaming import StreamingTranscriber, StreamSegment, transcribe_streaming  # noqa: E402
 from .tokenizer import TokenizerError, WhisperTokenizer  # noqa: E402
@@ -45,6 +45,7 @@ __all__ = [
     "WhisperTokenizer",
     "Word",
     "__version__",
+    "detect_language",
     "load_audio",
     "log_mel_spectrogram",
     "read_model_bin",

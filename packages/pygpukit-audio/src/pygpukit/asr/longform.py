@@ -27,7 +27,15 @@ from .decoding import DecodeResult, TokenRules, decode_window
 from .features import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, log_mel_spectrogram, pad_or_trim
 from .words import Word, add_word_timestamps
 
-__all__ = ["DEFAULT_TEMPERATURES", "Segment", "TranscriptionResult", "load_audio", "transcribe"]
+__all__ = [
+    "DEFAULT_TEMPERATURES",
+    "Segment",
+    "TranscriptionResult",
+    "detect_language",
+    "language_probabilities",
+    "load_audio",
+    "transcribe",
+]
 
 DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 TIME_PRECISION = 0.02  # seconds per timestamp token
@@ -140,12 +148,35 @@ def _last_end(pieces: list[dict[str, Any]]) -> float | None:
     return float(pieces[-1]["end"]) if pieces else None
 
 
-def _detect_language(model: Any, encoder_out: GPUArray) -> str:
+def language_probabilities(model: Any, encoder_out: GPUArray) -> list[tuple[str, float]]:
+    """(code, probability) of every language token, most probable first: the softmax over the language
+    tokens of the logits after <|startoftranscript|> (the first window's ``encoder_out``, batch 1)."""
     tok = model.tokenizer
     state = model.new_state(encoder_out, max_len=1)
-    logits = np.asarray(model.logits(model.decode(np.array([[tok.sot]]), state)[:, -1]).to_numpy())[0]
-    ids = sorted(tok.language_tokens)
-    return str(tok.language_tokens[ids[int(np.argmax(logits[ids]))]])
+    logits = np.asarray(model.logits(model.decode(np.array([[tok.sot]]), state)[:, -1]).to_numpy(), np.float64)[0]
+    ids = sorted(i for i in tok.language_tokens if i < logits.shape[0])
+    chosen = logits[ids] - logits[ids].max()
+    probs = np.exp(chosen) / np.exp(chosen).sum()
+    order = np.argsort(-probs, kind="stable")
+    return [(str(tok.language_tokens[ids[i]]), float(probs[i])) for i in order]
+
+
+def _detect_language(model: Any, encoder_out: GPUArray) -> str:
+    return language_probabilities(model, encoder_out)[0][0]
+
+
+def detect_language(model: Any, audio: Any) -> tuple[str, float, list[tuple[str, float]]]:
+    """The language of the first 30 s of ``audio`` (a path, or 16 kHz samples) as a multilingual model
+    hears it: (code, its probability, every (code, probability) most probable first), as faster-whisper's
+    ``detect_language``. ``transcribe`` with ``language=None`` takes the same first choice."""
+    tok = model.tokenizer
+    if tok is None or not tok.multilingual:
+        raise ArgumentError("detect_language: needs a multilingual model with its tokenizer (this one is "
+                            f"{'without a tokenizer' if tok is None else 'English-only'})")  # fmt: skip
+    features = log_mel_spectrogram(load_audio(audio), model.config.n_mels, padding=HOP_LENGTH)
+    window = pad_or_trim(features[:, : min(N_FRAMES, features.shape[-1] - 1)].contiguous())
+    probs = language_probabilities(model, model.encode(window))
+    return probs[0][0], probs[0][1], probs
 
 
 def transcribe(model: Any, audio: Any, *, language: str | None = None, task: str = "transcribe",

@@ -82,8 +82,9 @@ class WhisperTokenizer:
         for token in ("<|endoftext|>", "<|startoftranscript|>", "<|notimestamps|>"):
             if self._tok.token_to_id(token) is None:
                 raise TokenizerError(f"{text}: the vocabulary has no {token} token")
-        # English-only vocabularies start the transcript at 50257, multilingual ones at 50258.
-        self.multilingual = (self.sot != self.eot + 1) if multilingual is None else bool(multilingual)
+        # English-only vocabularies end the text at 50256, multilingual ones (one more text token) at 50257;
+        # both put <|startoftranscript|> right after <|endoftext|> and both hold the language tokens.
+        self.multilingual = (self.eot == 50257) if multilingual is None else bool(multilingual)
 
     def _id(self, token: str) -> int:
         found = self._tok.token_to_id(token)

@@ -27,6 +27,7 @@ TOKENS_PER_SECOND = 50  # encoder positions per second
 PREPEND = "\"'\u201c\u00bf([{-"
 APPEND = "\"'.\u3002,\uff0c!\uff01?\uff1f:\uff1a\u201d)]}\u3001"
 SENTENCE_END = ".\u3002!\uff01?\uff1f"
+NO_SPACES = ("zh", "ja", "th", "lo", "my", "yue")  # split into words by characters, as faster-whisper does
 
 
 @dataclass
@@ -84,8 +85,9 @@ def _negative_dtw(x: Array) -> list[tuple[int, int]]:
     return path
 
 
-def _split_words(tok: Any, tokens: list[int]) -> tuple[list[str], list[list[int]]]:
-    """faster-whisper's split_tokens_on_spaces (built on split_tokens_on_unicode)."""
+def _split_words(tok: Any, tokens: list[int], on_spaces: bool = True) -> tuple[list[str], list[list[int]]]:
+    """faster-whisper's split_tokens_on_spaces (built on split_tokens_on_unicode), or with ``on_spaces``
+    False split_tokens_on_unicode alone (the languages written without spaces: each whole character a word)."""
     full = tok.decode_with_timestamps(tokens)
     subwords: list[str] = []
     pieces: list[list[int]] = []
@@ -100,6 +102,8 @@ def _split_words(tok: Any, tokens: list[int]) -> tuple[list[str], list[list[int]
             pieces.append(current)
             current = []
             offset += len(decoded)
+    if not on_spaces:
+        return subwords, pieces
     words: list[str] = []
     word_tokens: list[list[int]] = []
     for subword, sub_tokens in zip(subwords, pieces, strict=True):
@@ -160,7 +164,8 @@ def _alignment(model: Any, encoder_out: GPUArray, text: list[int], num_frames: i
     token_probs = text_logits / text_logits.sum(-1, keepdims=True)
     outputs = tokens[1:]
     text_probs = [float(token_probs[len(start) + t, outputs[len(start) + t]]) for t in range(len(text))]
-    words, word_tokens = _split_words(tok, [*text, tok.eot])
+    language = tok.language_tokens.get(start[1]) if tok.multilingual and len(start) > 1 else None
+    words, word_tokens = _split_words(tok, [*text, tok.eot], on_spaces=language not in NO_SPACES)
     if len(word_tokens) <= 1:
         return []
     boundaries = np.pad(np.cumsum([len(t) for t in word_tokens[:-1]]), (1, 0))

@@ -2,8 +2,8 @@
 ``generate_stream``, ``voices``).
 
 Phoneme strings (misaki's IPA-like alphabet, the characters of ``vocab.json``) always work; text goes
-through misaki's Japanese G2P (the ``ja`` extra of pygpukit-audio: misaki[ja], pyopenjtalk) when it is
-installed. A chunk of at most 510 phonemes runs: text encoder, durations, F0 / N, decoder front,
+through misaki's Japanese G2P (the ``ja`` extra of pygpukit-audio: misaki with fugashi and unidic-lite,
+offline) when it is installed. A chunk of at most 510 phonemes runs: text encoder, durations, F0 / N, decoder front,
 generator (docs/tts.md); longer input is cut at sentence ends.
 """
 
@@ -49,14 +49,30 @@ def split_sentences(text: str) -> list[str]:
 
 
 def _g2p() -> Any:
+    """misaki's ``JAG2P()`` as Kokoro's pipeline builds it: the cutlet romanizer on MeCab (fugashi) with
+    a UniDic dictionary (unidic-lite, bundled in its wheel, when the full unidic is absent). misaki.ja
+    imports pyopenjtalk for its other mode only; without pyopenjtalk the same romanizer is built directly
+    (``JAG2P()(text)`` is ``Cutlet()(text)``)."""
     try:
-        ja = importlib.import_module("misaki.ja")
+        try:
+            make = importlib.import_module("misaki.ja").JAG2P
+        except ImportError as exc:
+            if exc.name != "pyopenjtalk":
+                raise
+            make = importlib.import_module("misaki.cutlet").Cutlet
     except ImportError as exc:
         raise MissingDistributionError(
-            "Kokoro text input needs misaki's Japanese G2P (misaki[ja] with pyopenjtalk): pip install "
+            f"Kokoro text input needs misaki's Japanese G2P, which cannot be imported ({exc}): pip install "
             "'pygpukit-audio[ja]'; or pass phonemes (phonemes=True, speak --phonemes)"
         ) from exc
-    return ja.JAG2P()
+    try:
+        return make()
+    except RuntimeError as exc:  # fugashi: MeCab found no dictionary (unidic installed but not downloaded)
+        raise MissingDistributionError(
+            "Kokoro text input: misaki's Japanese G2P found no MeCab dictionary (the 'unidic' package is "
+            "installed without its data, which 'python -m unidic download' fetches; without 'unidic', "
+            "fugashi uses 'unidic-lite' of pygpukit-audio[ja]): " + str(exc).strip().splitlines()[0]
+        ) from exc
 
 
 class KokoroModel:
