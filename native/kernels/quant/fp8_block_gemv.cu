@@ -8,100 +8,51 @@
 //   fp8_block_dequant<T>(w, s, out, n, k, ldw, lds, bn, bk)
 //       out[r, c] = T(float(w[r, c]) * s[r / bn, c / bk]) (row-major, ld k): prefill's GEMM operand.
 //
-// The GEMV has wo_gemv.cu's structure: one warp per row of W, eight rows per block of 256 threads.
-// With `vector` (W, x and their row strides 16-byte aligned, k and bk multiples of 16) each lane
-// reads 16 weights with one 16-byte load, the matching x with 16-byte loads, four such loads in
-// flight, and scales each 16-element partial dot product by its block's scale (a 16-aligned chunk
-// never straddles a block when bk is a multiple of 16); otherwise element by element. Lane sums are
-// reduced with warp shuffles.
-#include "../common/types.cuh"
+// The GEMV is row_gemv.cuh's skeleton (shared with wo_gemv.cu): one warp per row of W, eight rows per block
+// of 256 threads. With `vector` (W, x and their row strides 16-byte aligned, k and bk multiples of 16) each
+// lane reads 16 weights with one 16-byte load, the matching x with 16-byte loads, four such loads in flight,
+// and scales each 16-element partial dot product by its block's scale (a 16-aligned chunk never straddles a
+// block when bk is a multiple of 16); otherwise element by element. Lane sums are reduced with warp shuffles.
+#include "row_gemv.cuh"
 
 namespace pygpukit {
 namespace ops {
 namespace fp8block {
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
+constexpr int kThreads = rowgemv::kThreads;
+constexpr int kWarps = rowgemv::kWarps;
 constexpr int kUnroll = 4;
 
-// 8 consecutive elements of x as float, with one 16-byte load (two for float).
-template <typename T>
-__device__ __forceinline__ void load_x8(const T* p, float* v) {
-  if constexpr (sizeof(T) == 4) {
-    const float4 a = *reinterpret_cast<const float4*>(p);
-    const float4 c = *reinterpret_cast<const float4*>(p + 4);
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = c.x, v[5] = c.y, v[6] = c.z, v[7] = c.w;
-  } else {
-    const Pack<T, 8> pack = *reinterpret_cast<const Pack<T, 8>*>(p);
+// row_gemv's decoder: 16 e4m3 weights per load, each 16-aligned chunk inside one block of bk columns.
+struct Decoder {
+  static constexpr int kChunk = 16;
+  const __nv_fp8_e4m3* wr;
+  const float* sr;  // the row's block-row of scales
+  int bk;
+  __device__ void chunk(uint4 raw, float* wf) const {
+    union {
+      uint4 v;
+      __nv_fp8_e4m3 e[16];
+    } u;
+    u.v = raw;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = to_float(pack.v[j]);
+    for (int j = 0; j < 16; ++j) wf[j] = narrow_to_float(u.e[j]);
   }
-}
+  __device__ float scale16(int c, int) const { return __ldg(sr + (16 * c) / bk); }
+  __device__ float element(int e) const { return narrow_to_float(wr[e]) * __ldg(sr + e / bk); }
+  __device__ float out_scale(int) const { return 1.0f; }
+};
 
 template <typename T, int M>
 __global__ void __launch_bounds__(kThreads)
     fp8_block_gemv(const T* __restrict__ x, const __nv_fp8_e4m3* __restrict__ w, const float* __restrict__ s,
                    T* __restrict__ y, const T* __restrict__ bias, int rows, int n, int k, long long ldx,
                    long long ldw, long long ldy, long long lds, int bn, int bk, int vector) {
-  const int warp = static_cast<int>(threadIdx.x) >> 5;
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int row = static_cast<int>(blockIdx.x) * kWarps + warp;
+  const int row = static_cast<int>(blockIdx.x) * kWarps + (static_cast<int>(threadIdx.x) >> 5);
   if (row >= n) return;  // no block-wide synchronisation below
   const __nv_fp8_e4m3* wr = w + static_cast<long long>(row) * ldw;
-  const float* sr = s + static_cast<long long>(row / bn) * lds;
-
-  float acc[M];
-#pragma unroll
-  for (int m = 0; m < M; ++m) acc[m] = 0.0f;
-
-  const int chunks = vector != 0 ? k >> 4 : 0;  // whole 16-element chunks
-#pragma unroll kUnroll
-  for (int c = lane; c < chunks; c += 32) {
-    union {
-      uint4 v;
-      __nv_fp8_e4m3 e[16];
-    } raw;
-    raw.v = __ldg(reinterpret_cast<const uint4*>(wr) + c);
-    const float scale = __ldg(sr + (16 * c) / bk);
-    float wf[16];
-#pragma unroll
-    for (int j = 0; j < 16; ++j) wf[j] = narrow_to_float(raw.e[j]);
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      if (m < rows) {
-        const T* xp = x + m * ldx + 16 * c;
-        float xv[8];
-        load_x8(xp, xv);
-        float dot = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) dot = fmaf(xv[j], wf[j], dot);
-        load_x8(xp + 8, xv);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) dot = fmaf(xv[j], wf[8 + j], dot);
-        acc[m] = fmaf(dot, scale, acc[m]);
-      }
-    }
-  }
-  for (int e = 16 * chunks + lane; e < k; e += 32) {
-    const float wf = narrow_to_float(wr[e]) * __ldg(sr + e / bk);
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      if (m < rows) acc[m] = fmaf(to_float(x[m * ldx + e]), wf, acc[m]);
-    }
-  }
-
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-#pragma unroll
-    for (int delta = 16; delta > 0; delta >>= 1) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], delta);
-  }
-  if (lane == 0) {
-    const float b = bias != nullptr ? to_float(bias[row]) : 0.0f;
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      if (m < rows) y[m * ldy + row] = from_float<T>(acc[m] + b);
-    }
-  }
+  const Decoder d{wr, s + static_cast<long long>(row / bn) * lds, bk};
+  rowgemv::row_gemv<Decoder, T, M, kUnroll>(d, x, wr, y, bias, rows, row, k, ldx, ldy, vector);
 }
 
 template <typename T>

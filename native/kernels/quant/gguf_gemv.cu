@@ -8,17 +8,21 @@
 //
 // One warp per row of W, eight rows per block of 256 threads; with `split` (2, 4 or 8; for short, wide
 // products that would leave SMs idle) that many warps share a row, taking every split-th segment,
-// and the row's first warp adds their sums (through shared memory, in a fixed order). A warp walks
-// its row in segments of 1024 elements (32 whole blocks of the 32-element formats, 4 of the
-// k-quants): it copies the segment's bytes into its own shared-memory buffer with coalesced 16-byte
-// loads from the 16-byte aligned address at or below the segment's start (blocks are 18 to 272 bytes
-// and need not be aligned), the next segment's loads in flight while the current one is decoded.
-// Then lane l decodes elements 32 l .. 32 l + 31 of the segment (one or two scale groups), 8 at a
-// time, as value = s * q + o (s and o the scale and offset of their group, decoded once per group)
-// and accumulates s * sum(q x) + o * sum(x) for each row of x in float32. x is read straight from
-// global memory (it is small and stays in L1/L2), 16 bytes at a time when `vector` (x and its row
-// stride 16-byte aligned). Lane partial sums are reduced with warp shuffles. Loads that would leave
-// [w, w + n * row bytes) are done byte by byte.
+// and the row's first warp adds their sums (through shared memory, in a fixed order). The block's
+// warps walk K in lockstep, one step of split segments of 1024 elements (32 whole blocks of the
+// 32-element formats, 4 of the k-quants) at a time. Per step, all 256 threads stage that chunk of x
+// (every row of x) in shared memory once as float32 (converted once for the block's 8 rows of W,
+// read back with conflict-free 16-byte loads) together with its sums over every scale group; the next
+// step's first 8 elements per thread (all of it when M * split <= 2) are loaded while this one is
+// decoded. The launch passes M * split * 4352 bytes of dynamic shared memory, M * split <= 8. Each warp
+// copies its segment's bytes of W into its own shared-memory buffer with coalesced 16-byte loads from the
+// 16-byte aligned address at or below the segment's start (blocks are 18 to 272 bytes and need not be
+// aligned), the next segment's loads in flight while the current one is decoded. Then lane l decodes elements
+// 32 l .. 32 l + 31 of the segment (one or two scale groups), 8 at a time, as value = s * q + o (s and o the
+// scale and offset of their group, decoded once per group) and accumulates s * sum(q x) + o * sum(x) for each
+// row of x in float32 (sum(x) from the staged group sums). x is read from global memory 16 bytes at a time
+// when `vector` (x and its row stride 16-byte aligned). Lane partial sums are reduced with warp
+// shuffles. Loads that would leave [w, w + n * row bytes) are done byte by byte.
 #include "../common/types.cuh"
 
 namespace pygpukit {
@@ -63,6 +67,17 @@ __device__ __forceinline__ Bytes8 bytes8(const unsigned char* p) {
   return {__funnelshift_r(w0, w1, shift), __funnelshift_r(w1, w2, shift)};
 }
 
+// The 8 bytes at p: with A (p known to be 8-byte aligned) one 64-bit shared-memory load, else bytes8.
+template <bool A>
+__device__ __forceinline__ Bytes8 load8(const unsigned char* p) {
+  if constexpr (A) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    return {v.x, v.y};
+  } else {
+    return bytes8(p);
+  }
+}
+
 // Each byte of a word shifted right and masked (bits of the next byte shifted in are masked away).
 __device__ __forceinline__ Bytes8 field8(Bytes8 v, int shift, unsigned int mask) {
   return {(v.lo >> shift) & mask, (v.hi >> shift) & mask};
@@ -103,6 +118,7 @@ struct Format<2> {  // Q4_0: f16 d, 16 bytes of nibbles (0-15 low, 16-31 high); 
     s = f16_at(b, 0);
     o = 0.0f;
   }
+  template <bool A = false>
   __device__ static void quants(const unsigned char* b, int i, float* q) {
     floats8<8>(field8(bytes8(b + 2 + (i & 15)), (i >> 4) * 4, 0x0f0f0f0fu), q);
   }
@@ -116,6 +132,7 @@ struct Format<3> {  // Q4_1: f16 d, f16 m, nibbles as Q4_0; d * q + m
     s = f16_at(b, 0);
     o = f16_at(b, 2);
   }
+  template <bool A = false>
   __device__ static void quants(const unsigned char* b, int i, float* q) {
     floats8<0>(field8(bytes8(b + 4 + (i & 15)), (i >> 4) * 4, 0x0f0f0f0fu), q);
   }
@@ -136,6 +153,7 @@ struct Format<6> {  // Q5_0: f16 d, u32 of fifth bits (bit i: element i), nibble
     s = f16_at(b, 0);
     o = 0.0f;
   }
+  template <bool A = false>
   __device__ static void quants(const unsigned char* b, int i, float* q) {
     const Bytes8 low = field8(bytes8(b + 6 + (i & 15)), (i >> 4) * 4, 0x0f0f0f0fu);
     floats8<16>(or8(low, fifth_bits(b, 2, i), 0), q);
@@ -150,6 +168,7 @@ struct Format<7> {  // Q5_1: f16 d, f16 m, u32 of fifth bits, nibbles; d * q + m
     s = f16_at(b, 0);
     o = f16_at(b, 2);
   }
+  template <bool A = false>
   __device__ static void quants(const unsigned char* b, int i, float* q) {
     const Bytes8 low = field8(bytes8(b + 8 + (i & 15)), (i >> 4) * 4, 0x0f0f0f0fu);
     floats8<0>(or8(low, fifth_bits(b, 4, i), 0), q);
@@ -164,6 +183,7 @@ struct Format<8> {  // Q8_0: f16 d, 32 int8 quants; d * q
     s = f16_at(b, 0);
     o = 0.0f;
   }
+  template <bool A = false>
   __device__ static void quants(const unsigned char* b, int i, float* q) {
     const Bytes8 v = bytes8(b + 2 + i);
     floats8<128>({v.lo ^ 0x80808080u, v.hi ^ 0x80808080u}, q);  // int8 + 128, minus 128
@@ -179,6 +199,7 @@ struct Format<10> {  // Q2_K: 16 scale|min nibble bytes, 64 bytes of 2-bit quant
     s = f16_at(b, 80) * static_cast<float>(packed & 0x0fu);
     o = -(f16_at(b, 82) * static_cast<float>(packed >> 4));
   }
+  template <bool A = false>
   __device__ static void quants(const unsigned char* b, int i, float* q) {
     floats8<0>(field8(bytes8(b + 16 + (i >> 7) * 32 + (i & 31)), ((i >> 5) & 3) * 2, 0x03030303u), q);
   }
@@ -195,6 +216,7 @@ struct Format<11> {  // Q3_K: 32 bytes of high bits, 64 of 2-bit lows, 12 of 6-b
     s = f16_at(b, 108) * static_cast<float>(static_cast<int>(low_bits | (high_bits << 4)) - 32);
     o = 0.0f;
   }
+  template <bool A = false>
   __device__ static void quants(const unsigned char* b, int i, float* q) {
     // q = low - 4 * (1 - high), in -4 .. 3: low + 4 * high minus 4
     const int l = i & 31;
@@ -214,8 +236,9 @@ struct Format<12> {  // Q4_K: f16 d, f16 dmin, 12 bytes of scales/mins, 128 byte
     s = f16_at(b, 0) * static_cast<float>(sc);
     o = -(f16_at(b, 2) * static_cast<float>(mn));
   }
+  template <bool A = false>
   __device__ static void quants(const unsigned char* b, int i, float* q) {
-    floats8<0>(field8(bytes8(b + 16 + (i >> 6) * 32 + (i & 31)), ((i >> 5) & 1) * 4, 0x0f0f0f0fu), q);
+    floats8<0>(field8(load8<A>(b + 16 + (i >> 6) * 32 + (i & 31)), ((i >> 5) & 1) * 4, 0x0f0f0f0fu), q);
   }
 };
 
@@ -226,10 +249,11 @@ struct Format<13> {  // Q5_K: Q4_K plus 32 bytes of fifth bits before the nibble
   __device__ static void scale(const unsigned char* b, int i, float& s, float& o) {
     Format<12>::scale(b, i, s, o);  // the same header
   }
+  template <bool A = false>
   __device__ static void quants(const unsigned char* b, int i, float* q) {
     const int l = i & 31;
-    const Bytes8 low = field8(bytes8(b + 48 + (i >> 6) * 32 + l), ((i >> 5) & 1) * 4, 0x0f0f0f0fu);
-    const Bytes8 high = field8(bytes8(b + 16 + l), i >> 5, 0x01010101u);
+    const Bytes8 low = field8(load8<A>(b + 48 + (i >> 6) * 32 + l), ((i >> 5) & 1) * 4, 0x0f0f0f0fu);
+    const Bytes8 high = field8(load8<A>(b + 16 + l), i >> 5, 0x01010101u);
     floats8<0>(or8(low, high, 4), q);
   }
 };
@@ -242,6 +266,7 @@ struct Format<14> {  // Q6_K: 128 bytes of low nibbles, 64 of high pairs, 16 int
     s = f16_at(b, 208) * static_cast<float>(static_cast<int>(static_cast<signed char>(b[192 + (i >> 4)])));
     o = 0.0f;
   }
+  template <bool A = false>
   __device__ static void quants(const unsigned char* b, int i, float* q) {
     const int h = i >> 7, r = i & 127;
     const Bytes8 low = field8(bytes8(b + h * 64 + (r & 63)), (r >> 6) * 4, 0x0f0f0f0fu);
@@ -250,24 +275,11 @@ struct Format<14> {  // Q6_K: 128 bytes of low nibbles, 64 of high pairs, 16 int
   }
 };
 
-// 8 consecutive elements of x as float: 16-byte loads when `vector`.
-template <typename T>
-__device__ __forceinline__ void load_x8(const T* p, float* v, bool vector) {
-  if (vector) {
-    if constexpr (sizeof(T) == 4) {
-      const float4 a = *reinterpret_cast<const float4*>(p);
-      const float4 c = *reinterpret_cast<const float4*>(p + 4);
-      v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = c.x, v[5] = c.y, v[6] = c.z, v[7] = c.w;
-    } else {
-      const Pack<T, 8> pack = *reinterpret_cast<const Pack<T, 8>*>(p);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = to_float(pack.v[j]);
-    }
-    return;
-  }
-#pragma unroll
-  for (int j = 0; j < 8; ++j) v[j] = to_float(p[j]);
-}
+// Q4_K and Q5_K blocks (144 and 176 bytes) keep the 16-byte alignment of the weight's start, and their
+// quants are read 8 bytes at a time from 8-aligned offsets: with an aligned weight (the usual case) the
+// staged copies are aligned too and quants<true> reads them with 64-bit loads.
+template <int Type>
+constexpr bool kCanAlign = Type == 12 || Type == 13;
 
 // The 16 bytes at address a, of which only those inside [lo, hi) are read (the others are zero).
 __device__ __forceinline__ uint4 load_chunk(unsigned long long a, unsigned long long lo,
@@ -285,8 +297,43 @@ __device__ __forceinline__ uint4 load_chunk(unsigned long long a, unsigned long 
   return u.v;
 }
 
+// x staged in shared memory: per step, the CTA's chunk of x (split segments of 1024 elements for each
+// of the M rows) as float32, float4 slot `s` stored at s ^ ((s >> 3) & 7) so that the 8 lanes of a
+// 16-byte load phase (32 elements apart) hit distinct banks; after it the sums of x over every group
+// of kGroup elements (the offset term o * sum(x) of the formats with a minimum).
+__device__ __forceinline__ int x_slot(int s) { return s ^ ((s >> 3) & 7); }
+
+// Rows of x (bucket M) times split segments must fit the staging: M * split <= kMaxXSegments.
+constexpr int kMaxXSegments = 8;
+constexpr int kXItems = kMaxXSegments * kSegElems / 8 / kThreads;  // 8-element items per thread
+
+// The 8 elements of x at p as raw T (zeros when !valid), 16-byte loads when `vector`.
+template <typename T>
+__device__ __forceinline__ Pack<T, 8> load_raw8(const T* p, bool valid, bool vector) {
+  Pack<T, 8> r;
+  if (!valid) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) r.v[j] = from_float<T>(0.0f);
+    return r;
+  }
+  if (vector) {
+    if constexpr (sizeof(T) == 4) {
+      const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+      const float4 c = __ldg(reinterpret_cast<const float4*>(p + 4));
+      r.v[0] = a.x, r.v[1] = a.y, r.v[2] = a.z, r.v[3] = a.w, r.v[4] = c.x, r.v[5] = c.y, r.v[6] = c.z,
+      r.v[7] = c.w;
+    } else {
+      r = *reinterpret_cast<const Pack<T, 8>*>(p);
+    }
+    return r;
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) r.v[j] = p[j];
+  return r;
+}
+
 template <int Type, typename T, int M>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, M <= 4 ? 4 : 3)
     gguf_gemv(const T* __restrict__ x, const unsigned char* __restrict__ w, T* __restrict__ y,
               const T* __restrict__ bias, int rows, int n, int k, long long ldx, long long ldy, int vector,
               int split) {
@@ -298,9 +345,12 @@ __global__ void __launch_bounds__(kThreads)
   static_assert(((kChunks + 31) / 32) * 32 * 16 >= kSegBytes + 15 + 4, "bytes8 reads stay in the buffer");
   constexpr int kPerLane = (kChunks + 31) / 32;
   __shared__ __align__(16) unsigned char stage[kWarps][kPerLane * 32 * 16];
+  // Dynamic: M * split * kSegElems floats of x, then M * split * kSegElems / kGroup group sums.
+  extern __shared__ float4 x_stage[];
 
-  const int warp = static_cast<int>(threadIdx.x) >> 5;
-  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
   const int part = warp % split;  // split warps share a row, taking every split-th segment
   const int row = static_cast<int>(blockIdx.x) * (kWarps / split) + warp / split;
   const bool active = row < n;
@@ -310,9 +360,14 @@ __global__ void __launch_bounds__(kThreads)
   const unsigned long long hi =
       lo + static_cast<unsigned long long>(row_bytes) * static_cast<unsigned long long>(n);
   const unsigned long long row_start = lo + static_cast<unsigned long long>(row_bytes) * row;
-  const int segments = active ? (blocks_per_row + kSegBlocks - 1) / kSegBlocks : 0;
+  const int all_segments = (blocks_per_row + kSegBlocks - 1) / kSegBlocks;  // the same for every warp
+  const int segments = active ? all_segments : 0;
+  const int steps = (all_segments + split - 1) / split;
   unsigned char* buf = stage[warp];
   const bool vec = vector != 0;
+  const int chunk = split * kSegElems;  // elements of one row of x per step
+  const int items = M * chunk / 8;      // 8-element items of x per step
+  float* x_sums = reinterpret_cast<float*>(x_stage + M * chunk / 4);
 
   float acc[M];
 #pragma unroll
@@ -334,49 +389,100 @@ __global__ void __launch_bounds__(kThreads)
       if (c < chunks) regs[p] = load_chunk(aligned + 16ull * c, lo, hi);
     }
   };
+  // Item i of a step (8 elements of x): row i >> item_shift of x, elements 8 * (i & item_mask) of the
+  // step's chunk (chunk / 8 = split * 128 items per row, a power of two).
+  const int item_shift = 31 - __clz(chunk / 8);
+  const int item_mask = chunk / 8 - 1;
+  auto load_item = [&](int t, int j) {
+    const int item = tid + j * kThreads;
+    const int xm = item >> item_shift;
+    const long long kk = static_cast<long long>(t) * chunk + (item & item_mask) * 8;
+    const bool valid = item < items && xm < rows && kk < k;
+    return load_raw8(x + (valid ? xm * ldx + kk : 0), valid, vec);
+  };
+  auto stage_item = [&](int j, const Pack<T, 8>& raw) {  // every lane of the warp takes part
+    const int item = tid + j * kThreads;
+    float v[8];
+    float s8 = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      v[e] = to_float(raw.v[e]);
+      s8 += v[e];
+    }
+    // group sums over consecutive items (consecutive lanes), in a fixed order
+    float s = s8;
+#pragma unroll
+    for (int width = 1; width < F::kGroup / 8; width *= 2) s += __shfl_down_sync(0xffffffffu, s, width);
+    if (item < items) {
+      x_stage[x_slot(2 * item)] = make_float4(v[0], v[1], v[2], v[3]);
+      x_stage[x_slot(2 * item + 1)] = make_float4(v[4], v[5], v[6], v[7]);
+      if ((item & (F::kGroup / 8 - 1)) == 0) x_sums[item / (F::kGroup / 8)] = s;
+    }
+  };
 
   if (part < segments) fetch(part);
-  for (int s = part; s < segments; s += split) {
-    __syncwarp();  // every lane is done decoding the previous segment
+  Pack<T, 8> next_x = load_item(0, 0);  // the next step's first item, in flight while a step is decoded
+  for (int t = 0; t < steps; ++t) {
+    __syncthreads();  // every warp is done with the previous step's x and its staging buffer
+    stage_item(0, next_x);
+#pragma unroll 1
+    for (int j = 1; j < kXItems; ++j) {  // bucket * split > 2 only
+      if (j * kThreads >= items) break;  // uniform: items is a multiple of 128
+      stage_item(j, load_item(t, j));
+    }
+    const int s = t * split + part;
 #pragma unroll
     for (int p = 0; p < kPerLane; ++p) reinterpret_cast<uint4*>(buf)[p * 32 + lane] = regs[p];
     const int cur_lead = lead;
-    __syncwarp();
+    __syncthreads();
+    if (t + 1 < steps) next_x = load_item(t + 1, 0);
     if (s + split < segments) fetch(s + split);  // in flight while this segment is decoded
+    if (s >= segments) continue;
     const int elems = min(kSegBlocks, blocks_per_row - s * kSegBlocks) * F::kElems;
     const int e0 = lane * 32;
-    if (e0 < elems) {
-      const unsigned char* blk = buf + cur_lead + (e0 / F::kElems) * F::kBytes;
-      const int i0 = e0 % F::kElems;
-      const long long kk = static_cast<long long>(s) * kSegElems + e0;
+    if (e0 >= elems) continue;
+    const unsigned char* blk = buf + cur_lead + (e0 / F::kElems) * F::kBytes;
+    const int i0 = e0 % F::kElems;
+    const int f0 = part * kSegElems + e0;  // in the chunk of row m: m * chunk + f0
+    // Q4_K / Q5_K: every block of the segment starts 16-byte aligned in buf (uniform over the warp)
+    const bool aligned = kCanAlign<Type> && cur_lead == 0;
 #pragma unroll
-      for (int g0 = 0; g0 < 32; g0 += F::kGroup) {  // the lane's 32 elements: one or two scale groups
-        float sc, off;
-        F::scale(blk, i0 + g0, sc, off);
-        float dot[M], sum[M];
+    for (int g0 = 0; g0 < 32; g0 += F::kGroup) {  // the lane's 32 elements: one or two scale groups
+      float sc, off;
+      F::scale(blk, i0 + g0, sc, off);
+      float dot[M];
 #pragma unroll
-        for (int m = 0; m < M; ++m) dot[m] = sum[m] = 0.0f;
-#pragma unroll
-        for (int g = g0; g < g0 + F::kGroup; g += 8) {
-          float q[8];
-          F::quants(blk, i0 + g, q);
-#pragma unroll
-          for (int m = 0; m < M; ++m) {
-            if (m < rows) {
-              float xv[8];
-              load_x8(x + m * ldx + kk + g, xv, vec);
-#pragma unroll
-              for (int j = 0; j < 8; ++j) {
-                dot[m] = fmaf(xv[j], q[j], dot[m]);
-                if constexpr (F::kMin) sum[m] += xv[j];
-              }
-            }
-          }
+      for (int m = 0; m < M; ++m) dot[m] = 0.0f;
+#pragma unroll(M >= 4 ? 1 : 4)
+      for (int g = g0; g < g0 + F::kGroup; g += 8) {
+        float q[8];
+        if (aligned) {
+          F::template quants<kCanAlign<Type>>(blk, i0 + g, q);
+        } else {
+          F::template quants<false>(blk, i0 + g, q);
         }
 #pragma unroll
         for (int m = 0; m < M; ++m) {
-          acc[m] = fmaf(sc, dot[m], acc[m]);
-          if constexpr (F::kMin) acc[m] = fmaf(off, sum[m], acc[m]);
+          if (m < rows) {
+            const int slot = (m * chunk + f0 + g) >> 2;
+            const float4 a = x_stage[x_slot(slot)];
+            const float4 c = x_stage[x_slot(slot + 1)];
+            dot[m] = fmaf(a.x, q[0], dot[m]);
+            dot[m] = fmaf(a.y, q[1], dot[m]);
+            dot[m] = fmaf(a.z, q[2], dot[m]);
+            dot[m] = fmaf(a.w, q[3], dot[m]);
+            dot[m] = fmaf(c.x, q[4], dot[m]);
+            dot[m] = fmaf(c.y, q[5], dot[m]);
+            dot[m] = fmaf(c.z, q[6], dot[m]);
+            dot[m] = fmaf(c.w, q[7], dot[m]);
+          }
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        acc[m] = fmaf(sc, dot[m], acc[m]);
+        if constexpr (F::kMin) {
+          if (m < rows) acc[m] = fmaf(off, x_sums[(m * chunk + f0 + g0) / F::kGroup], acc[m]);
         }
       }
     }

@@ -218,6 +218,34 @@ def test_every_format_is_enumerated_for_the_compile_check() -> None:
     assert "pygpukit::ops::qgemv::gguf_gemv<12, __nv_bfloat16, 1>" in expressions
 
 
+@pytest.mark.parametrize("bucket", [1, 2, 4, 8])
+def test_split_keeps_the_x_staging_within_static_launch_limits(monkeypatch: pytest.MonkeyPatch, bucket: int) -> None:
+    """Warps per row: more for short products on a 132-SM device, never past 8 / rows of x (the kernel
+    stages rows * split segments of x: with its static shared memory under 48 KiB)."""
+    from pygpukit.ops.quant import gemv as module
+
+    monkeypatch.setattr(module, "sm_count", lambda: 132)
+    for n, k, wide in ((7, 8192, 8), (1024, 4096, 4), (4096, 4096, 1), (14336, 4096, 1), (3, 1024, 1)):
+        split = module._split(n, k, bucket)
+        assert split == min(wide, 8 // bucket), (n, k, split)
+        assert bucket * split * module._X_STAGE_BYTES <= 8 * (4096 + 256)  # + <= 13.3 KiB static: < 48 KiB
+
+
+def test_benchmark_compare_lines() -> None:
+    """quant_gemv --compare: old / new per case present in both runs, graph times where both have them."""
+    from pygpukit.benchmark.quant_gemv import compare
+
+    old = {"cases": [{"format": "Q4_K", "m": 1, "n": 64, "k": 256, "us": 30.0},
+                     {"format": "Q8_0", "m": 8, "n": 64, "k": 256, "us": 10.0, "device_us": 8.0}]}  # fmt: skip
+    new = {"cases": [{"format": "Q4_K", "m": 1, "n": 64, "k": 256, "us": 15.0, "device_us": 5.0},
+                     {"format": "Q8_0", "m": 8, "n": 64, "k": 256, "us": 20.0, "device_us": 2.0},
+                     {"format": "Q6_K", "m": 1, "n": 64, "k": 256, "us": 1.0, "device_us": 1.0}]}  # fmt: skip
+    header, q4k, q80 = compare(new, old)
+    assert header.split()[:3] == ["format", "M", "N"]
+    assert q4k.split() == ["Q4_K", "1", "64x256", "30.00", "15.00", "2.00", "-", "5.00", "-"]
+    assert q80.split() == ["Q8_0", "8", "64x256", "10.00", "20.00", "0.50", "8.00", "2.00", "4.00"]
+
+
 # -- NVRTC ------------------------------------------------------------------------------------------
 @pytest.mark.nvrtc
 def test_kernels_compile_without_warnings() -> None:
@@ -292,5 +320,40 @@ def test_gpu_gemv_warps_per_row(rng: np.random.Generator, monkeypatch: pytest.Mo
 
     monkeypatch.setattr(module, "_SPLIT_FOR_TESTS", split)
     for name, n, blocks in (("Q4_K", 21, 13), ("Q8_0", 19, 101), ("Q3_K", 5, 3)):
-        for m in (1, 6):
+        for m in (1, 2, 3, 6):  # buckets 1, 2, 4, 8: the split is capped at 8 / bucket
             _gemv_case(rng, name, gp.bfloat16, m, n, blocks, bias=m == 6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["Q4_K", "Q5_K", "Q4_0"])
+@pytest.mark.parametrize("offset", [0, 4, 8, 1])
+def test_gpu_gemv_weight_at_any_byte_offset(rng: np.random.Generator, name: str, offset: int) -> None:
+    """Blocks that start 16-byte aligned (Q4_K and Q5_K then read their quants with 64-bit loads) and
+    blocks that do not (a weight viewed at an offset inside a larger buffer: the funnel-shift reads)."""
+    n, k = 45, 2304
+    raw = weight_bytes(rng, name, n, k)
+    padded = np.zeros(raw.size + 16, np.uint8)
+    padded[offset : offset + raw.size] = raw
+    q = QuantizedTensor(upload(padded)[offset : offset + raw.size], name, (n, k))
+    w = decoded(name, raw, n, k)
+    for m in (1, 3, 8):
+        x = activations(rng, (m, k), gp.bfloat16)
+        check(quantized_gemv(upload(x), q).to_numpy(), x, w, gp.bfloat16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["Q4_K", "Q4_1", "Q8_0", "Q6_K"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_gemv_many_x_steps(rng: np.random.Generator, name: str, dtype: DType) -> None:
+    """K over several staging steps of x with a partial last segment (the next step's x loaded while
+    one is decoded), every row bucket, rows past N, 16-byte aligned and unaligned x."""
+    n, k = 203, 4864  # 19 * 256: 5 segments of 1024, the last one partial
+    raw = weight_bytes(rng, name, n, k)
+    q = QuantizedTensor.from_raw(raw, name, (n, k))
+    w = decoded(name, raw, n, k)
+    for m in (1, 2, 4, 5, 8):
+        x = activations(rng, (m, k + 1), dtype)
+        check(quantized_gemv(upload(x[:, :k]), q).to_numpy(), x[:, :k], w, dtype)
+        check(quantized_gemv(upload(x)[:, 1:], q).to_numpy(), x[:, 1:], w, dtype)
+        again = quantized_gemv(upload(x[:, :k]), q).to_numpy()
+        assert np.array_equal(again, quantized_gemv(upload(x[:, :k]), q).to_numpy())  # deterministic

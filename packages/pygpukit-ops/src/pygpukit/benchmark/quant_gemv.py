@@ -3,12 +3,16 @@ FP8/INT8 (per-channel) and INT4 (AWQ / GPTQ packing, group size 128) weights, as
 device's measured copy bandwidth (issue 18's target: >= 75% for Q4_K, Q8_0, FP8 and INT4 at 7B/8B shapes).
 
     python -m pygpukit.benchmark.quant_gemv [--formats Q4_K,Q8_0,fp8] [--rows 1,8] [--dtype bfloat16]
-                                            [--iterations 200] [--json results.json]
+                                            [--iterations 200] [--json results.json] [--compare old.json]
 
 Copy bandwidth: ``dst.copy_(src)`` of a 1 GiB buffer (bytes read + bytes written per second). GEMV
-bandwidth: the weight's packed bytes (plus x and y) per second at each shape, timed with events over
-``--iterations`` launches after a warm-up. Each (format, shape) is checked once against the weight
-dequantized on the device (float32) and a float64 host product before it is timed.
+bandwidth: the weight's packed bytes (plus x and y) per second at each shape. Two timings, each with
+events over ``--iterations`` calls after a warm-up: ``us``, the calls issued from Python one by one
+(what an eager decode loop sees: below about 15 us a call is bound by its host-side launch cost, not
+by the kernel), and ``device_us``, the same calls captured once in a CUDA graph and replayed (the
+kernels back to back: what a graph-captured decode step sees, and what the bandwidth fraction is
+computed from). Each (format, shape) is checked once against the weight dequantized on the device
+(float32) and a float64 host product before it is timed.
 """
 
 from __future__ import annotations
@@ -45,6 +49,28 @@ def _timed(fn: Callable[[], Any], warmup: int, iterations: int) -> float:
             fn()
         end.record(stream)
         end.synchronize()
+    return float(start.elapsed_time(end)) * 1e3 / iterations
+
+
+def _timed_graph(fn: Callable[[], Any], iterations: int) -> float | None:
+    """Microseconds per call of ``fn`` with ``iterations`` calls captured in one CUDA graph and the
+    graph replayed (after one warm-up replay); None when the calls cannot be captured."""
+    graph = gp.CudaGraph()
+    keep: list[Any] = []  # results of the captured calls stay allocated while the graph replays
+    try:
+        with graph.capture() as stream:
+            for _ in range(iterations):
+                keep.append(fn())
+    except gp.PyGPUkitError as error:
+        print(f"  (no CUDA graph: {error})", file=sys.stderr)
+        return None
+    graph.replay(stream)
+    start, end = gp.Event(), gp.Event()
+    start.record(stream)
+    graph.replay(stream)
+    end.record(stream)
+    end.synchronize()
+    del keep
     return float(start.elapsed_time(end)) * 1e3 / iterations
 
 
@@ -89,7 +115,7 @@ def run(formats: list[str], rows: list[int], dtype: str, iterations: int,
     copy = copy_bandwidth()
     results: dict[str, Any] = {"device": gp.get_device_info().name, "copy_gbps": copy, "cases": []}
     print(f"device copy bandwidth: {copy:.0f} GB/s ({results['device']})")
-    print(f"{'format':6} {'M':>2} {'N x K':>13} {'us':>9} {'GB/s':>8} {'of copy':>8} {'rel err':>9}")
+    print(f"{'format':6} {'M':>2} {'N x K':>13} {'us':>9} {'device us':>9} {'GB/s':>8} {'of copy':>8} {'rel err':>9}")
     for fmt in formats:
         for n, k in shapes:
             q: Any
@@ -111,12 +137,35 @@ def run(formats: list[str], rows: list[int], dtype: str, iterations: int,
                 y = call()
                 err = _check(q, x, y) if m == rows[0] else float("nan")
                 us = _timed(call, 10, iterations)
+                device_us = _timed_graph(call, iterations)
                 moved = nbytes + (m * k + m * n) * y.itemsize
-                gbps = moved / (us * 1e-6) / 1e9
-                results["cases"].append({"format": fmt, "m": m, "n": n, "k": k, "us": us, "gbps": gbps,
-                                         "fraction_of_copy": gbps / copy, "max_rel_err": err})  # fmt: skip
-                print(f"{fmt:6} {m:>2} {f'{n}x{k}':>13} {us:9.2f} {gbps:8.0f} {gbps / copy:8.1%} {err:9.2e}")
+                gbps = moved / ((us if device_us is None else device_us) * 1e-6) / 1e9
+                results["cases"].append({"format": fmt, "m": m, "n": n, "k": k, "us": us, "device_us": device_us,
+                                         "gbps": gbps, "fraction_of_copy": gbps / copy,
+                                         "max_rel_err": err})  # fmt: skip
+                dev = "-" if device_us is None else f"{device_us:.2f}"
+                print(f"{fmt:6} {m:>2} {f'{n}x{k}':>13} {us:9.2f} {dev:>9} {gbps:8.0f} {gbps / copy:8.1%} {err:9.2e}")
     return results
+
+
+def compare(results: dict[str, Any], old: dict[str, Any]) -> list[str]:
+    """Lines comparing ``results`` with an earlier run's JSON (the same cases by format, M, N, K): the
+    eager times and, where both runs have them, the graph-replay times, as old / new (above 1: faster)."""
+    before = {(c["format"], c["m"], c["n"], c["k"]): c for c in old.get("cases", [])}
+    lines = [f"{'format':6} {'M':>2} {'N x K':>13} {'us old':>9} {'us new':>9} {'speedup':>8} {'dev old':>9} "
+             f"{'dev new':>9} {'speedup':>8}"]  # fmt: skip
+    for case in results["cases"]:
+        prior = before.get((case["format"], case["m"], case["n"], case["k"]))
+        if prior is None:
+            continue
+        dev_old, dev_new = prior.get("device_us"), case.get("device_us")
+        new_dev = "-" if dev_new is None else f"{dev_new:.2f}"
+        dev = (f"{dev_old:9.2f} {dev_new:9.2f} {dev_old / dev_new:8.2f}" if dev_old and dev_new
+               else f"{'-':>9} {new_dev:>9} {'-':>8}")  # fmt: skip
+        shape = f"{case['n']}x{case['k']}"
+        lines.append(f"{case['format']:6} {case['m']:>2} {shape:>13} {prior['us']:9.2f} {case['us']:9.2f} "
+                     f"{prior['us'] / case['us']:8.2f} {dev}")  # fmt: skip
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="bfloat16", choices=("float32", "float16", "bfloat16"))
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--compare", help="an earlier run's --json file: print old / new times per case")
     args = parser.parse_args(argv)
     formats = [f.strip().upper() for f in args.formats.split(",") if f.strip()]
     unknown = [f for f in formats if f not in (*QUANT_FORMATS, "FP8", "INT8", "AWQ", "GPTQ")]
@@ -144,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
+    if args.compare:
+        with open(args.compare) as f:
+            print("\n".join(compare(results, json.load(f))))
     return 0
 
 

@@ -3,7 +3,8 @@
 - :func:`quantized_gemv`: the decode path, ``y (M, N) = x (M, K) @ W.T`` for M = 1 .. 8, one kernel
   (native/kernels/quant/gguf_gemv.cu) that reads W's packed blocks straight from device memory: a
   warp per row of W (2 to 8 warps per row where N is too small to fill the device: :func:`_split`),
-  16-byte loads of the blocks, float32 accumulation. Instantiated per format,
+  16-byte loads of the blocks, x staged once per block in shared memory as float32 (with its group
+  sums), float32 accumulation. Instantiated per format,
   activation dtype (float32, float16, bfloat16) and rows of x rounded up to 1, 2, 4 or 8.
 - :func:`quantized_linear`: ``act(x @ W.T + b)`` for x of any leading shape: the GEMV up to 8 rows;
   beyond (prefill), W is dequantized to x's dtype in row tiles and each tile goes through the
@@ -67,6 +68,8 @@ _PARAMS = [pointer("x"), pointer("w"), pointer("y"), pointer("bias"), c_param("r
            c_param("k", "int"), size_param("ldx"), size_param("ldy"), code_param("vector"),
            code_param("split")]  # fmt: skip
 _SEGMENT = 1024  # kSegElems of the kernel: elements of a row per warp step
+_MAX_X_SEGMENTS = 8  # kMaxXSegments of the kernel: rows of x (bucket) times split at most
+_X_STAGE_BYTES = _SEGMENT * 4 + _SEGMENT // 16 * 4  # dynamic shared memory per row of x per split
 _SPLIT_FOR_TESTS: int | None = None  # forces the warps-per-row split (tests)
 _INT32_MAX = 2**31 - 1
 _KERNELS: PlanCache[JITKernel] = PlanCache("ops.quant_gemv")
@@ -172,13 +175,15 @@ def quantized_gemv(
     return out
 
 
-def _split(n: int, k: int) -> int:
+def _split(n: int, k: int, bucket: int = 1) -> int:
     """Warps per row of W (1, 2, 4 or 8): more while the grid would be under two blocks per SM and
-    every warp still gets a segment of K (short, wide products such as a 7B model's K/V projections)."""
+    every warp still gets a segment of K (short, wide products such as a 7B model's K/V projections),
+    at most 8 / bucket (the block stages bucket * split segments of x in shared memory)."""
     segments = -(-k // _SEGMENT)
     target = 2 * sm_count()
+    limit = _MAX_X_SEGMENTS // bucket
     split = 1
-    while split < _ROWS_PER_BLOCK and 2 * split <= segments and -(-n * split // _ROWS_PER_BLOCK) < target:
+    while split < limit and 2 * split <= segments and -(-n * split // _ROWS_PER_BLOCK) < target:
         split *= 2
     return split
 
@@ -187,13 +192,15 @@ class _Launch:
     """A checked GEMV call shape: the kernel, its grid and scalars; ``run`` launches it for one call's
     addresses (x's 16-byte alignment read then). With ``code`` an activation follows on the device."""
 
-    __slots__ = ("aligned", "code", "grid", "kernel", "scalars", "split")
+    __slots__ = ("aligned", "code", "grid", "kernel", "scalars", "shared", "split")
 
     def __init__(self, fmt: str, dtype: DType, m: int, n: int, k: int, ldx: int, ldy: int, itemsize: int,
                  code: int) -> None:  # fmt: skip
-        self.kernel = _kernel(fmt, dtype, _bucket(m))
-        split = _split(n, k) if _SPLIT_FOR_TESTS is None else _SPLIT_FOR_TESTS
+        bucket = _bucket(m)
+        self.kernel = _kernel(fmt, dtype, bucket)
+        split = _split(n, k, bucket) if _SPLIT_FOR_TESTS is None else min(_SPLIT_FOR_TESTS, _MAX_X_SEGMENTS // bucket)
         self.grid = -(-n // (_ROWS_PER_BLOCK // split))
+        self.shared = bucket * split * _X_STAGE_BYTES
         self.scalars = (m, n, k, ldx, ldy)
         self.split = split
         self.aligned = (ldx * itemsize) % 16 == 0
@@ -206,9 +213,9 @@ class _Launch:
         args = (x_ptr, q.data.device_ptr, out2.device_ptr, 0 if bias is None else bias.device_ptr, *self.scalars,
                 vector, self.split)  # fmt: skip
         if stream is None:
-            launch(self.kernel, args, self.grid, 256)
+            launch(self.kernel, args, self.grid, 256, self.shared)
         else:
-            self.kernel(*args, grid=self.grid, block=256, stream=stream)
+            self.kernel(*args, grid=self.grid, block=256, shared_mem=self.shared, stream=stream)
         if self.code:
             _activate(out2, self.code, stream)
 
