@@ -67,6 +67,9 @@ def build_cases(th: Any) -> list[Case]:
         Case("add", lambda: ops.add(x, y)),
         Case("add(out=)", lambda: ops.add(x, y, out=out)),
         Case("x + y", lambda: x + y),
+        Case("x == y", lambda: x == y),
+        Case("x * 2.0", lambda: x * 2.0),
+        Case("-x", lambda: -x),
         Case("add scalar", lambda: ops.add(x, 2.0)),
         *(
             Case(n, (lambda f: lambda: f(x, y))(getattr(ops, n)))
@@ -163,6 +166,9 @@ def build_cases(th: Any) -> list[Case]:
         "matmul 1024^3 f16": lambda: th.matmul(tbig, thw), "greedy 32000": lambda: th.argmax(tlog, -1),
         "sdpa causal 16x64": lambda: nnf.scaled_dot_product_attention(tq, tq, tq, is_causal=True),
     }  # fmt: skip
+    peers["x == y"] = lambda: tx == ty
+    peers["x * 2.0"] = lambda: tx * 2.0
+    peers["-x"] = lambda: -tx
     swiglu_peer = lambda: nnf.silu(tgate[:, :256]) * tgate[:, 256:]  # noqa: E731 (the unfused peer)
     peers["swiglu"] = swiglu_peer
     peers["geglu"] = lambda: nnf.gelu(tgate[:, :256]) * tgate[:, 256:]
@@ -214,7 +220,7 @@ def parts(calls: int, repeats: int, th: Any) -> None:
     from pygpukit.ops.elementwise import UNARY_OPS
 
     op = next(o for o in UNARY_OPS if o.name == "exp")
-    plan = op.plans.get(gp.float32)
+    plan = op.plans.get(gp.float32.name)  # plans are keyed by the dtype's name
     kernel = plan._contig if plan is not None else None
     code = op.code
     items: list[tuple[str, Callable[[], Any]]] = [
@@ -240,6 +246,48 @@ def parts(calls: int, repeats: int, th: Any) -> None:
         print(f"{label:<34} {host_time(fn, calls, repeats, gp.synchronize):7.2f} us", flush=True)
 
 
+def dispatch(calls: int, repeats: int, top: int) -> None:
+    """The Python work of the elementwise repeated-call fast paths alone, on any backend (the CPU one
+    included): a CUDA backend state is simulated, every float32 plan gets a stand-in kernel, and the
+    launch and the result allocation are stubbed, so what is timed is the dispatch the CUDA path runs
+    (operator, op function, checks, plan lookup, launch arguments), not a kernel or the pool."""
+    from types import SimpleNamespace
+
+    from pygpukit.ops import _elementwise_engine as engine
+    from pygpukit.ops.elementwise import BINARY_OPS, UNARY_OPS
+
+    x = gp.from_numpy(np.ones(1024, np.float32))
+    y = gp.from_numpy(np.ones(1024, np.float32))
+    truth = gp.from_numpy(np.ones(1024, np.bool_))
+    saved = {name: getattr(engine, name, None) for name in ("_backend", "launch", "allocate", "is_cuda")}
+    plans = [op.plan(gp.float32) for op in (*BINARY_OPS, *UNARY_OPS) if "f" in op.kinds or op.result == "truth"]
+    kernels = [plan._contig for plan in plans]
+    try:
+        for plan in plans:
+            plan._contig = lambda *args, **kwargs: None  # type: ignore[assignment]
+        engine._backend = SimpleNamespace(_state=SimpleNamespace(name="cuda"))  # type: ignore[assignment]
+        engine.launch = lambda kernel, args, grid, block=None, shared_mem=0: None  # type: ignore[assignment]
+        engine.allocate = lambda shape, dtype, stream=None: truth if dtype is gp.bool_ else x  # type: ignore[assignment]
+        engine.is_cuda = lambda: True  # type: ignore[assignment]
+        cases = [("ops.add(x, y)", lambda: ops.add(x, y)), ("x + y", lambda: x + y),
+                 ("ops.eq(x, y)", lambda: ops.eq(x, y)), ("x == y", lambda: x == y), ("x < y", lambda: x < y),
+                 ("ops.exp(x)", lambda: ops.exp(x)), ("-x", lambda: -x), ("ops.add(x, 2.0)", lambda: ops.add(x, 2.0)),
+                 ("x * 2.0", lambda: x * 2.0)]  # fmt: skip
+        for label, fn in cases:
+            fn()  # the general path once: plans and scalar caches
+            print(f"dispatch {label:<18} {host_time(fn, calls, repeats, lambda: None):6.2f} us", flush=True)
+            if top:
+                print_profile(Case(label, fn), calls, top)
+    finally:
+        for plan, kernel in zip(plans, kernels, strict=True):
+            plan._contig = kernel
+        for name, value in saved.items():
+            if value is None:  # (an engine without it: an older checkout, for comparisons)
+                delattr(engine, name)
+            else:
+                setattr(engine, name, value)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=1000)
@@ -257,7 +305,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--parts", action="store_true", help="first time the parts every op shares: allocation, a launch, a plan lookup"
     )
+    parser.add_argument(
+        "--dispatch",
+        action="store_true",
+        help="only time the Python dispatch of the elementwise fast paths, launch and allocation stubbed (any backend)",
+    )
     args = parser.parse_args(argv)
+    if args.dispatch:
+        dispatch(args.calls, args.repeats, args.profile)
+        return 0
     try:
         import torch as th
 

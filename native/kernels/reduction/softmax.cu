@@ -8,6 +8,10 @@
 //       the same for rows of at most lanes * P * (16 / sizeof(T)) elements: each thread holds P packs of
 //       its row in registers, so the row is read from memory once and each element is exponentiated
 //       once; the maximum and then the sum are combined over the group in fixed trees
+//   softmax_rows_shared<T, A>(x, out, rows, count, lanes, log, layout)
+//       rows too long for softmax_rows_held (up to what dynamic shared memory holds: the host's limit),
+//       one per block: the row is kept in shared memory as loaded, so it is read from memory once;
+//       exp(x - max) is computed again for the output. The same fixed trees as softmax_rows_held.
 //   softmax_apply<T, A>(out, x, stats, n, layout, log)
 //       any layout: the statistics come from reduce_rows/reduce_cols<LogSumExpR<A>>, one per row,
 //       and are broadcast along the axis (layout operand 2)
@@ -110,6 +114,24 @@ struct HeldExp<float> {
 __device__ __forceinline__ float held_max(float a, float b) { return fmaxf(a, b); }
 __device__ __forceinline__ double held_max(double a, double b) { return fmax(a, b); }
 
+// fmax over a group of `lanes` threads (every lane gets it), in a fixed butterfly: max is exact, so
+// order is moot. `scratch` holds blockDim.x / 32 values; every thread of the block must call it.
+template <typename A>
+__device__ __forceinline__ A group_max(A top, int lanes, A* scratch) {
+  for (int offset = 1; offset < (lanes < 32 ? lanes : 32); offset <<= 1) {
+    top = held_max(top, shuffle_xor(top, offset));
+  }
+  if (lanes > 32) {
+    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x / 32] = top;
+    __syncthreads();
+    const int first = (threadIdx.x / lanes) * (lanes / 32);
+    top = scratch[first];
+    for (int w = 1; w < lanes / 32; ++w) top = held_max(top, scratch[first + w]);
+    __syncthreads();
+  }
+  return top;
+}
+
 // A NaN anywhere in a row makes its sum NaN (exp(NaN - max)), so every output is NaN as NumPy's; the
 // maximum may therefore ignore NaN (fmax). An infinite maximum makes exp(inf - inf) NaN the same way.
 template <typename T, typename A, int P>
@@ -159,18 +181,7 @@ __global__ void __launch_bounds__(256)
       }
     }
   }
-  // fmax over the group (every lane gets it), in a fixed butterfly: max is exact, so order is moot.
-  for (int offset = 1; offset < (lanes < 32 ? lanes : 32); offset <<= 1) {
-    top = held_max(top, shuffle_xor(top, offset));
-  }
-  if (lanes > 32) {
-    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x / 32] = top;
-    __syncthreads();
-    const int first = (threadIdx.x / lanes) * (lanes / 32);
-    top = scratch[first];
-    for (int w = 1; w < lanes / 32; ++w) top = held_max(top, scratch[first + w]);
-    __syncthreads();
-  }
+  top = group_max(top, lanes, scratch);
   const HeldExp<A> exp_shifted(top);
   A total = A(0);
 #pragma unroll
@@ -197,6 +208,88 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         if (start + j < count) out_row[start + j] = result.v[j];
+      }
+    }
+  }
+}
+
+// One 16-byte global -> shared copy that bypasses registers (cp.async, sm_80 on; as gemm_common.cuh's
+// cp_async_16, which this file does not include).
+__device__ __forceinline__ void copy_async_16(unsigned dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
+
+// One row per block of `lanes` threads (blockDim.x); the row is kept in dynamic shared memory as
+// loaded (16-byte packs, ceil(count / V) of them: the host sizes it), so it is read from memory once.
+// Lane i owns packs i, i + lanes, ... and only ever reads back its own packs (no barrier needed for
+// them); exp(x - max) is computed again for the output. At most 40 registers: three blocks of 512
+// threads an SM, as shared memory allows three 64 KiB rows on an H100.
+template <typename T, typename A>
+__global__ void __launch_bounds__(512, 3)
+    softmax_rows_shared(const T* __restrict__ x, T* __restrict__ out, index_t rows, index_t count, int lanes,
+                        int log, SoftmaxLayout layout) {
+  constexpr int V = pack_width<T, T>();
+  extern __shared__ __align__(16) unsigned char softmax_row[];
+  Pack<T, V>* held = reinterpret_cast<Pack<T, V>*>(softmax_row);
+  __shared__ A scratch[32];
+  const SumR<A> sum_r{0};
+  const int lane = threadIdx.x;
+  const index_t row = blockIdx.x;
+  // Positions within a row fit an int (the host bounds the row by shared memory).
+  const int n = static_cast<int>(count);
+  const int packs = (n + V - 1) / V;
+  const T* in_row = x + strided_offset(row, layout.outer_ndim, layout.outer_shape, layout.in_outer_strides);
+  T* out_row = out + strided_offset(row, layout.outer_ndim, layout.outer_shape, layout.out_outer_strides);
+  const bool aligned = aligned_to(in_row, V * sizeof(T)) && aligned_to(out_row, V * sizeof(T));
+  const int whole = aligned ? n / V : 0;  // packs moved as one 16-byte load or store
+  // Whole packs: copied to shared memory asynchronously (cp.async, sm_80 on), all of this lane's in
+  // flight at once and none through registers. The rest (a misaligned row: all of it) element by
+  // element, this lane's packs from `whole` on.
+  for (int k = lane; k < whole; k += lanes) {
+    copy_async_16(static_cast<unsigned>(__cvta_generic_to_shared(held + k)), in_row + k * V);
+  }
+  asm volatile("cp.async.commit_group;\n" ::);
+  for (int k = whole + ((lane - whole) % lanes + lanes) % lanes; k < packs; k += lanes) {
+    Pack<T, V> pack;
+#pragma unroll
+    for (int j = 0; j < V; ++j) pack.v[j] = in_row[k * V + j < n ? k * V + j : 0];  // past the end: unused
+    held[k] = pack;
+  }
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");  // this lane's copies are visible to it
+  A top = Limits<A>::lowest();
+  for (int k = lane; k < packs; k += lanes) {
+    const Pack<T, V> pack = held[k];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      if (k < whole || k * V + j < n) top = held_max(top, convert<A>(pack.v[j]));
+    }
+  }
+  top = group_max(top, lanes, scratch);
+  const HeldExp<A> exp_shifted(top);
+  A total = A(0);
+  for (int k = lane; k < packs; k += lanes) {
+    const Pack<T, V> pack = held[k];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      if (k < whole || k * V + j < n) total += exp_shifted(convert<A>(pack.v[j]));
+    }
+  }
+  total = group_allreduce<SumR<A>>(sum_r, total, lanes, scratch);
+  const A scale = log ? m_log(total) : A(1) / total;
+  for (int k = lane; k < packs; k += lanes) {
+    const Pack<T, V> pack = held[k];
+    Pack<T, V> result;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const A v = convert<A>(pack.v[j]);
+      result.v[j] = convert<T>(log ? (v - top) - scale : exp_shifted(v) * scale);
+    }
+    if (k < whole) {
+      *reinterpret_cast<Pack<T, V>*>(out_row + k * V) = result;
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        if (k * V + j < n) out_row[k * V + j] = result.v[j];
       }
     }
   }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -83,3 +85,76 @@ def test_top_level_names_come_from_the_op_library() -> None:
 
     for name in ("add", "sum", "softmax", "transpose", "where", "clamp", "sum_axis", "result_type", "concatenate"):
         assert getattr(gp, name) is getattr(ops, name), name
+
+
+def test_operators_are_bound_to_the_elementwise_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pygpukit.ops binds GPUArray's operators to the engine (issue 14: ``x + y`` was one Python call
+    more than ``ops.add``). With a CUDA backend state simulated and the launch recorded, an array-array
+    operator whose plan exists launches the contiguous kernel itself, with the operands in order
+    (reflected ones swapped); an unknown operator name is refused."""
+    from types import SimpleNamespace
+
+    from pygpukit.core import array as array_module
+    from pygpukit.core.errors import ArgumentError
+    from pygpukit.ops import _elementwise_engine as engine
+    from pygpukit.ops import elementwise
+
+    assert gp.GPUArray.__add__.__name__ == "add_operator"
+    assert gp.GPUArray.__rsub__.__name__ == "sub_reflected_operator"
+    assert gp.GPUArray.__eq__.__name__ == "eq_operator"
+    assert gp.GPUArray.__neg__.__name__ == "neg_operator"
+    with pytest.raises(ArgumentError, match="__matmul__"):
+        array_module.bind_operator("__matmul__", lambda a, b: a)
+    x = gp.from_numpy(np.array([1.0, 2.0], np.float32))
+    y = gp.from_numpy(np.array([3.0, 5.0], np.float32))
+    launches: list[tuple[Any, tuple[Any, ...]]] = []
+    kernels = {}
+    for op in (elementwise._SUB, elementwise._LT, elementwise._NEG):
+        plan = op.plan(gp.float32)
+        kernels[op.name] = object()
+        monkeypatch.setattr(plan, "_contig", kernels[op.name])
+    monkeypatch.setattr(engine, "_backend", SimpleNamespace(_state=SimpleNamespace(name="cuda")))
+    monkeypatch.setattr(engine, "launch", lambda kernel, args, grid, block=None: launches.append((kernel, args)))
+    for result, name, first, second in [(x - y, "sub", x, y), (x.__rsub__(y), "sub", y, x), (x < y, "lt", x, y)]:
+        kernel, args = launches.pop(0)
+        assert kernel is kernels[name], name
+        assert args[0] is first, name
+        assert args[1] is second, name
+        assert args[3] is result, name
+        assert args[4] == 2
+        assert result.dtype == (gp.bool_ if name == "lt" else gp.float32)
+    negated = -x
+    kernel, args = launches.pop(0)
+    assert kernel is kernels["neg"]
+    assert args[0] is x
+    assert args[1] is negated
+    assert x.__add__("text") is NotImplemented
+    assert x.__radd__(None) is NotImplemented
+    assert (x == "text") is False
+    assert not launches
+
+
+def test_operators_replay_in_a_graph_capture() -> None:
+    """Every bound operator replays as itself (on the CPU backend a capture records calls and finds a
+    function by its code object: the operators, built by one factory, each have their own)."""
+    x = gp.from_numpy(np.array([1.0, -2.0, 3.5], np.float32))
+    y = gp.from_numpy(np.array([0.5, 4.0, -1.0], np.float32))
+
+    def body() -> list[gp.GPUArray]:
+        return [x + y, x - y, y - x, x * y, x * 2.0, 3.0 - x, x / y, x < y, x >= y, x == y, -x, abs(y)]
+
+    stream = gp.Stream()
+    with stream:
+        body()  # plans and kernels exist before the capture
+        stream.synchronize()
+        graph = gp.CudaGraph()
+        with graph.capture(stream):
+            outs = body()
+        x.copy_(np.array([2.0, 5.0, -1.0], np.float32))
+        y.copy_(np.array([2.0, 1.0, 0.25], np.float32))
+        graph.replay()
+        stream.synchronize()
+    a, b = x.to_numpy(), y.to_numpy()
+    expected = [a + b, a - b, b - a, a * b, a * 2, 3 - a, a / b, a < b, a >= b, a == b, -a, abs(b)]
+    for got, want in zip(outs, expected, strict=True):
+        np.testing.assert_array_equal(got.to_numpy(), want)

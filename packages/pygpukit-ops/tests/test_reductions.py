@@ -292,6 +292,91 @@ def test_softmax_rows_held_in_registers_gpu(dtype: DType, rng: np.random.Generat
                            f"{fn.__name__} {dtype} {rows}x{count}")  # fmt: skip
 
 
+# Row lengths around the kernels' limits: softmax_rows_held (8192 elements of 2 and 4 bytes),
+# softmax_rows_shared (rows of up to 128 KiB: 32768 float32, 65536 bf16/fp16) and the two-pass
+# softmax_rows beyond; odd lengths make every row after the first misaligned (element loads).
+SHARED_ROW_WIDTHS = [8191, 8193, 16383, 16384, 16385, 32767, 32768, 65536, 65537]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [gp.float32, gp.float16, gp.bfloat16, gp.float64], ids=str)
+def test_softmax_rows_in_shared_memory_gpu(dtype: DType, rng: np.random.Generator) -> None:
+    # 256 rows past 16384 elements (fewer rows of that length go through the statistics and an
+    # elementwise pass: the last case), 5 rows below.
+    for rows, count in [*((256 if n > 16384 else 5, n) for n in SHARED_ROW_WIDTHS), (5, 32768)]:
+        host = sample(rng, (rows, count), dtype, -8, 8)
+        device = upload(host)
+        for log, fn in ((False, gp.softmax), (True, gp.log_softmax)):
+            poison_pool(host.shape, dtype)
+            expected = softmax_reference(host.astype(np.longdouble), -1, log).astype(F64)
+            assert_matches(fn(device, axis=-1).to_numpy(), expected, dtype, 64,
+                           f"{fn.__name__} {dtype} {rows}x{count}")  # fmt: skip
+    # A row offset by one element (a misaligned start) and a row with its own NaN and -inf.
+    host = sample(rng, (256, 32769), dtype, -8, 8)
+    host[7, 3] = np.nan
+    host[9, :] = -np.inf
+    host[11, 5] = -np.inf
+    view = upload(host)[:, 1:]
+    for log, fn in ((False, gp.softmax), (True, gp.log_softmax)):
+        with np.errstate(invalid="ignore"):
+            expected = softmax_reference(host[:, 1:].astype(np.longdouble), -1, log).astype(F64)
+        assert_matches(fn(view, axis=-1).to_numpy(), expected, dtype, 64, f"{fn.__name__} {dtype} offset view")
+
+
+@pytest.mark.gpu
+def test_softmax_plans_pick_the_shared_memory_kernel_gpu() -> None:
+    """The rows that motivated softmax_rows_shared (issue 14: bf16 rows of 32768 read twice) take it;
+    rows past its limit take the two-pass kernel."""
+    for dtype, count, shared in [(gp.bfloat16, 32768, True), (gp.float32, 32768, True), (gp.bfloat16, 65536, True),
+                                 (gp.bfloat16, 65537, False), (gp.float32, 8192, False)]:  # fmt: skip
+        x = gp.zeros((256, count), dtype)
+        plan = reduction._plan_softmax(x, x._strides, 1, False)
+        assert (plan.shared_mem > 0) == shared, (dtype, count, plan.kernel)
+        assert plan.stats is None, (dtype, count)
+    # Row lengths sharing the kernel, alternately (each plan keeps the shared memory its launch needs):
+    # uniform rows give 1 / count (the float32 reciprocal, rounded to bf16).
+    for count in (65536, 32768, 65536, 20000, 32768):
+        result = gp.softmax(gp.zeros((256, count), gp.bfloat16), axis=-1).to_numpy()
+        expected = np.full((256, count), np.float32(1) / np.float32(count), np.float32).astype(gp.bfloat16.numpy)
+        np.testing.assert_array_equal(result, expected, err_msg=str(count))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [gp.bfloat16, gp.float32], ids=str)
+def test_shared_softmax_and_swept_sum_are_deterministic_and_replay_gpu(dtype: DType, rng: np.random.Generator) -> None:
+    """The same input gives the same bits on every call, and a CUDA-graph replay gives the eager bits:
+    softmax rows held in shared memory, and split sums whose blocks sweep the row together (including
+    a misaligned start, whose packs are element loads)."""
+    x = upload(sample(rng, (300, 32768), dtype, -4, 4))
+    whole = upload(sample(rng, 2**22 + 3, dtype, -1, 1))
+    cases = [lambda: gp.softmax(x, axis=-1), lambda: gp.log_softmax(x, axis=-1), lambda: gp.sum(whole),
+             lambda: gp.sum(whole[1:]), lambda: gp.mean(whole), lambda: gp.argmax(whole)]  # fmt: skip
+    expected = [fn().to_numpy() for fn in cases]
+    for _ in range(3):
+        for fn, want in zip(cases, expected, strict=True):
+            poison_pool(want.shape, want.dtype)
+            assert_bitwise_equal(fn().to_numpy(), want)
+    host = whole.to_numpy().astype(F64)
+    exact = host.sum()
+    assert abs(float(expected[2]) - exact) <= 1e-5 * np.abs(host).sum(), (float(expected[2]), exact)
+    assert int(expected[5]) == int(np.argmax(host))
+    assert_replay_gives(cases, expected)
+
+
+def test_shared_softmax_plan_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """softmax_rows_shared's launch: a power of two of threads aiming at 8 packs each, one pack of
+    shared memory per 16 bytes of row (rounded up), nothing past 128 KiB or the device's opt-in limit."""
+    monkeypatch.setattr(reduction, "_shared_limit", lambda device: 227 * 1024 - 256)  # an H100's
+    for count, width, want in [(32768, 8, (512, 65536)), (32767, 8, (512, 65536)), (16385, 8, (512, 32784)),
+                               (32768, 4, (512, 131072)), (65536, 8, (512, 131072)), (8193, 4, (512, 32784)),
+                               (1000, 8, (128, 2000)), (65537, 8, None), (32769, 4, None),
+                               (16385, 2, None)]:  # fmt: skip
+        assert reduction._shared_plan(count, width) == want, (count, width)
+    monkeypatch.setattr(reduction, "_shared_limit", lambda device: 99 * 1024 - 256)  # sm_86 / sm_89
+    assert reduction._shared_plan(32768, 8) == (512, 65536)
+    assert reduction._shared_plan(65536, 8) is None
+
+
 # -- determinism ------------------------------------------------------------------------------------
 DETERMINISM_CASES: list[tuple[str, Callable[[gp.GPUArray], gp.GPUArray]]] = [
     ("sum", lambda x: gp.sum(x)),
@@ -334,9 +419,9 @@ def test_determinism_gpu(dtype: DType, rng: np.random.Generator) -> None:
 def test_split_rows_give_the_same_bits_every_way_gpu(
     dtype: DType, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Long rows are split into chunks across blocks. The last block of a row finishes it (the stream's
-    completion counters); without counters (a capture on a stream that has none yet) a second pass
-    does. Both give the same bits, and so does a CUDA-graph replay."""
+    """Long rows are split across blocks (which sweep the row together). The last block of a row
+    finishes it (the stream's completion counters); without counters (a capture on a stream that has
+    none yet) a second pass does. Both give the same bits, and so does a CUDA-graph replay."""
     x = upload(sample(rng, (3, 2**19 + 5), dtype, -1, 1))
     whole = upload(sample(rng, 2**22 + 3, dtype, -1, 1))
     cases = [lambda: gp.sum(x), lambda: gp.sum(x, axis=-1), lambda: gp.var(x, axis=-1), lambda: gp.argmax(x, axis=-1),
@@ -346,6 +431,12 @@ def test_split_rows_give_the_same_bits_every_way_gpu(
     for fn, want in zip(cases, expected, strict=True):
         assert_bitwise_equal(fn().to_numpy(), want)
     monkeypatch.undo()
+    assert_replay_gives(cases, expected)
+
+
+def assert_replay_gives(cases: list[Callable[[], gp.GPUArray]], expected: list[Array]) -> None:
+    """On a new stream, the calls give ``expected`` eagerly, then captured in one CUDA graph, whose
+    replays (into outputs overwritten in between) give them again, bitwise."""
     stream = gp.Stream()
     with stream:  # eager first: kernels, counters and pool blocks for this stream exist before the capture
         results = [fn() for fn in cases]  # all alive at once, as in the capture

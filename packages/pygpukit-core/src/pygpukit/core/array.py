@@ -684,6 +684,27 @@ def _fn(name: str) -> Callable[..., GPUArray]:
     return function  # type: ignore[no-any-return]
 
 
+# The operators pygpukit.ops may replace with its own fast paths (bind_operator): the forward and
+# reflected arithmetic and comparison operators, negation and abs. The methods above stay the
+# behaviour to match (and serve until pygpukit.ops is imported).
+_BINDABLE = frozenset({
+    "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+    "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__", "__rpow__", "__eq__", "__ne__", "__lt__",
+    "__le__", "__gt__", "__ge__", "__neg__", "__abs__",
+})  # fmt: skip
+
+
+def bind_operator(dunder: str, function: Callable[..., Any]) -> None:
+    """Make ``function`` GPUArray's ``dunder`` (one of the operators above): pygpukit.ops binds each to
+    its elementwise fast path, so ``x + y`` is one Python call. ``function`` must behave as the method
+    it replaces (NotImplemented for an operand the op does not take)."""
+    if dunder not in _BINDABLE:
+        raise ArgumentError(f"bind_operator: {dunder!r} is not a bindable operator (one of {sorted(_BINDABLE)})")
+    if not callable(function):
+        raise DTypeError(f"bind_operator: the function for {dunder} must be callable, got {type(function).__name__}")
+    setattr(GPUArray, dunder, function)
+
+
 def _library() -> Any:
     """pygpukit.ops, imported on the first operator use (a separate distribution)."""
     global _op_library

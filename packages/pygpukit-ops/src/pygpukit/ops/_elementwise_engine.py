@@ -9,16 +9,21 @@ arity, the operand kinds it accepts and its result rule. For each promoted opera
 Launch paths: contiguous operands of one dtype use 16-byte vector accesses (``*_contig``); a
 contiguous array with a scalar does too; anything else (strides, broadcasting, mixed dtypes) runs the
 strided kernel, which reads each operand in place with its own dtype. A repeated call of contiguous
-operands of one dtype and shape is one plan lookup and one launch (``binary``/``unary`` fast paths).
+operands of one dtype and shape is one plan lookup and one launch (``binary``/``unary`` fast paths,
+and GPUArray's operators: ``operator``/``unary_operator``). Over 600 lines: those fast paths sit next
+to the general paths whose results they must equal.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from pygpukit.core import backend as _backend
 from pygpukit.core.array import GPUArray, allocate, empty
 from pygpukit.core.codes import enum_values
 from pygpukit.core.dtypes import (
@@ -84,11 +89,13 @@ __all__ = [
     "known_scalar",
     "operand",
     "operand_args",
+    "operator",
     "promoted",
     "remember_scalar",
     "result_output",
     "scalar_value",
     "unary",
+    "unary_operator",
 ]
 
 FILES = {1: "elementwise/unary.cu", 2: "elementwise/binary.cu", 3: "elementwise/ternary.cu"}
@@ -106,6 +113,7 @@ _ARRAYS, _SCALAR_FIRST, _SCALAR_SECOND = (_MODES[k] for k in ("kBinaryArrays", "
 _COPY = enum_values("CopyOp")["kCopyIdentity"]
 _LAYOUT_PARAM = LAYOUT.param("layout")
 _BLOCKS_ANY_GPU = 128  # grid_for's limit below which no device lookup is needed
+_OPERANDS = (GPUArray, int, float, np.generic, np.ndarray)  # what GPUArray's operators take (as array.py)
 
 
 def compute_ctype(dtype: DType) -> str:
@@ -142,9 +150,10 @@ class Op:
         self.plans: PlanCache[Plan] = PlanCache(f"ops.elementwise.{self.key}", maxsize=64)
 
     def plan(self, common: DType) -> Plan:
-        found = self.plans.get(common)
+        # Keyed by the dtype's name (a str hashes in C; DType's __hash__ is a Python call per lookup).
+        found = self.plans.get(common.name)
         if found is None:
-            found = self.plans.put(common, Plan(self, common))
+            found = self.plans.put(common.name, Plan(self, common))
         return found
 
 
@@ -384,7 +393,7 @@ def known_scalar(dtype: DType, compute: str, value: int | float) -> Any:
     """``value`` (a Python int or float) as the kernel argument of compute type ``compute`` for operands
     of ``dtype``, when an earlier call converted it (None otherwise)."""
     if value:
-        return _SCALARS.get((dtype, compute, type(value), value))
+        return _SCALARS.get((dtype.name, compute, type(value), value))
     if compute == "bool":
         return False
     return float(value) if compute in ("float", "double") else int(value)
@@ -393,20 +402,20 @@ def known_scalar(dtype: DType, compute: str, value: int | float) -> Any:
 def remember_scalar(dtype: DType, compute: str, value: Any, converted: Any) -> None:
     """Record a scalar the general path checked and converted, for :func:`known_scalar`."""
     if (type(value) is float or type(value) is int) and value:
-        _SCALARS.put((dtype, compute, type(value), value), converted)
+        _SCALARS.put((dtype.name, compute, type(value), value), converted)
 
 
 def _scalar_call(op: Op, array: GPUArray, scalar: int | float, mode: int) -> GPUArray | None:
     """The fast path of a contiguous array with a Python number (as an earlier call of this op, dtype,
     scalar type and side), or None."""
-    plan = _SCALAR_CALLS.get((op, array._dtype, type(scalar), mode))
+    plan = _SCALAR_CALLS.get((op, array._dtype.name, type(scalar), mode))
     if plan is None or not is_cuda():
         return None
     value = known_scalar(array._dtype, plan.compute, scalar)
     if value is None:
         return None
     result = allocate(array._shape, plan.out)
-    n = result.size
+    n = math.prod(array._shape)
     if n:
         blocks = -(-n // plan.tile)
         if blocks > _BLOCKS_ANY_GPU:
@@ -416,39 +425,118 @@ def _scalar_call(op: Op, array: GPUArray, scalar: int | float, mode: int) -> GPU
 
 
 def binary(op: Op, x1: Any, x2: Any, out: Any = None) -> GPUArray:
-    if out is None and type(x1) is GPUArray and x1._contiguous and (type(x2) is float or type(x2) is int):
-        done = _scalar_call(op, x1, x2, _SCALAR_SECOND)
-        if done is not None:
-            return done
+    if type(x1) is GPUArray:
+        if type(x2) is GPUArray:
+            if out is None or type(out) is GPUArray:
+                dtype = x1._dtype
+                state = _backend._state
+                if (
+                    dtype is x2._dtype
+                    and x1._contiguous
+                    and x2._contiguous
+                    and x1._shape == x2._shape
+                    and x1._buffer.device == x2._buffer.device
+                    and state is not None
+                    and state.name == "cuda"
+                ):
+                    plan = op.plans._plans.get(dtype.name)
+                    if (
+                        plan is not None
+                        and plan._contig is not None  # made by an earlier call, after the dtype checks
+                        and (out is None or _fast_out(out, x1, x2, plan.out))
+                    ):
+                        result = allocate(x1._shape, plan.out) if out is None else out
+                        n = math.prod(x1._shape)  # (result.size, without the property call)
+                        if n:
+                            blocks = -(-n // plan.tile)
+                            if blocks > _BLOCKS_ANY_GPU:
+                                blocks = min(blocks, sm_count() * TILE_BLOCKS_PER_SM)
+                            launch(plan._contig, (x1, x2, plan.zero, result, n, _ARRAYS, op.code), blocks)
+                        return result
+        elif out is None and x1._contiguous and (type(x2) is float or type(x2) is int):
+            done = _scalar_call(op, x1, x2, _SCALAR_SECOND)
+            if done is not None:
+                return done
     elif out is None and type(x2) is GPUArray and x2._contiguous and (type(x1) is float or type(x1) is int):
         done = _scalar_call(op, x2, x1, _SCALAR_FIRST)
         if done is not None:
             return done
-    if (out is None or type(out) is GPUArray) and type(x1) is GPUArray and type(x2) is GPUArray:
-        dtype = x1._dtype
-        if (
-            dtype is x2._dtype
-            and x1._shape == x2._shape
-            and x1._contiguous
-            and x2._contiguous
-            and x1._buffer.device == x2._buffer.device
-            and is_cuda()
-        ):
-            plan = op.plans._plans.get(dtype)
+    return _binary_general(op, x1, x2, out)
+
+
+def operator(op: Op, reflected: bool = False) -> Callable[[GPUArray, Any], Any]:
+    """GPUArray's ``x <op> y`` (``y <op> x`` when ``reflected``): the array-array fast path of
+    :func:`binary` inline (one Python call per ``x + y``), anything else through :func:`binary`;
+    NotImplemented for an operand no op takes (Python then tries the other side)."""
+    plans = op.plans._plans
+    code = op.code
+
+    def forward(self: GPUArray, other: Any) -> Any:
+        if type(other) is GPUArray:
+            dtype = self._dtype
+            state = _backend._state
             if (
-                plan is not None
-                and plan._contig is not None  # made by an earlier call, after the dtype checks
-                and (out is None or _fast_out(out, x1, x2, plan.out))
+                dtype is other._dtype
+                and self._contiguous
+                and other._contiguous
+                and self._shape == other._shape
+                and self._buffer.device == other._buffer.device
+                and state is not None
+                and state.name == "cuda"
             ):
-                result = allocate(x1._shape, plan.out) if out is None else out
-                n = result.size
+                plan = plans.get(dtype.name)
+                if plan is not None and plan._contig is not None:
+                    result = allocate(self._shape, plan.out)
+                    n = math.prod(self._shape)
+                    if n:
+                        blocks = -(-n // plan.tile)
+                        if blocks > _BLOCKS_ANY_GPU:
+                            blocks = min(blocks, sm_count() * TILE_BLOCKS_PER_SM)
+                        first, second = (other, self) if reflected else (self, other)
+                        launch(plan._contig, (first, second, plan.zero, result, n, _ARRAYS, code), blocks)
+                    return result
+        elif not (type(other) is float or type(other) is int or isinstance(other, _OPERANDS)):
+            return NotImplemented
+        return binary(op, other, self) if reflected else binary(op, self, other)
+
+    named: Callable[[GPUArray, Any], Any] = _named(forward, f"{op.name}_{'reflected_' if reflected else ''}operator")
+    return named
+
+
+def _named(function: Any, name: str) -> Any:
+    """``function`` (a plain function) renamed, with a code object of its own: the CPU backend's graph
+    recording (core/_recording.py) finds the function of a frame by its code object, which closures
+    share."""
+    code = function.__code__.replace(co_name=name)
+    if sys.version_info >= (3, 11):
+        code = code.replace(co_qualname=name)
+    function.__code__ = code
+    function.__name__ = function.__qualname__ = name
+    return function
+
+
+def unary_operator(op: Op) -> Callable[[GPUArray], GPUArray]:
+    """GPUArray's ``-x`` / ``abs(x)``: :func:`unary`'s fast path inline, anything else through it."""
+    plans = op.plans._plans
+    code = op.code
+
+    def forward(self: GPUArray) -> GPUArray:
+        state = _backend._state
+        if self._contiguous and state is not None and state.name == "cuda":
+            plan = plans.get(self._dtype.name)
+            if plan is not None and plan._contig is not None:
+                result = allocate(self._shape, plan.out)
+                n = math.prod(self._shape)
                 if n:
                     blocks = -(-n // plan.tile)
                     if blocks > _BLOCKS_ANY_GPU:
                         blocks = min(blocks, sm_count() * TILE_BLOCKS_PER_SM)
-                    launch(plan._contig, (x1, x2, plan.zero, result, n, _ARRAYS, op.code), blocks)
+                    launch(plan._contig, (self, result, n, code), blocks)
                 return result
-    return _binary_general(op, x1, x2, out)
+        return unary(op, self, None)
+
+    named: Callable[[GPUArray], GPUArray] = _named(forward, f"{op.name}_operator")
+    return named
 
 
 def _binary_general(op: Op, x1: Any, x2: Any, out: Any) -> GPUArray:
@@ -493,7 +581,7 @@ def _binary_general(op: Op, x1: Any, x2: Any, out: Any) -> GPUArray:
         scalar = b if mode == _SCALAR_SECOND else a if mode == _SCALAR_FIRST else None
         if isinstance(scalar, Scalar) and scalar.dtype is None and out is None:
             remember_scalar(common, plan.compute, scalar.value, value)
-            _SCALAR_CALLS.put((op, common, type(scalar.value), mode), plan)
+            _SCALAR_CALLS.put((op, common.name, type(scalar.value), mode), plan)
         return finish(target, final)
     pa, ca, sa = operand_args(a, shape)
     pb, cb, sb = operand_args(b, shape)
@@ -504,11 +592,18 @@ def _binary_general(op: Op, x1: Any, x2: Any, out: Any) -> GPUArray:
 
 # -- unary ------------------------------------------------------------------------------------------
 def unary(op: Op, x: Any, out: Any) -> GPUArray:
-    if (out is None or type(out) is GPUArray) and type(x) is GPUArray and x._contiguous and is_cuda():
-        plan = op.plans._plans.get(x._dtype)
+    state = _backend._state
+    if (
+        (out is None or type(out) is GPUArray)
+        and type(x) is GPUArray
+        and x._contiguous
+        and state is not None
+        and state.name == "cuda"
+    ):
+        plan = op.plans._plans.get(x._dtype.name)
         if plan is not None and plan._contig is not None and (out is None or _fast_out(out, x, None, plan.out)):
             result = allocate(x._shape, plan.out) if out is None else out
-            n = result.size
+            n = math.prod(x._shape)
             if n:
                 blocks = -(-n // plan.tile)
                 if blocks > _BLOCKS_ANY_GPU:

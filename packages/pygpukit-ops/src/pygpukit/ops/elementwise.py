@@ -13,7 +13,8 @@ of one dtype use 16-byte vector accesses; a contiguous array with a scalar does 
 (strides, broadcasting, mixed dtypes) runs a strided kernel that reads each operand in place with its
 own dtype, so non-contiguous inputs are never copied first. fp16, bf16 and fp8 compute in float32,
 float64 in float64, integers in their own type (wrapping), so a narrow float result is rounded once.
-"gelu" is the exact (erf) GELU and "gelu_tanh" its tanh approximation.
+"gelu" is the exact (erf) GELU and "gelu_tanh" its tanh approximation. (Over 600 lines: the op table
+and one documented public function per op.)
 """
 
 from __future__ import annotations
@@ -50,11 +51,13 @@ from ._elementwise_engine import (
     known_scalar,
     operand,
     operand_args,
+    operator,
     promoted,
     remember_scalar,
     result_output,
     scalar_value,
     unary,
+    unary_operator,
 )
 from ._elementwise_engine import compute_ctype as compute_ctype  # re-exported: other op modules use these
 from ._elementwise_engine import copy_into as copy_into
@@ -610,6 +613,17 @@ clip = clamp
 # ``x + y`` than through the public functions, which only forward to it).
 _array_module._functions.update({op.name: functools.partial(binary, op) for op in (
     _ADD, _SUB, _MUL, _DIV, _FLOOR_DIVIDE, _MOD, _POW, _EQ, _NE, _LT, _LE, _GT, _GE)})  # fmt: skip
+# And its forward and reflected operators are the engine's fast path itself (``x + y`` is one call).
+for _op, _dunder, _reflected in (
+    (_ADD, "add", True), (_SUB, "sub", True), (_MUL, "mul", True), (_DIV, "truediv", True),
+    (_FLOOR_DIVIDE, "floordiv", True), (_MOD, "mod", True), (_POW, "pow", True), (_EQ, "eq", False),
+    (_NE, "ne", False), (_LT, "lt", False), (_LE, "le", False), (_GT, "gt", False), (_GE, "ge", False),
+):  # fmt: skip
+    _array_module.bind_operator(f"__{_dunder}__", operator(_op))
+    if _reflected:
+        _array_module.bind_operator(f"__r{_dunder}__", operator(_op, reflected=True))
+_array_module.bind_operator("__neg__", unary_operator(_NEG))
+_array_module.bind_operator("__abs__", unary_operator(_ABS))
 
 
 # -- compile-check enumeration ----------------------------------------------------------------------

@@ -25,6 +25,7 @@ followed by two scans).
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -35,10 +36,12 @@ from pygpukit.core import backend as _backend
 from pygpukit.core.abi import KernelStruct
 from pygpukit.core.array import GPUArray, allocate, empty, full
 from pygpukit.core.codes import enum_values
+from pygpukit.core.device import get_device_info
 from pygpukit.core.dtypes import DType, all_dtypes, bool_, float32, float64, int64, uint8, uint64
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel
 from pygpukit.core.plans import PlanCache
+from pygpukit.core.stream import thread_device
 
 from . import _cpu, _route
 from ._kernels import (
@@ -102,7 +105,10 @@ _SOFTMAX_LAYOUT = KernelStruct(f"{NAMESPACE}SoftmaxLayout", _SOFTMAX_FILE, [
     ("outer_ndim", "int"), ("outer_shape", _DIMS), ("in_outer_strides", _DIMS), ("out_outer_strides", _DIMS),
 ])  # fmt: skip
 _BLOCK = 256
-_SPLIT_BLOCKS = 1024  # blocks of a split reduction over rows (H100 and H200 hold 1056 at once)
+# Blocks of a split reduction over rows. Fixed, so results are the same on every GPU. (An H100 or H200
+# holds 1056 blocks of 256 threads at 32 registers, but NVRTC 13.5 gives reduce_rows<SumR<float>, float>
+# 48 for sm_90: 5 blocks an SM, 660 at once, so the 1024 run in about 1.6 waves.)
+_SPLIT_BLOCKS = 1024
 _MODES = enum_values("ReduceMode")  # common/codes.cuh
 _ACCUMULATOR_CODE = enum_values("ReduceOut")["kReduceOutAccumulator"]  # out_code: store the accumulator
 _PLANS: PlanCache[Any] = PlanCache("ops.reduction")
@@ -346,9 +352,11 @@ def _plan_reduce(reducer: _Reducer, x: GPUArray, axes: tuple[int, ...], out_code
         step = _BLOCK * width
         chunk = _ceil(_ceil(count, chunks), step) * step
         chunks = _ceil(count, chunk)
-        # Split: one row per block; the last block of a row finishes it (reduce.cu).
+        # Split: one row per block, the row's blocks sweeping it together (chunk 0); the last block of a
+        # row finishes it (reduce.cu).
         return _ReducePlan("rows", kernels.kernel(rows_kernel, _ROWS_PARAMS),
-                           (code, out_code, rows, count, chunk, lanes, count, ddof, reducer.mode, layout),
+                           (code, out_code, rows, count, 0 if chunks > 1 else chunk, lanes, count, ddof, reducer.mode,
+                            layout),
                            (row_blocks, chunks), _BLOCK, chunks, rows * chunks * acc_bytes, finish,
                            _finish_args(reducer, out_code, rows, chunks, _BLOCK, count, ddof),
                            rows)  # fmt: skip
@@ -699,6 +707,13 @@ _APPLY_PARAMS = [pointer("out"), pointer("x"), pointer("stats"), size_param("n")
 _HELD_PACKS = (1, 2, 4, 8)  # softmax_rows_held's P: 16-byte packs of its row each thread holds
 _HELD_VALUES = 32  # at most this many values held per thread (P * elements per pack): registers
 _HELD_LANES = 256  # threads per row at most: one block of softmax_rows_held (its launch bounds)
+# softmax_rows_shared: rows of up to _SHARED_ROW_BYTES (and the device's opt-in shared memory per
+# block) kept in shared memory, one per block of a power of two of threads aiming at _SHARED_PACKS
+# 16-byte packs each (32768 bf16: 512 threads, 64 KiB, three blocks on an H100 SM). Plans made before
+# a change of these keep theirs until clear_plan_caches().
+_SHARED_ROW_BYTES = 128 * 1024
+_SHARED_PACKS = 8
+_SHARED_LANES = (128, 512)  # threads per row: at least, at most (its launch bounds)
 
 
 def _softmax_expressions(dtype: DType) -> tuple[str, ...]:
@@ -708,7 +723,8 @@ def _softmax_expressions(dtype: DType) -> tuple[str, ...]:
         f"{NAMESPACE}softmax_rows_held<{dtype.ctype}, {ctype}, {p}>" for p in _HELD_PACKS if p * width <= _HELD_VALUES
     ]
     return (f"{NAMESPACE}softmax_rows<{dtype.ctype}, {ctype}>",
-            f"{NAMESPACE}softmax_apply<{dtype.ctype}, {ctype}>", *held)  # fmt: skip
+            f"{NAMESPACE}softmax_apply<{dtype.ctype}, {ctype}>", *held,
+            f"{NAMESPACE}softmax_rows_shared<{dtype.ctype}, {ctype}>")  # fmt: skip
 
 
 def _held_plan(count: int, width: int) -> tuple[int, int] | None:
@@ -722,24 +738,42 @@ def _held_plan(count: int, width: int) -> tuple[int, int] | None:
     return lanes, packs
 
 
+def _shared_plan(count: int, width: int) -> tuple[int, int] | None:
+    """(lanes, dynamic shared memory bytes) of softmax_rows_shared for rows of ``count`` elements, or
+    None when a row does not fit (then softmax_rows reads it twice)."""
+    row_bytes = -(-count // width) * 16
+    if row_bytes > builtins.min(_SHARED_ROW_BYTES, _shared_limit(thread_device())):
+        return None
+    lanes = _pow2_between(-(-count // (_SHARED_PACKS * width)), *_SHARED_LANES)
+    return lanes, row_bytes
+
+
+@functools.cache
+def _shared_limit(device: int) -> int:
+    """Dynamic shared memory a block of ``device`` may opt in to, less softmax_rows_shared's static
+    scratch (32 doubles)."""
+    return int(get_device_info(device).max_shared_memory_per_block_optin) - 256
+
+
 class _SoftmaxPlan:
     """The launches of one softmax call shape: a row kernel (``stats`` None), or the statistics of
     every row by a reduction plan, then softmax_apply."""
 
-    __slots__ = ("args", "block", "grid", "kernel", "stats", "stats_bytes")
+    __slots__ = ("args", "block", "grid", "kernel", "shared_mem", "stats", "stats_bytes")
 
     def __init__(self, kernel: JITKernel, args: tuple[Any, ...], grid: int, block: int,
-                 stats: _ReducePlan | None = None, stats_bytes: int = 0) -> None:  # fmt: skip
+                 stats: _ReducePlan | None = None, stats_bytes: int = 0, shared_mem: int = 0) -> None:  # fmt: skip
         self.kernel = kernel
         self.args = args
         self.grid = grid
         self.block = block
         self.stats = stats
         self.stats_bytes = stats_bytes
+        self.shared_mem = shared_mem
 
     def run(self, x: GPUArray, out: GPUArray) -> None:
         if self.stats is None:
-            launch(self.kernel, (x.device_ptr, out.device_ptr, *self.args), self.grid, self.block)
+            launch(self.kernel, (x.device_ptr, out.device_ptr, *self.args), self.grid, self.block, self.shared_mem)
             return
         stats = empty(self.stats_bytes, uint8)
         self.stats.run(x, stats)
@@ -766,6 +800,16 @@ def _plan_softmax(x: GPUArray, out_strides: tuple[int, ...], ax: int, log: bool)
             expression = f"{NAMESPACE}softmax_rows_held<{x.dtype.ctype}, {compute_ctype(x.dtype)}, {packs}>"
             return _SoftmaxPlan(kernels.kernel(expression, _SOFTMAX_PARAMS), (rows, count, lanes, int(log), layout),
                                 -(-rows // (block // lanes)), block)  # fmt: skip
+        shared = _shared_plan(count, width)
+        if shared is not None:  # one row per block
+            lanes, row_bytes = shared
+            kernel = kernels.kernel(f"{NAMESPACE}softmax_rows_shared<{x.dtype.ctype}, {compute_ctype(x.dtype)}>",
+                                    _SOFTMAX_PARAMS)  # fmt: skip
+            if row_bytes > 48 * 1024:
+                # On the current device (in the plan's key); always the same allowance, so that plans of
+                # other row lengths sharing this kernel keep theirs.
+                kernel.set_max_dynamic_shared_memory(builtins.min(_SHARED_ROW_BYTES, _shared_limit(thread_device())))
+            return _SoftmaxPlan(kernel, (rows, count, lanes, int(log), layout), rows, lanes, shared_mem=row_bytes)
         lanes = _pow2_between(-(-count // (8 * width)), 4, _BLOCK)  # about 8 packs per thread
         return _SoftmaxPlan(kernels.kernel(rows_expr, _SOFTMAX_PARAMS), (rows, count, lanes, int(log), layout),
                             -(-rows // (_BLOCK // lanes)), _BLOCK)  # fmt: skip
@@ -809,7 +853,8 @@ def _softmax(name: str, x: Any, axis: int, log: bool) -> GPUArray:
             _cpu.store(out, shifted - np.log(total) if log else exp / total)
         return out
     # The input's alignment picks reduce_cols_packed for the statistics of some strided layouts.
-    key = ("softmax", x._dtype, x._shape, x._strides, ax, log, x.device_ptr % 16 == 0, _SPLIT_BLOCKS)
+    # The device: a plan may allow its kernel more shared memory there (softmax_rows_shared).
+    key = ("softmax", x._dtype, x._shape, x._strides, ax, log, x.device_ptr % 16 == 0, _SPLIT_BLOCKS, x._buffer.device)
     plan = _PLANS.get(key)
     if plan is None:
         plan = _PLANS.put(key, _plan_softmax(x, out._strides, ax, log))
