@@ -17,7 +17,12 @@ from pygpukit.audio import _fft_plan, _kernels
 from pygpukit.audio._common import host
 from pygpukit.audio._launch import PAD_MODES
 from pygpukit.audio.spectral import fft_window
+from pygpukit.core.backend import current_backend
 from pygpukit.core.dtypes import float32, float64
+
+# The model reads the arrays' bytes on the host (host_view): the CPU backend's arrays. On the CUDA backend
+# the kernels themselves run, in test_fft.py's gpu-marked tests.
+pytestmark = pytest.mark.skipif(current_backend() != "cpu", reason="a NumPy model of the kernels: CPU backend only")
 
 Array = np.ndarray[Any, Any]
 LOAD = _fft_plan._LOAD
