@@ -37,6 +37,7 @@ from pygpukit.core.dtypes import int32
 from pygpukit.core.errors import ArgumentError, PyGPUkitError, ShapeError
 from pygpukit.core.graph import CudaGraph
 from pygpukit.core.stream import Stream, current_stream
+from pygpukit.ops.quant import QUANT_GEMV_MAX_ROWS, QuantizedTensor, quantized_gemv
 from pygpukit.profiling import Range
 
 if TYPE_CHECKING:
@@ -77,11 +78,17 @@ def graph_unsupported_reason(model: CausalTransformerModel, sampling: SamplingPa
             return "MoE blocks (the expert routing allocates per step)"
         for name in ("wq", "wk", "wv", "wo", "w_gate_up", "w_down"):
             weight = getattr(layer, name)
-            if weight is not None and type(weight) is not GPUArray:
-                return f"quantized weights ({name} is a {type(weight).__name__}; the quantized GEMV allocates)"
-    if type(model.weights.lm_head) is not GPUArray:
+            if weight is not None and type(weight) not in _GRAPH_WEIGHTS:
+                return (f"quantized weights ({name} is a {type(weight).__name__}; only dense and GGUF block "
+                        "weights write into preallocated buffers)")  # fmt: skip
+    if type(model.weights.lm_head) not in _GRAPH_WEIGHTS:
         return f"a quantized lm_head ({type(model.weights.lm_head).__name__})"
     return None
+
+
+# Weight types whose decode product writes into a preallocated buffer (nothing allocated per step):
+# dense arrays (matmul out=) and GGUF block-quantized tensors (quantized_gemv out=).
+_GRAPH_WEIGHTS = (GPUArray, QuantizedTensor)
 
 
 class DecodeM1:
@@ -189,13 +196,16 @@ class DecodeM1:
 
     # -- the step -----------------------------------------------------------------------------------
     def _linear(self, x: GPUArray, w: LinearWeight, bias: GPUArray | None, out: GPUArray) -> None:
-        """``out = x @ w.T + bias`` into the preallocated ``out`` (dense weights: nothing allocated)."""
+        """``out = x @ w.T + bias`` into the preallocated ``out`` (dense and GGUF block weights: nothing
+        allocated)."""
         rows = x.reshape(-1, x.shape[-1])
         dest = out.reshape(rows.shape[0], -1)
         if type(w) is GPUArray:
             ops.matmul(rows, w.T, out=dest)
             if bias is not None:
                 ops.add(dest, bias, out=dest)
+        elif type(w) is QuantizedTensor and rows.shape[0] <= QUANT_GEMV_MAX_ROWS:
+            quantized_gemv(rows, w, dest, bias=bias)  # the packed blocks read once, straight into dest
         else:
             dest.copy_(ops.linear(rows, w, bias))
 
