@@ -221,7 +221,7 @@ for tool in "${tools[@]}"; do
       mapfile -t tool_tests < <(printf '%s\n' "${tests[@]}" | grep -v '/test_elementwise\.py')
       ;;
     synccheck) ;;
-    initcheck) tool_args=(-v) ;;  # each test's name before its reports: initcheck's point at host copies
+    initcheck) tool_args=(-vv) ;;  # each test's name before its reports: initcheck's point at host copies
     *) echo "sanitize: unknown tool $tool" >&2; status=1; continue ;;
   esac
   echo "=== sanitize $tool: $sanitizer ${options[*]} $python -m pytest ... (${#tool_tests[@]} ids, limit ${limit} s)"
