@@ -40,6 +40,57 @@ __device__ void resample_poly(const T* __restrict__ x, const T* __restrict__ tab
   }
 }
 
+// resample_tile: the same sums, each block computing R * span_up consecutive outputs of one row (span_up = s
+// * L, a multiple of L, so output q + span_up * m of the tile has the phase of output q and its input window
+// starts span_down = s * M samples further on). The block first copies its input window (R * span_down + taps
+// samples, zeros outside the row) into shared memory. Thread t then takes q = order[t] (a host-made
+// permutation of the tile's q that spreads a warp's window reads over the shared-memory banks and keeps its
+// phases close), computes the R outputs of that phase and reads each filter coefficient once, from the
+// transposed table (taps rows of L coefficients), for R multiply-adds. Same order of summation (k ascending)
+// as resample_poly, hence the same results.
+template <typename T, int R>
+__device__ void resample_tile(const T* __restrict__ x, const T* __restrict__ table_t,
+                              const int* __restrict__ order, T* __restrict__ out, index_t rows,
+                              index_t length, index_t out_len, index_t up, index_t down, int taps,
+                              index_t left, index_t span_up, index_t span_down, index_t tiles) {
+  extern __shared__ __align__(16) unsigned char resample_smem[];
+  T* window = reinterpret_cast<T*>(resample_smem);
+  const int width = static_cast<int>(R * span_down) + taps;
+  const int sd = static_cast<int>(span_down);
+  for (index_t b = blockIdx.x; b < rows * tiles; b += gridDim.x) {
+    const index_t r = b / tiles;
+    const index_t first_out = (b - r * tiles) * (R * span_up);
+    const index_t base = first_out / up * down - left;  // first_out is a multiple of up
+    const T* row = x + r * length;
+    __syncthreads();  // the previous tile's readers are done
+    for (int i = threadIdx.x; i < width; i += blockDim.x) {
+      const index_t g = base + i;
+      window[i] = (g >= 0 && g < length) ? row[g] : T(0);
+    }
+    __syncthreads();
+    for (index_t t = threadIdx.x; t < span_up; t += blockDim.x) {
+      const index_t q = order[t];
+      const index_t num = q * down;
+      const int c = static_cast<int>(num / up);
+      const T* h = table_t + (num - (num / up) * up);
+      T acc[R];
+#pragma unroll
+      for (int m = 0; m < R; ++m) acc[m] = T(0);
+      const T* w = window + c;
+      for (int k = 0; k < taps; ++k, h += up) {
+        const T hk = __ldg(h);
+#pragma unroll
+        for (int m = 0; m < R; ++m) acc[m] += hk * w[m * sd + k];
+      }
+      T* dst = out + r * out_len + first_out + q;
+#pragma unroll
+      for (int m = 0; m < R; ++m) {
+        if (first_out + q + m * span_up < out_len) dst[m * span_up] = acc[m];
+      }
+    }
+  }
+}
+
 template <typename T>
 __device__ void resample_direct(const T* __restrict__ x, T* __restrict__ out, index_t rows, index_t length,
                                 index_t out_len, double step, double cutoff, double half, double beta,
@@ -73,12 +124,20 @@ __device__ void resample_direct(const T* __restrict__ x, T* __restrict__ out, in
 }  // namespace audio
 }  // namespace pygpukit
 
-#define PYGPUKIT_AUDIO_RESAMPLE_ENTRIES(T, SUFFIX)                                                        \
-  extern "C" __global__ void resample_poly_##SUFFIX(                                                      \
-      const void* x, const void* table, void* out, long long rows, long long length, long long out_len,   \
-      long long up, long long down, int taps, long long left) {                                           \
-    pygpukit::audio::resample_poly<T>(static_cast<const T*>(x), static_cast<const T*>(table),             \
-                                      static_cast<T*>(out), rows, length, out_len, up, down, taps, left); \
+#define PYGPUKIT_AUDIO_RESAMPLE_ENTRIES(T, SUFFIX, R)                                                       \
+  extern "C" __global__ void resample_poly_##SUFFIX(                                                        \
+      const void* x, const void* table, void* out, long long rows, long long length, long long out_len,     \
+      long long up, long long down, int taps, long long left) {                                             \
+    pygpukit::audio::resample_poly<T>(static_cast<const T*>(x), static_cast<const T*>(table),               \
+                                      static_cast<T*>(out), rows, length, out_len, up, down, taps, left);   \
+  }                                                                                                         \
+  extern "C" __global__ void resample_tile_##SUFFIX(                                                        \
+      const void* x, const void* table_t, const int* order, void* out, long long rows, long long length,    \
+      long long out_len, long long up, long long down, int taps, long long left, long long span_up,         \
+      long long span_down, long long tiles) {                                                               \
+    pygpukit::audio::resample_tile<T, R>(static_cast<const T*>(x), static_cast<const T*>(table_t), order,   \
+                                         static_cast<T*>(out), rows, length, out_len, up, down, taps, left, \
+                                         span_up, span_down, tiles);                                        \
   }
 
 #define PYGPUKIT_AUDIO_RESAMPLE_DIRECT(T, SUFFIX)                                                     \
@@ -92,6 +151,7 @@ __device__ void resample_direct(const T* __restrict__ x, T* __restrict__ out, in
 PYGPUKIT_AUDIO_RESAMPLE_DIRECT(float, f32)
 PYGPUKIT_AUDIO_RESAMPLE_DIRECT(double, f64)
 #undef PYGPUKIT_AUDIO_RESAMPLE_DIRECT
-PYGPUKIT_AUDIO_RESAMPLE_ENTRIES(float, f32)
-PYGPUKIT_AUDIO_RESAMPLE_ENTRIES(double, f64)
+// R: outputs of one phase per thread in resample_tile (resampling.py TILE_OUTPUTS).
+PYGPUKIT_AUDIO_RESAMPLE_ENTRIES(float, f32, 16)
+PYGPUKIT_AUDIO_RESAMPLE_ENTRIES(double, f64, 8)
 #undef PYGPUKIT_AUDIO_RESAMPLE_ENTRIES

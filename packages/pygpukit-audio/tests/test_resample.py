@@ -175,3 +175,53 @@ def test_gpu_kernel_matches_the_float64_sums(dtype: Any, orig: float, target: fl
     want = rs._host_direct(x.astype(np.float64), orig, target, out_len, "soxr_hq")
     tol = 2e-5 if dtype == np.float32 else 1e-10
     np.testing.assert_allclose(got.to_numpy(), want, rtol=0, atol=tol * np.abs(want).max())
+
+
+TILE_RATES = [(44100, 16000), (48000, 16000), (16000, 24000), (22050, 16000), (16000, 8000), (8000, 11025)]
+
+
+@pytest.mark.parametrize(("orig", "target"), TILE_RATES)
+@pytest.mark.parametrize("itemsize", [4, 8])
+def test_tile_geometry_and_thread_order(orig: int, target: int, itemsize: int) -> None:
+    """The common rate pairs take resample_tile: a window within the shared-memory limit, whole periods of up
+    outputs, and a thread order that is a permutation of the tile's outputs."""
+    g = math.gcd(orig, target)
+    up, down = target // g, orig // g
+    taps = rs.filter_geometry(up, down, "soxr_hq")[0]
+    tile = rs.tile_geometry(up, down, taps, itemsize)
+    assert tile is not None
+    span_up, threads, shared = tile
+    assert span_up % up == 0
+    assert span_up >= rs.TILE_MIN_PHASES
+    assert shared == (rs.TILE_OUTPUTS[itemsize] * (span_up // up) * down + taps) * itemsize <= rs.TILE_SHARED
+    assert threads % 32 == 0
+    assert threads <= 256
+    assert span_up / (threads * -(-span_up // threads)) > 0.8
+    outputs = rs.TILE_OUTPUTS[itemsize]
+    order = rs.tile_order(up, down, span_up, outputs)
+    assert order.dtype == np.int32
+    np.testing.assert_array_equal(np.sort(order), np.arange(span_up))
+    assert rs._order_cost(order, up, down, outputs) <= rs._order_cost(np.arange(span_up), up, down, outputs)
+
+
+def test_huge_windows_leave_the_tile_kernel() -> None:
+    # 44101 -> 16000: a tile of 8 periods of 44101 input samples cannot sit in 48 KiB of shared memory
+    assert rs.tile_geometry(16000, 44101, 376, 4) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("orig", "target"), [*TILE_RATES, (44101, 16000)])
+@pytest.mark.parametrize("shape", [(1, 1), (5, 7919), (2, 3, 20011)])
+def test_gpu_tile_kernel_matches_the_float64_sums(dtype: Any, orig: int, target: int, shape: tuple[int, ...]) -> None:
+    """resample_tile (and resample_poly past its shared-memory limit) on odd lengths and batches, against the
+    float64 sums: tiles that end past the signal, rows shorter than the filter, several tiles per row."""
+    x = np.random.default_rng(orig + shape[-1]).standard_normal(shape).astype(dtype)
+    got = audio.resample(x, orig_sr=orig, target_sr=target).to_numpy()
+    out_len = math.ceil(shape[-1] * target / orig)
+    assert got.shape == (*shape[:-1], out_len)
+    rows = x.reshape(-1, shape[-1]).astype(np.float64)
+    g = math.gcd(orig, target)
+    want = rs._host_resample(rows, target // g, orig // g, out_len, "soxr_hq").reshape(got.shape)
+    tol = 2e-5 if dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol * max(np.abs(want).max(), 1e-300))

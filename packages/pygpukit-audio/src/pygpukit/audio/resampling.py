@@ -13,8 +13,11 @@ same filter is evaluated at every tap instead of read from a table.
 
 On the CUDA backend the filter table (L x taps, built in float64 on the host and rounded once to the
 signal's dtype) is kept per rates and dtype, and one kernel of native/kernels/audio/resample.cu computes
-every output sample of the batch (resample_poly; resample_direct evaluates the filter in double); on the
-CPU backend NumPy computes the same sums in float64.
+every output sample of the batch: resample_tile (a block copies an input window to shared memory, a thread
+computes :data:`TILE_OUTPUTS` outputs of one phase, reading each coefficient of a transposed table once),
+or resample_poly (one thread per output) where that window would not fit 48 KiB; resample_direct evaluates
+the filter in double. The sums are the same, in the same order. On the CPU backend NumPy computes them in
+float64.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from pygpukit.core.array import GPUArray, empty
-from pygpukit.core.dtypes import DType
+from pygpukit.core.dtypes import DType, int32
 from pygpukit.core.errors import ArgumentError, ShapeError
 from pygpukit.core.jit import JITKernel
 
@@ -44,6 +47,13 @@ RES_TYPES: dict[str, tuple[int, float, float]] = {
 # The most filter coefficients (phases x taps) one conversion may use (256 MiB in float64).
 MAX_TABLE = 1 << 25
 
+# resample_tile: outputs of one phase per thread, by element size (R of resample.cu's entries), the fewest phases
+# (threads) a block takes, and the most shared memory its input window may use (no opt-in above 48 KiB).
+TILE_OUTPUTS = {4: 16, 8: 8}
+TILE_MIN_PHASES = 64
+TILE_SHARED = 48 * 1024
+TILE_ORDER_SEARCH = 4096
+
 _FILE = "audio/resample.cu"
 _Q = "long long"
 _PARAMS = {
@@ -51,6 +61,12 @@ _PARAMS = {
         kern.pointer("x"), kern.pointer("table"), kern.pointer("out"), kern.c_param("rows", _Q),
         kern.c_param("length", _Q), kern.c_param("out_len", _Q), kern.c_param("up", _Q), kern.c_param("down", _Q),
         kern.c_param("taps", "int"), kern.c_param("left", _Q),
+    ),
+    "resample_tile": (
+        kern.pointer("x"), kern.pointer("table_t"), kern.pointer("order"), kern.pointer("out"),
+        kern.c_param("rows", _Q), kern.c_param("length", _Q), kern.c_param("out_len", _Q), kern.c_param("up", _Q),
+        kern.c_param("down", _Q), kern.c_param("taps", "int"), kern.c_param("left", _Q),
+        kern.c_param("span_up", _Q), kern.c_param("span_down", _Q), kern.c_param("tiles", _Q),
     ),
     "resample_direct": (
         kern.pointer("x"), kern.pointer("out"), kern.c_param("rows", _Q), kern.c_param("length", _Q),
@@ -71,6 +87,61 @@ def _kernel(name: str, dtype: DType) -> JITKernel:
         cache_salt=kern.SOURCES.headers_digest(),
         params=list(_PARAMS[name]),
     )
+
+
+def tile_geometry(up: int, down: int, taps: int, itemsize: int) -> tuple[int, int, int] | None:
+    """(span_up, threads, shared bytes) of resample_tile for the ratio up / down, or None when its input window
+    would not fit :data:`TILE_SHARED` bytes (resample_poly serves those). span_up, a whole number of periods of
+    ``up`` outputs (at least :data:`TILE_MIN_PHASES`), is the one of the next 8 whose window fits that leaves
+    the fewest idle threads."""
+    first = -(-TILE_MIN_PHASES // up)
+    best: tuple[float, int, int, int] | None = None
+    for span in range(first, first + 8):
+        span_up = span * up
+        shared = (TILE_OUTPUTS[itemsize] * span * down + taps) * itemsize
+        if shared > TILE_SHARED:
+            break
+        rounds = -(-span_up // kern.BLOCK)
+        threads = -(-span_up // (32 * rounds)) * 32  # the fewest whole warps that take span_up in `rounds`
+        used = span_up / (threads * -(-span_up // threads))
+        if best is None or used > best[0] + 1e-9:
+            best = (used, span_up, threads, shared)
+    return None if best is None else best[1:]
+
+
+def _order_cost(order: Array, up: int, down: int, outputs: int) -> float:
+    """Shared-memory wavefronts (``outputs`` window reads) plus 128-byte table lines (one coefficient read) per
+    tap and warp of resample_tile when thread t takes q = order[t]: the cost its order is chosen by."""
+    total = 0.0
+    warps = 0
+    for w in range(0, len(order), 32):
+        q = order[w : w + 32].astype(np.int64)
+        c = q * down // up
+        phase = q * down - c * up
+        banks = max(np.bincount(np.unique(c + k) % 32, minlength=32).max() for k in range(4))
+        total += outputs * banks + len(np.unique(phase // 32))
+        warps += 1
+    return total / warps
+
+
+@functools.cache
+def tile_order(up: int, down: int, span_up: int, outputs: int) -> Array:
+    """The q of the tile each thread of resample_tile takes (int32, a permutation of range(span_up)): of the
+    natural order, the phase order and a greedy spread of window starts over the 32 banks, the cheapest (the
+    natural order past :data:`TILE_ORDER_SEARCH` threads)."""
+    q = np.arange(span_up, dtype=np.int64)
+    if span_up > TILE_ORDER_SEARCH:
+        return q.astype(np.int32)
+    starts = q * down // up
+    classes = [list(q[starts % 32 == b]) for b in range(32)]
+    spread: list[int] = []
+    while len(spread) < span_up:
+        for b in sorted(range(32), key=lambda b: -len(classes[b])):
+            if classes[b]:
+                spread.append(int(classes[b].pop(0)))
+    candidates = [q, q[np.argsort((q * down) % up, kind="stable")], np.array(spread, dtype=np.int64)]
+    best: Array = min(candidates, key=lambda order: _order_cost(order, up, down, outputs)).astype(np.int32)
+    return best
 
 
 def _rate(name: str, what: str, value: Any) -> float:
@@ -142,6 +213,25 @@ def _host_direct(x: Array, orig: float, target: float, out_len: int, res_type: s
     return out
 
 
+def _launch_tile(data: GPUArray, out: GPUArray, sizes: tuple[int, int, int], ratio: tuple[int, int, int, int],
+                 tile: tuple[int, int, int], res_type: str, gain: float) -> None:  # fmt: skip
+    """resample_tile over ``data`` (rows, length) into ``out`` (rows, out_len): ``ratio`` is (up, down, taps,
+    left), ``tile`` :func:`tile_geometry`'s answer."""
+    rows, length, out_len = sizes
+    up, down, taps, left = ratio
+    span_up, threads, shared = tile
+    dt = data.dtype
+    outputs = TILE_OUTPUTS[dt.itemsize]
+    tiles = -(-out_len // (outputs * span_up))
+    table = device_table(("resample_t", up, down, res_type, gain),
+                         lambda: np.ascontiguousarray((filter_table(up, down, res_type) * gain).T), dt)  # fmt: skip
+    order = device_table(("resample_order", up, down, span_up, outputs),
+                         lambda: tile_order(up, down, span_up, outputs), int32)  # fmt: skip
+    _kernel("resample_tile", dt)(data.device_ptr, table.device_ptr, order.device_ptr, out.device_ptr, rows, length,
+                                 out_len, up, down, taps, left, span_up, span_up // up * down, tiles,
+                                 grid=min(rows * tiles, 1 << 20), block=threads, shared_mem=shared)  # fmt: skip
+
+
 def resample(y: Any, *, orig_sr: float, target_sr: float, res_type: str = "soxr_hq",
              scale: bool = False) -> GPUArray:  # fmt: skip
     """``y`` (..., T) resampled from ``orig_sr`` to ``target_sr`` along its last axis, as librosa.resample
@@ -172,7 +262,10 @@ def resample(y: Any, *, orig_sr: float, target_sr: float, res_type: str = "soxr_
     out = empty((*lead, out_len), dt)
     work = rows * out_len
     if is_cuda():
-        if whole:
+        tile = tile_geometry(up, down, taps, dt.itemsize) if whole else None
+        if tile is not None:
+            _launch_tile(data, out, (rows, length, out_len), (up, down, taps, left), tile, res_type, gain)
+        elif whole:
             table = device_table(("resample", up, down, res_type, gain),
                                  lambda: filter_table(up, down, res_type) * gain, dt)  # fmt: skip
             _kernel("resample_poly", dt)(data.device_ptr, table.device_ptr, out.device_ptr, rows, length, out_len,
