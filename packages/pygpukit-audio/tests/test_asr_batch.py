@@ -91,6 +91,39 @@ def test_beam_search_encodes_in_batches(monkeypatch: pytest.MonkeyPatch) -> None
     assert [r.text for r in results] == ["7"] * 3
 
 
+def test_features_computed_once_per_recording(monkeypatch: pytest.MonkeyPatch) -> None:
+    """transcribe_batch hands each recording's features to transcribe: the log-mel front end runs once per
+    recording, and a recording longer than 30 s still gets its later windows from those features."""
+    calls: list[int] = []
+    from pygpukit.asr.features import log_mel_spectrogram as real
+
+    def counted(samples: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(int(samples.shape[-1]))
+        return real(samples, *args, **kwargs)
+
+    monkeypatch.setattr(batch, "log_mel_spectrogram", counted)
+    monkeypatch.setattr(longform, "log_mel_spectrogram", lambda *a, **k: pytest.fail("features computed twice"))
+    monkeypatch.setattr(batch, "decode_batch", lambda model, enc, *a, **k: [
+        DecodeResult([50363, 40 + r, 50413], -0.1, -0.1, 0.0, 0.0) for r in range(enc.shape[0])])  # fmt: skip
+    windows: list[float] = []
+
+    def later_window(model: Any, enc: Any, *a: Any, **k: Any) -> DecodeResult:
+        windows.append(float(np.asarray(enc.to_numpy(), np.float64).mean()))
+        return DecodeResult([50363, 77, 50413], -0.1, -0.1, 0.0, 0.0)
+
+    monkeypatch.setattr(longform, "decode_window", later_window)
+    model = _Model()
+    rng = np.random.default_rng(3)
+    audios = [rng.standard_normal(16000 * n).astype(np.float32) * 0.1 for n in (2, 35)]
+    results = batch.transcribe_batch(model, audios, beam_size=1, temperature=0.0)
+    assert calls == [32000, 560000]
+    assert [r.text for r in results] == ["40", "4177"]  # the 35 s recording: a second window, decoded alone
+    assert model.encoded == [(2, 80, 3000), (80, 3000)]
+    # its second window (frames 3000..3500, zero-padded to 3000) is cut from the features computed in the batch
+    full = np.asarray(real(audios[1], 80, padding=160).to_numpy(), np.float64)
+    assert windows == [pytest.approx(full[:, 3000:3500].sum() / (80 * 3000), rel=1e-6)]
+
+
 @pytest.mark.slow
 @pytest.mark.audio_data
 def test_batch_equals_one_by_one(whisper_tiny: Path, speech_16k: list[Path]) -> None:
@@ -108,3 +141,45 @@ def test_batch_equals_one_by_one(whisper_tiny: Path, speech_16k: list[Path]) -> 
             assert abs(ours.start - theirs["start"]) <= 0.02
             assert abs(ours.end - theirs["end"]) <= 0.02
             assert [w.word for w in ours.words or ()] == [w[0] for w in theirs["words"]]
+
+
+@pytest.mark.gpu
+@pytest.mark.audio_data
+def test_gpu_batch_graph_equals_eager_and_single(whisper_tiny: Path, speech_16k: list[Path]) -> None:
+    """On the GPU, float32: the batch-16 graph decode gives what the eager batch loop and what transcribing
+    each clip alone give (tokens, log-probabilities, no-speech probabilities); the timings are printed."""
+    import time
+
+    from pygpukit.asr import WhisperModel, transcribe, transcribe_batch
+
+    model = WhisperModel.from_pretrained(whisper_tiny, dtype="float32")
+    root = next(p for p in speech_16k if p.name == "001.wav").parent.parent
+    clips = sorted(root.glob("cards/*.wav")) + sorted(root.glob("librivox/*.wav"))
+    files = (clips + clips[:6])[:16]
+    runs: dict[str, Any] = {}
+    times: dict[str, float] = {}
+    try:
+        for name, flag, batched in (("eager", False, True), ("graph", True, True), ("single", True, False)):
+            model.graph_decode = flag
+
+            def go(b: bool = batched) -> Any:
+                if b:
+                    return transcribe_batch(model, files, beam_size=1, temperature=0.0, batch_size=16)
+                return [transcribe(model, f, beam_size=1, temperature=0.0) for f in files]
+
+            go()  # warm-up: kernels, plans, the captured step of this batch size
+            start = time.perf_counter()
+            runs[name] = go()
+            times[name] = time.perf_counter() - start
+    finally:
+        model.graph_decode = None
+    print(f"16 files: one by one {times['single']:.3f} s, batch 16 graph {times['graph']:.3f} s "
+          f"({times['single'] / times['graph']:.2f}x), batch 16 eager {times['eager']:.3f} s")  # fmt: skip
+    for other in ("eager", "single"):
+        for ours, theirs in zip(runs["graph"], runs[other], strict=True):
+            assert ours.text == theirs.text
+            assert [s.tokens for s in ours.segments] == [s.tokens for s in theirs.segments]
+            for a, b in zip(ours.segments, theirs.segments, strict=True):
+                assert a.avg_logprob == pytest.approx(b.avg_logprob, rel=1e-5, abs=1e-6)
+                assert a.no_speech_prob == pytest.approx(b.no_speech_prob, rel=1e-5, abs=1e-7)
+    assert len({r.text for r in runs["graph"]}) == 10, "the ten clips decode to ten different texts"

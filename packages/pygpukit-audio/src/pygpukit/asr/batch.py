@@ -38,11 +38,12 @@ def transcribe_batch(model: Any, audios: Sequence[Any], *, batch_size: int = 16,
     results: list[TranscriptionResult] = []
     for begin in range(0, len(audios), batch_size):
         group = [load_audio(audio) for audio in audios[begin : begin + batch_size]]
-        windows = []
-        for samples in group:
-            features = log_mel_spectrogram(samples, model.config.n_mels, padding=HOP_LENGTH)
-            content = features.shape[-1] - 1
-            windows.append(pad_or_trim(features[:, : min(N_FRAMES, max(content, 1))].contiguous()))
+        windows, features = [], []
+        for samples in group:  # the features go to transcribe below: each recording's are computed once
+            mel = log_mel_spectrogram(samples, model.config.n_mels, padding=HOP_LENGTH)
+            content = mel.shape[-1] - 1
+            windows.append(pad_or_trim(mel[:, : min(N_FRAMES, max(content, 1))].contiguous()))
+            features.append(mel)
         from pygpukit.ops import stack
 
         encoder_out = model.encode(stack(windows, axis=0))
@@ -55,7 +56,7 @@ def transcribe_batch(model: Any, audios: Sequence[Any], *, batch_size: int = 16,
             sot_index = prompt.index(tok.sot)
             decoded = decode_batch(model, encoder_out, prompt, rules, sot_index=sot_index, no_speech=tok.no_speech)
         for row, samples in enumerate(group):
-            first = (encoder_out[row : row + 1], decoded[row])
+            first = (encoder_out[row : row + 1], decoded[row], features[row])
             results.append(transcribe(model, samples, _first=first, **options))
     return results
 

@@ -205,16 +205,17 @@ class GraphDecoder:
             self.cross_kv[i].copy_(model._linear(encoder_out, f"dec.{i}.cross_kv"))
         state = DecoderState(self.cache, self.cross, 0)
         hidden = model.decode(np.tile(np.asarray(prompt, np.int64), (b, 1)), state)
-        first = np.asarray(model.logits(hidden[:, sot_index : sot_index + 1]).to_numpy(), np.float64)[:, 0]
-        shifted = first - first.max(axis=-1, keepdims=True)  # decoding._log_softmax, the same float64 steps
-        no_speech_probs = np.exp(shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True)))[:, no_speech]
+        # decoding._log_softmax (float64) on the device: only the no-speech column comes back to the host
+        first = model.logits(hidden[:, sot_index : sot_index + 1]).astype(float64)
+        no_speech_lp = ops.log_softmax(first, axis=-1)[:, 0, no_speech].to_numpy()
+        no_speech_probs = np.exp(np.asarray(no_speech_lp, np.float64).reshape(b))
         initial = np.tile(np.array([0, -1, -1, -1, 0], np.int32), (b, 1))
         self.state.copy_(initial)
         self.sum_lp.copy_(np.zeros(b, np.float64))
         self.lengths.copy_(np.full(b, len(prompt), np.int32))
         greedy_rules_step(model.logits(hidden[:, -1]), self.tokens, self.state, self.sum_lp, self.suppress,
                           self.blank, self.params)  # fmt: skip
-        return no_speech_probs  # type: ignore[no-any-return]
+        return no_speech_probs
 
     def read(self) -> Array:
         """The tokens chosen by the last step (int32 (batch,), on the host: the step's one synchronization)."""

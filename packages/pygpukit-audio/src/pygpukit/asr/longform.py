@@ -217,7 +217,10 @@ def transcribe(model: Any, audio: Any, *, language: str | None = None, task: str
         speech_map = SpeechMap(chunks)
         full_duration = samples.shape[0] / SAMPLE_RATE
         samples = concatenate_chunks(samples, chunks)
-    features = log_mel_spectrogram(samples, model.config.n_mels, padding=HOP_LENGTH)
+    if _first is not None:  # transcribe_batch: (first window's encoder output, its decoding, the features)
+        features = _first[2]
+    else:
+        features = log_mel_spectrogram(samples, model.config.n_mels, padding=HOP_LENGTH)
     content_frames = features.shape[-1] - 1
     duration = content_frames / FRAMES_PER_SECOND
     tsb = tok.timestamp_begin
@@ -236,11 +239,11 @@ def transcribe(model: Any, audio: Any, *, language: str | None = None, task: str
     while seek < content_frames:
         time_offset = seek / FRAMES_PER_SECOND
         segment_size = min(N_FRAMES, content_frames - seek)
-        window = pad_or_trim(features[:, seek : seek + segment_size].contiguous())
         segment_duration = segment_size / FRAMES_PER_SECOND
         if seek == 0 and _first is not None:  # transcribe_batch computed the first window in a batch
-            encoder_out, precomputed = _first
+            encoder_out, precomputed = _first[0], _first[1]
         else:
+            window = pad_or_trim(features[:, seek : seek + segment_size].contiguous())
             encoder_out, precomputed = model.encode(window), None
         if tok.multilingual and language is None:
             language = _detect_language(model, encoder_out)
