@@ -210,7 +210,11 @@ fi
 for tool in "${tools[@]}"; do
   log="$out/sanitize-$tool.log"
   limit="$(limit_for "$tool")"
-  options=(--tool "$tool" --target-processes all --print-limit 200)
+  # --show-backtrace device: the host backtraces a tool records at each launch and allocation keep
+  # references to the Python frames on the stack (measured on an H100, 2026-11-25: every temporary of
+  # an eager run stayed alive, so three pool tests failed under any tool and passed with this option;
+  # ci/sanitize_probe.py shows it). Device backtraces still name the kernel and the faulting PC.
+  options=(--tool "$tool" --target-processes all --print-limit 200 --show-backtrace device)
   tool_tests=("${tests[@]}")
   tool_args=()
   case "$tool" in
