@@ -181,8 +181,8 @@ def test_gpu_batch_graph_equals_eager_and_single(whisper_tiny: Path, speech_16k:
             assert [s.tokens for s in ours.segments] == [s.tokens for s in theirs.segments]
             for a, b in zip(ours.segments, theirs.segments, strict=True):
                 assert a.avg_logprob == pytest.approx(b.avg_logprob, rel=1e-5, abs=1e-6)
-                # The eager loop's no-speech probability is a host softmax of the first step's logits, the
-                # graph's a device log_softmax of logits from another kernel path: 1.5e-5 apart on the H100.
-                rel = 1e-5 if other == "single" else 1e-4
-                assert a.no_speech_prob == pytest.approx(b.no_speech_prob, rel=rel, abs=1e-7)
+                # The first step's logits come from GEMMs of another batch size (16 rows against 1) or
+                # another path (the eager loop's host softmax): on the H100 the no-speech probabilities
+                # were 1.5e-5 apart (relative) for both, with equal tokens and texts.
+                assert a.no_speech_prob == pytest.approx(b.no_speech_prob, rel=1e-4, abs=1e-7)
     assert len({r.text for r in runs["graph"]}) == 10, "the ten clips decode to ten different texts"
