@@ -68,6 +68,11 @@ def main() -> int:
     p.add_argument("--dtype", default="float16")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--files", type=int, default=16, help="how many of the 16 files (fewer: a CPU smoke run)")
+    p.add_argument(
+        "--kernels",
+        action="store_true",
+        help="also list each run's kernels by device time (torch's profiler; GPU machine only)",
+    )
     args = p.parse_args()
     from pygpukit.asr import WhisperModel, batch, graph_decode, longform
 
@@ -86,6 +91,8 @@ def main() -> int:
     report["speedup"] = report["single_seconds"] / report["batch16_seconds"]
     print(f"plain: one by one {report['single_seconds'] * 1e3:.1f} ms, batch 16 {report['batch16_seconds'] * 1e3:.1f} "
           f"ms ({report['speedup']:.2f}x)", flush=True)  # fmt: skip
+    if args.kernels:
+        report["kernels"] = {name: _kernels(fn) for name, fn in plain.items()}
     timer = Timer()
     patches = [(batch, "log_mel_spectrogram"), (longform, "log_mel_spectrogram"), (model, "encode"),
                (graph_decode.GraphDecoder, "start"), (graph_decode.GraphDecoder, "step")]  # fmt: skip
@@ -108,6 +115,32 @@ def main() -> int:
             setattr(obj, attr, fn)
     print(json.dumps(report, indent=1))
     return 0
+
+
+def _kernels(fn: Callable[[], Any], top: int = 15) -> dict[str, Any]:
+    """The kernels of one call of ``fn`` (graph replays' included) by total device time, from torch's
+    profiler (CUPTI sees every kernel of the process)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from pygpukit.core.stream import current_stream
+
+    current_stream().synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        current_stream().synchronize()
+        torch.cuda.synchronize()
+    totals: dict[str, list[float]] = defaultdict(list)
+    for event in prof.events():
+        if str(getattr(event, "device_type", "")).endswith("CUDA") and event.device_time_total > 0:
+            totals[event.name].append(event.device_time_total / 1e3)
+    rows = sorted(((sum(v), len(v), k) for k, v in totals.items()), reverse=True)
+    device_ms = sum(r[0] for r in rows)
+    print(f"kernels: {device_ms:.2f} ms of device time in {sum(r[1] for r in rows)} launches", flush=True)
+    for total, count, name in rows[:top]:
+        print(f"  {total:8.3f} ms  x{count:5d}  {name[:100]}", flush=True)
+    return {"device_ms": device_ms, "launches": sum(r[1] for r in rows),
+            "top": [{"ms": t, "count": c, "kernel": n[:120]} for t, c, n in rows[:top]]}  # fmt: skip
 
 
 def _wall(fn: Callable[[], Any]) -> float:
