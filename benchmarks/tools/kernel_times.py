@@ -19,6 +19,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,30 @@ def _cases(torch: Any, names: list[str]) -> dict[str, dict[str, Callable[[], Any
 
         found[f"stft_n{n_fft}"] = {"pygpukit": ours, "torch": peer}
     return found
+
+
+class _FftSource:
+    """pygpukit.audio's kernel sources with audio/fft.cu read from another file (``--fft-source``)."""
+
+    def __init__(self, original: Any, text: str) -> None:
+        self.original, self.text = original, text
+
+    def source(self, relative_path: str) -> str:
+        return self.text if relative_path == "audio/fft.cu" else self.original.source(relative_path)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.original, name)
+
+
+def _use_fft_source(text: str | None) -> None:
+    """Compile audio/fft.cu from ``text`` (None: the installed file) from here on."""
+    from pygpukit.audio import _fft_plan, _kernels
+
+    original = getattr(_kernels.SOURCES, "original", _kernels.SOURCES)
+    _kernels.SOURCES = original if text is None else _FftSource(original, text)  # type: ignore[assignment]
+    _kernels.kernel.cache_clear()
+    _fft_plan._PLANS.clear()
+    _fft_plan._opted_in.clear()
 
 
 def _profile(torch: Any, fn: Callable[[], Any], calls: int) -> dict[str, Any]:
@@ -111,8 +136,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     results: dict[str, Any] = {}
+    alt = Path(args.fft_source).read_text() if args.fft_source else None
     for case, impls in _cases(torch, args.cases.split(",")).items():
-        for impl, fn in impls.items():
+        runs = [(impl, fn, None) for impl, fn in impls.items()]
+        if alt is not None:
+            runs.append(("pygpukit-alt", impls["pygpukit"], alt))
+        for impl, fn, text in runs:
+            _use_fft_source(text)
             found = _profile(torch, fn, args.calls)
             results[f"{case} {impl}"] = found
             print(f"{case:10s} {impl:9s} wall {found['wall_ms']:.4f} ms/call, kernels {found['device_ms']:.4f} ms/call")

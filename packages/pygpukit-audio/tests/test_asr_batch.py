@@ -92,16 +92,18 @@ def test_beam_search_encodes_in_batches(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_features_computed_once_per_recording(monkeypatch: pytest.MonkeyPatch) -> None:
-    """transcribe_batch hands each recording's features to transcribe: the log-mel front end runs once per
-    recording, and a recording longer than 30 s still gets its later windows from those features."""
-    calls: list[int] = []
+    """transcribe_batch hands each recording's features to transcribe: the log-mel front end runs once, for
+    the whole group in one batch, and a recording longer than 30 s still gets its later windows from those
+    features."""
+    calls: list[list[int]] = []
+    from pygpukit.asr.features import log_mel_batch
     from pygpukit.asr.features import log_mel_spectrogram as real
 
-    def counted(samples: Any, *args: Any, **kwargs: Any) -> Any:
-        calls.append(int(samples.shape[-1]))
-        return real(samples, *args, **kwargs)
+    def counted(signals: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append([int(s.shape[-1]) for s in signals])
+        return log_mel_batch(signals, *args, **kwargs)
 
-    monkeypatch.setattr(batch, "log_mel_spectrogram", counted)
+    monkeypatch.setattr(batch, "log_mel_batch", counted)
     monkeypatch.setattr(longform, "log_mel_spectrogram", lambda *a, **k: pytest.fail("features computed twice"))
     monkeypatch.setattr(batch, "decode_batch", lambda model, enc, *a, **k: [
         DecodeResult([50363, 40 + r, 50413], -0.1, -0.1, 0.0, 0.0) for r in range(enc.shape[0])])  # fmt: skip
@@ -116,7 +118,7 @@ def test_features_computed_once_per_recording(monkeypatch: pytest.MonkeyPatch) -
     rng = np.random.default_rng(3)
     audios = [rng.standard_normal(16000 * n).astype(np.float32) * 0.1 for n in (2, 35)]
     results = batch.transcribe_batch(model, audios, beam_size=1, temperature=0.0)
-    assert calls == [32000, 560000]
+    assert calls == [[32000, 560000]]
     assert [r.text for r in results] == ["40", "4177"]  # the 35 s recording: a second window, decoded alone
     assert model.encoded == [(2, 80, 3000), (80, 3000)]
     # its second window (frames 3000..3500, zero-padded to 3000) is cut from the features computed in the batch

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pygpukit.asr.features import log_mel_spectrogram, pad_or_trim, whisper_features
+from pygpukit.asr.features import log_mel_batch, log_mel_spectrogram, pad_or_trim, whisper_features
 from pygpukit.core.array import asarray
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 
@@ -36,6 +36,30 @@ def test_batched_features_equal_single_rows() -> None:
     batch = whisper_features(audio).to_numpy()
     for row in range(2):
         np.testing.assert_allclose(batch[row], ref.features(audio[row].astype(np.float64)), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("n_mels", [80, 128])
+def test_log_mel_batch_equals_each_signal_alone(n_mels: int) -> None:
+    """Signals of different lengths (shorter than a window, shorter than the reflection, a loud one that
+    sets its own clamp) in one batch: each item equals log_mel_spectrogram of that signal alone, also
+    against the float64 reference."""
+    rng = np.random.default_rng(8)
+    lengths = (16000 * 3 + 17, 150, 1, 16000, 8000 * 5 + 3)
+    signals = [(0.1 * rng.standard_normal(n)).astype(np.float32) for n in lengths]
+    signals[3] *= 50.0
+    batch = log_mel_batch([asarray(s) for s in signals], n_mels, padding=160)
+    assert len(batch) == len(signals)
+    for signal, got in zip(signals, batch, strict=True):
+        alone = log_mel_spectrogram(asarray(signal), n_mels, padding=160).to_numpy()
+        assert got.shape == alone.shape == (n_mels, max(signal.size + 160, 201) // 160)
+        np.testing.assert_allclose(got.to_numpy(), alone, rtol=0, atol=1e-6)
+        padded = np.pad(signal.astype(np.float64), (0, 160 + max(0, 201 - signal.size - 160)))
+        np.testing.assert_allclose(got.to_numpy(), ref.features(padded, n_mels, total=None), rtol=0, atol=1e-5)
+    assert log_mel_batch([]) == []
+    with pytest.raises(ShapeError, match="1-D"):
+        log_mel_batch([asarray(np.zeros(500, np.float32)), asarray(np.zeros((2, 500), np.float32))])
+    with pytest.raises(ArgumentError, match="padding"):
+        log_mel_batch([np.zeros(1000, np.float32)], padding=-1)
 
 
 def test_float64_audio_and_padding() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from pygpukit.core.errors import ArgumentError
 
 from .decoding import decode_batch
-from .features import HOP_LENGTH, N_FRAMES, log_mel_spectrogram, pad_or_trim
+from .features import HOP_LENGTH, N_FRAMES, log_mel_batch, pad_or_trim
 from .longform import DEFAULT_TEMPERATURES, TranscriptionResult, load_audio, token_rules, transcribe
 
 __all__ = ["transcribe_batch"]
@@ -38,12 +38,10 @@ def transcribe_batch(model: Any, audios: Sequence[Any], *, batch_size: int = 16,
     results: list[TranscriptionResult] = []
     for begin in range(0, len(audios), batch_size):
         group = [load_audio(audio) for audio in audios[begin : begin + batch_size]]
-        windows, features = [], []
-        for samples in group:  # the features go to transcribe below: each recording's are computed once
-            mel = log_mel_spectrogram(samples, model.config.n_mels, padding=HOP_LENGTH)
-            content = mel.shape[-1] - 1
-            windows.append(pad_or_trim(mel[:, : min(N_FRAMES, max(content, 1))].contiguous()))
-            features.append(mel)
+        # The features of the whole group in one batch (they go to transcribe below: each recording's are
+        # computed once).
+        features = log_mel_batch(group, model.config.n_mels, padding=HOP_LENGTH)
+        windows = [pad_or_trim(mel[:, : min(N_FRAMES, max(mel.shape[-1] - 1, 1))].contiguous()) for mel in features]
         from pygpukit.ops import stack
 
         encoder_out = model.encode(stack(windows, axis=0))

@@ -11,6 +11,7 @@ of the features of the whole recording, as faster-whisper does.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -19,8 +20,8 @@ from pygpukit.core.array import GPUArray, asarray, zeros
 from pygpukit.core.dtypes import float32, float64
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 
-__all__ = ["CHUNK_SAMPLES", "HOP_LENGTH", "N_FFT", "N_FRAMES", "SAMPLE_RATE", "log_mel_spectrogram",
-           "pad_or_trim", "whisper_features"]  # fmt: skip
+__all__ = ["CHUNK_SAMPLES", "HOP_LENGTH", "N_FFT", "N_FRAMES", "SAMPLE_RATE", "log_mel_batch",
+           "log_mel_spectrogram", "pad_or_trim", "whisper_features"]  # fmt: skip
 
 SAMPLE_RATE = 16000
 N_FFT = 400
@@ -87,6 +88,59 @@ def log_mel_spectrogram(audio: Any, n_mels: int = 80, *, padding: int = 0) -> GP
     clamped = maximum(rows, top - 8.0)
     features = ((clamped + 4.0) * 0.25).reshape(logs.shape)
     return features if features.dtype == dtype else features.astype(dtype)
+
+
+def log_mel_batch(signals: Sequence[Any], n_mels: int = 80, *, padding: int = 0) -> list[GPUArray]:
+    """:func:`log_mel_spectrogram` of each 1-D signal of ``signals`` (lengths may differ), computed in one
+    batch: the signals are gathered on the device into rows that each hold one signal already padded the way
+    log_mel_spectrogram pads it (``padding`` zeros, at least 201 samples, reflected by 200 at both ends),
+    then one STFT, mel projection and log over the batch, each row clamped to its own maximum over its own
+    frames. Item i is an (n_mels, (len_i + padding) // 160) view of the batch's result; its values are
+    log_mel_spectrogram's (the same frames, windows and FFT; the mel projection is one GEMM instead of
+    one per signal)."""
+    from pygpukit.audio import melspectrogram
+    from pygpukit.ops import add, concatenate, embedding, log, maximum, mul
+    from pygpukit.ops import max as amax
+
+    if n_mels not in (80, 128):
+        raise ArgumentError(f"log_mel_batch: n_mels must be 80 or 128 (Whisper's front ends), got {n_mels}")
+    if padding < 0:
+        raise ArgumentError(f"log_mel_batch: padding must be >= 0 samples, got {padding}")
+    xs = [_signal(s) for s in signals]
+    if not xs:
+        return []
+    if any(x.ndim != 1 for x in xs) or len({x.dtype for x in xs}) != 1:
+        raise ShapeError("log_mel_batch: every signal must be 1-D (samples,), all of one dtype; got "
+                         + ", ".join(f"{x.shape} {x.dtype.name}" for x in xs))  # fmt: skip
+    dtype, half = xs[0].dtype, N_FFT // 2
+    lengths = [x.shape[0] for x in xs]
+    padded = [max(length + padding, half + 1) for length in lengths]  # as log_mel_spectrogram pads
+    width = max(padded) + 2 * half
+    total = sum(lengths)
+    # Where each position of each row reads the concatenated signals: reflect (numpy's, without repeating
+    # the edge) around the padded signal; positions in the zero padding read index `total`, out of range,
+    # which embedding turns into zeros.
+    ids = np.full((len(xs), width), total, np.int64)
+    offset = 0
+    for row, (length, size) in enumerate(zip(lengths, padded, strict=True)):
+        t = np.arange(-half, size + half)
+        s = np.where(t < 0, -t, np.where(t >= size, 2 * (size - 1) - t, t))
+        ids[row, : t.size] = np.where(s < length, offset + s, total)
+        offset += length
+    flat = xs[0] if len(xs) == 1 else concatenate(xs)
+    rows = embedding(flat.astype(float64).reshape(total, 1), asarray(ids)).reshape(len(xs), width)
+    mel = melspectrogram(rows, sr=SAMPLE_RATE, n_fft=N_FFT, hop_length=HOP_LENGTH, window="hann", center=False,
+                         power=2.0, n_mels=n_mels, fmin=0.0, fmax=SAMPLE_RATE / 2, htk=False,
+                         norm="slaney")  # fmt: skip
+    frames = [size // HOP_LENGTH for size in padded]  # log_mel_spectrogram drops the last centred frame
+    logs = mul(log(maximum(mel, 1e-10)), _LOG10)  # (batch, n_mels, batch frames)
+    mask = np.where(np.arange(logs.shape[-1])[None, :] < np.array(frames)[:, None], 0.0, -np.inf)
+    top = amax(add(logs, asarray(mask[:, None, :])).reshape(len(xs), -1), axis=-1, keepdims=True)
+    clamped = maximum(logs.reshape(len(xs), -1), top - 8.0)
+    features = ((clamped + 4.0) * 0.25).reshape(logs.shape)
+    if features.dtype != dtype:
+        features = features.astype(dtype)
+    return [features[row, :, :count] for row, count in enumerate(frames)]
 
 
 def pad_or_trim(features: GPUArray, frames: int = N_FRAMES) -> GPUArray:
