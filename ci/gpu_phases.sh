@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Named phases of a GPU-machine run, so that one `device` call runs several and each writes its log and
+# JSON under $OUT: `bash ci/gpu_phases.sh PHASE...` from the repository root, with .device/dist carried
+# (ci/device_bundle.sh). Whisper's model.bin comes in two parts (ci/gpu_asr.sh says how to make them):
+# the phase `stage-a` copies part00 from .bigA to /tmp/m in a first call, `asr-*` phases of a second call
+# join it with .bigB's part01 and unpack .bigB/whisper-small.tar.
+#
+#   stage-a         copy .bigA/* to /tmp/m (first of the two calls)
+#   kernels         benchmarks/tools/kernel_times.py: fft, rfft, stft kernels against torch's
+#                   (with .device/fft_old.cu present: that file's kernels too, as pygpukit-alt)
+#   initcheck       ci/initcheck_probe.py: initcheck on torch-only and pygpukit-only programs
+#   audio-tests     the audio package's gpu-marked tests (the model tests skip without their files)
+#   audio-bench     benchmarks/tools/audio_bench.py (stft, mel, fft, resample against torch)
+#   asr-profile     benchmarks/tools/asr_batch_profile.py --kernels (batch 16 against one by one)
+#   asr-tests       the ASR tests with the real model (ci/gpu_asr.sh's list)
+#   asr-bench       benchmarks/tools/asr_bench.py
+# A summary line per phase comes last; the exit status is 1 when a phase failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source ci/gpu_env.sh || exit 1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/nvidia-smi.txt"
+date -u +%Y-%m-%dT%H:%M:%SZ | tee "$OUT/date.txt"
+summary=()
+status=0
+
+model_dir=/tmp/m/cache/models/whisper-tiny.en
+audio_dir=/tmp/m/cache/audio-testdata/pocketsphinx-testdata/pocketsphinx/test/data
+asr_ready() {
+  [[ -f "$model_dir/model.bin" ]] && return 0
+  mkdir -p /tmp/m/cache && tar -C /tmp/m/cache -xf .bigB/whisper-small.tar || return 1
+  cat /tmp/m/model.part00 .bigB/model.part01 >"$model_dir/model.bin" || return 1
+  echo "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a  $model_dir/model.bin" | sha256sum -c -
+}
+
+run() {  # run NAME LIMIT_S COMMAND...: log to $OUT/NAME.log, remember the outcome
+  local name="$1" limit="$2"
+  shift 2
+  echo "=== $name: $*"
+  local start=$SECONDS
+  timeout "$limit" "$@" 2>&1 | grep -v -E "Warning: |warnings.warn" | tee "$OUT/$name.log"
+  local rc=${PIPESTATUS[0]}
+  summary+=("$(printf '%-12s %s (%d s)' "$name" "$([[ $rc -eq 0 ]] && echo ok || echo "FAILED ($rc)")" $((SECONDS - start)))")
+  [[ $rc -eq 0 ]] || status=1
+}
+
+pytest_q=(python3 -m pytest -p no:cacheprovider -q -rfE -o "addopts=--strict-markers --import-mode=importlib")
+for phase in "$@"; do
+  case "$phase" in
+    stage-a) mkdir -p /tmp/m && cp .bigA/* /tmp/m/ && summary+=("stage-a      ok") ;;
+    kernels)
+      alt=(); [[ -f .device/fft_old.cu ]] && alt=(--fft-source .device/fft_old.cu)
+      run kernels 240 python3 benchmarks/tools/kernel_times.py "${alt[@]}" --json "$OUT/kernel_times.json" ;;
+    initcheck) run initcheck 240 python3 ci/initcheck_probe.py --json "$OUT/initcheck_probe.json" ;;
+    audio-tests) run audio-tests 300 "${pytest_q[@]}" -m gpu packages/pygpukit-audio/tests ;;
+    audio-bench) run audio-bench 240 python3 benchmarks/tools/audio_bench.py --out "$OUT/audio_bench.json" ;;
+    asr-profile)
+      asr_ready || { summary+=("asr-profile  FAILED (model)"); status=1; continue; }
+      PYGPUKIT_CACHE_DIR=/tmp/m/cache run asr-profile 240 python3 benchmarks/tools/asr_batch_profile.py \
+        --model "$model_dir" --audio "$audio_dir" --kernels --repeat 3 ;;
+    asr-tests)
+      asr_ready || { summary+=("asr-tests    FAILED (model)"); status=1; continue; }
+      PYGPUKIT_CACHE_DIR=/tmp/m/cache PYGPUKIT_REQUIRE_MODELS=1 run asr-tests 420 "${pytest_q[@]}" \
+        packages/pygpukit-audio/tests/test_asr_gpu.py packages/pygpukit-audio/tests/test_asr_batch.py \
+        packages/pygpukit-audio/tests/test_asr_features.py packages/pygpukit-audio/tests/test_asr_transcribe.py \
+        packages/pygpukit-audio/tests/test_asr_graph_decode.py packages/pygpukit-audio/tests/test_asr_hf_parity.py ;;
+    asr-bench)
+      asr_ready || { summary+=("asr-bench    FAILED (model)"); status=1; continue; }
+      PYGPUKIT_CACHE_DIR=/tmp/m/cache run asr-bench 300 python3 benchmarks/tools/asr_bench.py --model "$model_dir" \
+        --audio "$audio_dir" --out "$OUT/asr_bench.json" ;;
+    *) echo "unknown phase $phase" >&2; status=1 ;;
+  esac
+done
+echo
+printf '%s\n' "${summary[@]}"
+exit $status
