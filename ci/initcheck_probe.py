@@ -164,8 +164,8 @@ def gp_graph_copy() -> None:
 
 CASES: dict[str, Callable[[], None]] = {
     f.__name__: f
-    for f in (torch_eager, torch_cublaslt, torch_graph_kernel, torch_graph_copy, gp_eager, gp_cublaslt,
-              gp_graph_kernel, gp_graph_copy)
+    for f in (torch_cublaslt, gp_cublaslt, torch_graph_copy, gp_graph_copy, torch_graph_kernel, gp_graph_kernel,
+              torch_eager, gp_eager)
 }  # fmt: skip
 
 
@@ -180,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", choices=sorted(CASES))
     parser.add_argument("--json", default=None)
+    parser.add_argument("--timeout", type=float, default=90.0, help="seconds per case under the tool")
     args = parser.parse_args(argv)
     if args.case:
         CASES[args.case]()
@@ -189,7 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in CASES:
         cmd = [_sanitizer(), "--tool", "initcheck", "--print-limit", "4", "--show-backtrace", "device",
                sys.executable, __file__, "--case", name]  # fmt: skip
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            rows.append({"case": name, "exit": None, "errors": None, "ran": False, "first": "timed out"})
+            print(f"{name:20s} timed out after {args.timeout} s", flush=True)
+            continue
         text = done.stdout + done.stderr
         found = re.search(r"ERROR SUMMARY: (\d+) error", text)
         first = next((line.strip() for line in text.splitlines() if "Uninitialized" in line), "")
@@ -197,11 +203,12 @@ def main(argv: list[str] | None = None) -> int:
                      "ran": f"{name}: ran" in text, "first": first, "tail": text[-1500:]})  # fmt: skip
         print(
             f"{name:20s} exit {done.returncode:3d}  ran {rows[-1]['ran']!s:5s}  initcheck errors {rows[-1]['errors']}"
-            f"  {first[:100]}"
+            f"  {first[:100]}",
+            flush=True,
         )
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(rows, fh, indent=1)
+        if args.json:  # after every case: a run cut off by its limit keeps what it found
+            with open(args.json, "w") as fh:
+                json.dump(rows, fh, indent=1)
     return 0
 
 
