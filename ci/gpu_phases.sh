@@ -8,6 +8,7 @@
 #   stage-a         copy .bigA/* to /tmp/m (first of the two calls)
 #   kernels         benchmarks/tools/kernel_times.py: fft, rfft, stft kernels against torch's
 #                   (with .device/fft_old.cu present: that file's kernels too, as pygpukit-alt)
+#   ncu-fft         Nsight Compute sections of the first fft_smem launches (fft 2^20, stft n_fft 2048)
 #   initcheck       ci/initcheck_probe.py: initcheck on torch-only and pygpukit-only programs
 #   audio-tests     the audio package's gpu-marked tests (the model tests skip without their files)
 #   audio-bench     benchmarks/tools/audio_bench.py (stft, mel, fft, resample against torch)
@@ -50,6 +51,10 @@ for phase in "$@"; do
     kernels)
       alt=(); [[ -f .device/fft_old.cu ]] && alt=(--fft-source .device/fft_old.cu)
       run kernels 240 python3 benchmarks/tools/kernel_times.py "${alt[@]}" --json "$OUT/kernel_times.json" ;;
+    ncu-fft)
+      run ncu-fft 200 /usr/local/cuda/bin/ncu --clock-control none --kernel-name regex:fft_smem --launch-count 4 \
+        --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis_Tables \
+        --section WarpStateStats python3 benchmarks/tools/kernel_times.py --plain --cases fft,stft2048 --calls 1 ;;
     initcheck) run initcheck 240 python3 ci/initcheck_probe.py --json "$OUT/initcheck_probe.json" ;;
     audio-tests) run audio-tests 300 "${pytest_q[@]}" -m gpu packages/pygpukit-audio/tests ;;
     audio-bench) run audio-bench 240 python3 benchmarks/tools/audio_bench.py --out "$OUT/audio_bench.json" ;;
