@@ -11,6 +11,10 @@ append and decode attention all read the positions from the device) and replays 
 every position: one launch per token. Its tokens are bitwise equal to ``DecodeM1``'s (the same
 kernels on the same buffers).
 
+The layers themselves (norms, projections, MLP, final norm and lm head) are
+:class:`~pygpukit.llm.decode_layers.LayerStep`'s, shared with the engine's paged step and the window
+forward of the multi-token strategies; ``DecodeM1`` adds the fusions below and its fixed KV cache.
+
 Fusions (``fuse=True``, the default): the q, k and v projections run as one GEMV over the stacked
 weight of :meth:`CausalTransformerModel.fuse_qkv` (views of one output buffer feed the rest), and RoPE
 runs fused with the KV-cache write (:func:`pygpukit.ops.rope_kv_append`: q rotated, k rotated and
@@ -34,15 +38,15 @@ import numpy as np
 import pygpukit.ops as ops
 from pygpukit.core.array import GPUArray, empty, from_numpy
 from pygpukit.core.dtypes import int32
-from pygpukit.core.errors import ArgumentError, PyGPUkitError, ShapeError
-from pygpukit.core.graph import CudaGraph
-from pygpukit.core.stream import Stream, current_stream
-from pygpukit.ops.quant import QUANT_GEMV_MAX_ROWS, QuantizedTensor, quantized_gemv
+from pygpukit.core.errors import ArgumentError, ShapeError
+from pygpukit.ops.quant import QuantizedTensor
 from pygpukit.profiling import Range
+
+from .decode_layers import LayerStep, capture_step
 
 if TYPE_CHECKING:
     from .generation import SamplingParams
-    from .model import CausalTransformerModel, LayerWeights, LinearWeight
+    from .model import CausalTransformerModel, LayerWeights
 
 __all__ = [
     "STRATEGIES",
@@ -91,7 +95,7 @@ def graph_unsupported_reason(model: CausalTransformerModel, sampling: SamplingPa
 _GRAPH_WEIGHTS = (GPUArray, QuantizedTensor)
 
 
-class DecodeM1:
+class DecodeM1(LayerStep):
     """Batch decode with preallocated buffers (the seeds' ``DecodeM1``).
 
     ``start(ids, lengths)`` runs the prompt and samples the first token; each ``step()`` decodes one
@@ -194,28 +198,7 @@ class DecodeM1:
                 return False
         return True
 
-    # -- the step -----------------------------------------------------------------------------------
-    def _linear(self, x: GPUArray, w: LinearWeight, bias: GPUArray | None, out: GPUArray) -> None:
-        """``out = x @ w.T + bias`` into the preallocated ``out`` (dense and GGUF block weights: nothing
-        allocated)."""
-        rows = x.reshape(-1, x.shape[-1])
-        dest = out.reshape(rows.shape[0], -1)
-        if type(w) is GPUArray:
-            ops.matmul(rows, w.T, out=dest)
-            if bias is not None:
-                ops.add(dest, bias, out=dest)
-        elif type(w) is QuantizedTensor and rows.shape[0] <= QUANT_GEMV_MAX_ROWS:
-            quantized_gemv(rows, w, dest, bias=bias)  # the packed blocks read once, straight into dest
-        else:
-            dest.copy_(ops.linear(rows, w, bias))
-
-    def _norm(self, x: GPUArray, weight: GPUArray, bias: GPUArray | None, out: GPUArray) -> None:
-        eps = self.model.config.norm_eps
-        if self.model.spec.norm == "layernorm":
-            ops.layernorm(x, weight, bias, eps, out=out)
-        else:
-            ops.rmsnorm(x, weight, eps, out=out)
-
+    # -- the step: the layers are LayerStep's; these methods add the fusions and the fixed KV cache ---
     def _mlp(self, layer: LayerWeights) -> None:
         """MLP of ``self.normed`` into ``self.proj``."""
         c = self.model.config
@@ -228,16 +211,7 @@ class DecodeM1:
                               renormalize=c.norm_topk_prob, activation="silu")  # fmt: skip
             self.proj.copy_(out.reshape(self.proj.shape))
             return
-        assert layer.w_gate_up is not None
-        assert layer.w_down is not None
-        assert self.hidden is not None
-        assert self.activated is not None
-        self._linear(self.normed, layer.w_gate_up, layer.b_gate_up, self.hidden)
-        if self.model.spec.activation == "gelu_tanh":
-            ops.gelu_tanh(self.hidden, out=self.activated)
-        else:
-            ops.swiglu(self.hidden, out=self.activated)
-        self._linear(self.activated, layer.w_down, layer.b_down, self.proj)
+        super()._mlp(layer)
 
     def _project(self, layer: LayerWeights) -> tuple[GPUArray, GPUArray, GPUArray]:
         """q, k, v (b, 1, heads, head_dim) of ``self.normed``: one GEMV into ``self.qkv`` (views
@@ -248,18 +222,65 @@ class DecodeM1:
             assert self.v_view is not None
             self._linear(self.normed, layer.w_qkv, layer.b_qkv, self.qkv)
             return self.q_view, self.k_view, self.v_view
-        self._linear(self.normed, layer.wq, layer.bq, self.q)
-        self._linear(self.normed, layer.wk, layer.bk, self.k)
-        self._linear(self.normed, layer.wv, layer.bv, self.v)
-        return self.q, self.k, self.v
+        return super()._project(layer)
+
+    def _attention_input(self, index: int, layer: LayerWeights) -> tuple[GPUArray, GPUArray, GPUArray]:
+        if not self.gemv:
+            return super()._attention_input(index, layer)
+        # fuse="all": the attention's RMSNorm inside the QKV GEMV
+        assert self.q_view is not None
+        assert self.k_view is not None
+        assert self.v_view is not None
+        w_qkv = cast(GPUArray, layer.w_qkv)  # dense: checked by _gemv_eligible
+        ops.fused_gemv(self.residual, w_qkv, prologue="rmsnorm", norm_weight=layer.attn_norm,
+                       eps=self.model.config.norm_eps, bias=layer.b_qkv, out=self.qkv)  # fmt: skip
+        return self.q_view, self.k_view, self.v_view
+
+    def _attend(self, index: int, q: GPUArray, k: GPUArray, v: GPUArray) -> None:
+        """RoPE and the KV-cache append at ``state.lengths`` (fused: one launch), decode attention."""
+        st, rope = self.state, self.model.rope
+        lengths = st.lengths
+        if rope is not None and self.fuse:  # rotate q into self.q, k and v into the cache: one launch
+            q = ops.rope_kv_append(q, k, v, st.cache.k(index), st.cache.v(index), rope.cos, rope.sin, lengths,
+                                   style=rope.style, rotary_dim=rope.rotary_dim, position_offset=-1,
+                                   q_out=self.q)  # fmt: skip
+        else:
+            if rope is not None:
+                rope(q, k, lengths, position_offset=-1)
+            st.cache.append(index, k, v, lengths, offset=-1)
+        ops.decode_attention(q[:, 0], st.cache.k(index), st.cache.v(index), lengths, out=self.attn,
+                             workspace=st.workspace)  # fmt: skip
+
+    def _block_output(self, layer: LayerWeights) -> None:
+        if not self.gemv:
+            super()._block_output(layer)
+            return
+        # fuse="all": the residual adds inside the o and down GEMVs, the MLP's RMSNorm inside the gate-up
+        # GEMV and SwiGLU inside the down GEMV (dense weights: checked by _gemv_eligible)
+        assert self.hidden is not None
+        wo, w_gate_up, w_down = (
+            cast(GPUArray, layer.wo),
+            cast(GPUArray, layer.w_gate_up),
+            cast(GPUArray, layer.w_down),
+        )
+        ops.fused_gemv(self.attn, wo, bias=layer.bo, residual=self.residual, out=self.residual)
+        ops.fused_gemv(self.residual, w_gate_up, prologue="rmsnorm", norm_weight=layer.mlp_norm,
+                       eps=self.model.config.norm_eps, bias=layer.b_gate_up, out=self.hidden)  # fmt: skip
+        ops.fused_gemv(self.hidden, w_down, prologue="swiglu", bias=layer.b_down, residual=self.residual,
+                       out=self.residual)  # fmt: skip
+
+    def _final_norm(self, out: GPUArray) -> None:
+        if not self.gemv:
+            super()._final_norm(out)
+            return
+        w = self.model.weights  # fuse="all": the residual is up to date (the last down GEMV added its output)
+        ops.rmsnorm(self.residual, w.final_norm, self.model.config.norm_eps, out=out)
 
     def _step(self) -> None:
         """One decode step, device work only: reads ``tokens`` and ``lengths``, writes the KV cache,
         advances ``lengths`` and samples into ``tokens``. This is what DecodeM1Graph captures."""
-        model, st = self.model, self.state
-        c, w, b = model.config, model.weights, self.batch
-        rms = model.spec.norm == "rmsnorm"
-        lengths = st.lengths
+        w, b = self.model.weights, self.batch
+        lengths = self.state.lengths
         ops.add(lengths, 1, out=lengths)  # now counts the token being decoded
         ops.embedding(w.embed, self.tokens.reshape(b, 1), out=self.residual)
         if w.position_embed is not None:
@@ -268,73 +289,7 @@ class DecodeM1:
             ops.sub(lengths, 1, out=self.positions)
             ops.embedding(w.position_embed, self.positions.reshape(b, 1), out=self.position_rows)
             ops.add(self.residual, self.position_rows, out=self.residual)
-        gemv = self.gemv  # fuse="all": the norms, swiglu and residual adds inside the GEMVs
-        for index, layer in enumerate(w.layers):
-            if gemv:
-                assert self.q_view is not None
-                assert self.k_view is not None
-                assert self.v_view is not None
-                w_qkv = cast(GPUArray, layer.w_qkv)  # dense: checked by _gemv_eligible
-                ops.fused_gemv(self.residual, w_qkv, prologue="rmsnorm", norm_weight=layer.attn_norm, eps=c.norm_eps,
-                               bias=layer.b_qkv, out=self.qkv)  # fmt: skip
-                q, k, v = self.q_view, self.k_view, self.v_view
-            else:
-                if index == 0:
-                    self._norm(self.residual, layer.attn_norm, layer.attn_norm_bias, self.normed)
-                elif rms:
-                    ops.add_rmsnorm(self.proj, self.residual, layer.attn_norm, c.norm_eps, out=self.normed,
-                                    residual_out=self.residual)  # fmt: skip
-                else:
-                    ops.add(self.residual, self.proj, out=self.residual)
-                    self._norm(self.residual, layer.attn_norm, layer.attn_norm_bias, self.normed)
-                q, k, v = self._project(layer)
-            if layer.q_norm is not None and layer.k_norm is not None:
-                assert self.qn is not None
-                assert self.kn is not None
-                q = ops.rmsnorm(q, layer.q_norm, c.norm_eps, out=self.qn)
-                k = ops.rmsnorm(k, layer.k_norm, c.norm_eps, out=self.kn)
-            rope = model.rope
-            if rope is not None and self.fuse:  # rotate q into self.q, k and v into the cache: one launch
-                q = ops.rope_kv_append(q, k, v, st.cache.k(index), st.cache.v(index), rope.cos, rope.sin, lengths,
-                                       style=rope.style, rotary_dim=rope.rotary_dim, position_offset=-1,
-                                       q_out=self.q)  # fmt: skip
-            else:
-                if rope is not None:
-                    rope(q, k, lengths, position_offset=-1)
-                st.cache.append(index, k, v, lengths, offset=-1)
-            ops.decode_attention(q[:, 0], st.cache.k(index), st.cache.v(index), lengths, out=self.attn,
-                                 workspace=st.workspace)  # fmt: skip
-            if gemv:
-                assert self.hidden is not None
-                # (dense weights: checked by _gemv_eligible)
-                wo, w_gate_up, w_down = (
-                    cast(GPUArray, layer.wo),
-                    cast(GPUArray, layer.w_gate_up),
-                    cast(GPUArray, layer.w_down),
-                )
-                ops.fused_gemv(self.attn, wo, bias=layer.bo, residual=self.residual, out=self.residual)
-                ops.fused_gemv(self.residual, w_gate_up, prologue="rmsnorm", norm_weight=layer.mlp_norm,
-                               eps=c.norm_eps, bias=layer.b_gate_up, out=self.hidden)  # fmt: skip
-                ops.fused_gemv(self.hidden, w_down, prologue="swiglu", bias=layer.b_down, residual=self.residual,
-                               out=self.residual)  # fmt: skip
-                continue
-            self._linear(self.attn.reshape(b, 1, c.q_size), layer.wo, layer.bo, self.proj)
-            if rms:
-                ops.add_rmsnorm(self.proj, self.residual, layer.mlp_norm, c.norm_eps, out=self.normed,
-                                residual_out=self.residual)  # fmt: skip
-            else:
-                ops.add(self.residual, self.proj, out=self.residual)
-                self._norm(self.residual, layer.mlp_norm, layer.mlp_norm_bias, self.normed)
-            self._mlp(layer)
-        flat = self.final.reshape(b, 1, c.hidden_size)
-        if gemv:  # the residual is up to date: the last down GEMV added its output
-            ops.rmsnorm(self.residual, w.final_norm, c.norm_eps, out=flat)
-        elif rms:
-            ops.add_rmsnorm(self.proj, self.residual, w.final_norm, c.norm_eps, out=flat, residual_out=self.residual)
-        else:
-            ops.add(self.residual, self.proj, out=self.residual)
-            self._norm(self.residual, w.final_norm, w.final_norm_bias, flat)
-        self._linear(self.final, w.lm_head, None, self.logits)
+        self._layers()
         self._sample(self.logits)
 
     def _sample(self, logits: GPUArray) -> None:
@@ -403,26 +358,12 @@ class DecodeM1Graph(DecodeM1):
         if reason is not None:
             raise UnsupportedStrategyError(f"DecodeM1Graph does not support {reason}; use DecodeM1 (strategy='m1')")
         super().__init__(model, batch, max_seq_len, sampling, seed, fuse)
-        self.graph = CudaGraph()
-        self._capture()
+        self.graph = capture_step(self._step, "DecodeM1Graph: the decode step was not captured", self._scratch)
 
-    def _capture(self) -> None:
-        st = self.state
-        # The warm-up runs on the capture stream itself: per-stream state (the ops' completion
-        # counters, made by a memset on first use) then exists before the capture, as do the plans,
-        # kernels and workspaces; nothing is allocated inside the capture.
-        stream = Stream()
-        current_stream().synchronize()  # the buffers' allocation and the weights are ready
-        with stream:
-            st.lengths.copy_(np.zeros(self.batch, np.int32))
-            self.tokens.copy_(np.zeros(self.batch, np.int32))
-            self._step()
-        stream.synchronize()
-        with self.graph.capture(stream):
-            self._step()  # recorded (the CPU backend also runs it once)
-        if not self.graph.is_ready:
-            raise PyGPUkitError("DecodeM1Graph: the decode step was not captured")
-        self.graph.synchronize()
+    def _scratch(self) -> None:
+        """The warm-up's inputs: position 0 and token 0 in every row (``start`` overwrites both)."""
+        self.state.lengths.copy_(np.zeros(self.batch, np.int32))
+        self.tokens.copy_(np.zeros(self.batch, np.int32))
 
     @property
     def num_nodes(self) -> int:

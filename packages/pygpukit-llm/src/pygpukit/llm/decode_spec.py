@@ -35,11 +35,11 @@ import numpy as np
 import pygpukit.ops as ops
 from pygpukit.core.array import GPUArray, empty, from_numpy
 from pygpukit.core.dtypes import int32
-from pygpukit.core.errors import ArgumentError, PyGPUkitError, ShapeError
+from pygpukit.core.errors import ArgumentError, ShapeError
 from pygpukit.core.graph import CudaGraph
-from pygpukit.core.stream import Stream, current_stream
 
 from .decode import DecodeM1, DecodeM1Graph, UnsupportedStrategyError, graph_unsupported_reason
+from .decode_layers import LayerStep, capture_step
 
 if TYPE_CHECKING:
     from .generation import SamplingParams
@@ -84,11 +84,14 @@ def early_exit_model(model: CausalTransformerModel, num_layers: int) -> CausalTr
     return draft
 
 
-class _WindowForward:
+class _WindowForward(LayerStep):
     """The model over a window of m tokens at positions ``lengths .. lengths + m - 1`` read on the
     device, every intermediate in a buffer allocated once: writes the window's keys and values into
     the cache and greedy picks of all m positions into ``predictions``, without touching ``lengths``.
-    With dense weights it allocates nothing and, with ``graph``, is captured once and replayed."""
+    With dense weights it allocates nothing and, with ``graph``, is captured once and replayed. The
+    layers are :class:`~pygpukit.llm.decode_layers.LayerStep`'s (three q/k/v projections)."""
+
+    quantized_gemv_rows = 0  # every quantized product runs ops.linear (which allocates), never quantized_gemv
 
     def __init__(self, model: CausalTransformerModel, state: Any, m: int, graph: bool) -> None:
         c, dt, w = model.config, model.dtype, model.weights
@@ -116,96 +119,41 @@ class _WindowForward:
         self.predictions = empty(m, int32)
         self.graph: CudaGraph | None = None
         if graph:
-            self.graph = CudaGraph()
-            stream = Stream()
-            current_stream().synchronize()
             saved = state.lengths.to_numpy()
-            with stream:  # warm-up on the capture stream (plans, kernels), at position 0: overwritten later
-                state.lengths.copy_(np.zeros(1, np.int32))
-                self.ids.copy_(np.zeros((1, m), np.int32))
-                self._run()
-            stream.synchronize()
-            with self.graph.capture(stream):
-                self._run()
-            if not self.graph.is_ready:
-                raise PyGPUkitError("DecodeSpeculative/DecodeJacobi: the window forward was not captured")
-            self.graph.synchronize()
+            failure = "DecodeSpeculative/DecodeJacobi: the window forward was not captured"
+            self.graph = capture_step(self._run, failure, self._scratch)
             state.lengths.copy_(saved)
 
-    def _linear(self, x: GPUArray, w: Any, bias: GPUArray | None, out: GPUArray) -> None:
-        rows = x.reshape(-1, x.shape[-1])
-        dest = out.reshape(rows.shape[0], -1)
-        if type(w) is GPUArray:
-            ops.matmul(rows, w.T, out=dest)
-            if bias is not None:
-                ops.add(dest, bias, out=dest)
-        else:  # quantized: allocates (no graph)
-            dest.copy_(ops.linear(rows, w, bias))
-
-    def _norm(self, x: GPUArray, weight: GPUArray, bias: GPUArray | None, out: GPUArray) -> None:
-        if self.model.spec.norm == "layernorm":
-            ops.layernorm(x, weight, bias, self.model.config.norm_eps, out=out)
-        else:
-            ops.rmsnorm(x, weight, self.model.config.norm_eps, out=out)
+    def _scratch(self) -> None:
+        """The warm-up's inputs: position 0 and token 0 (overwritten later)."""
+        self.state.lengths.copy_(np.zeros(1, np.int32))
+        self.ids.copy_(np.zeros((1, self.m), np.int32))
 
     def _mlp(self, layer: LayerWeights) -> None:
         if layer.w_router is not None or self.hidden is None or self.activated is None:  # MoE: allocates
             self.proj.copy_(self.model._mlp(layer, self.normed))
             return
-        assert layer.w_gate_up is not None
-        assert layer.w_down is not None
-        self._linear(self.normed, layer.w_gate_up, layer.b_gate_up, self.hidden)
-        if self.model.spec.activation == "gelu_tanh":
-            ops.gelu_tanh(self.hidden, out=self.activated)
-        else:
-            ops.swiglu(self.hidden, out=self.activated)
-        self._linear(self.activated, layer.w_down, layer.b_down, self.proj)
+        super()._mlp(layer)
+
+    def _attend(self, index: int, q: GPUArray, k: GPUArray, v: GPUArray) -> None:
+        """RoPE at ``positions``, the keys and values written into the cache from ``lengths`` on, causal
+        attention of the window's rows over the cache."""
+        model, st = self.model, self.state
+        lengths = st.lengths
+        if model.rope is not None:
+            model.rope(q, k, self.positions)
+        st.cache.append(index, k, v, lengths)
+        ops.prefill_attention(q, st.cache.k(index), st.cache.v(index), lengths, out=self.attn)
 
     def _run(self) -> None:
-        model, st, m = self.model, self.state, self.m
-        c, w = model.config, model.weights
-        rms = model.spec.norm == "rmsnorm"
-        lengths = st.lengths  # the committed tokens: the window starts there
+        w = self.model.weights
+        lengths = self.state.lengths  # the committed tokens: the window starts there
         ops.add(self.offsets, lengths.reshape(1, 1), out=self.positions)
         ops.embedding(w.embed, self.ids, out=self.residual)
         if w.position_embed is not None and self.position_rows is not None:
             ops.embedding(w.position_embed, self.positions, out=self.position_rows)
             ops.add(self.residual, self.position_rows, out=self.residual)
-        for index, layer in enumerate(w.layers):
-            if index == 0:
-                self._norm(self.residual, layer.attn_norm, layer.attn_norm_bias, self.normed)
-            elif rms:
-                ops.add_rmsnorm(self.proj, self.residual, layer.attn_norm, c.norm_eps, out=self.normed,
-                                residual_out=self.residual)  # fmt: skip
-            else:
-                ops.add(self.residual, self.proj, out=self.residual)
-                self._norm(self.residual, layer.attn_norm, layer.attn_norm_bias, self.normed)
-            self._linear(self.normed, layer.wq, layer.bq, self.q)
-            self._linear(self.normed, layer.wk, layer.bk, self.k)
-            self._linear(self.normed, layer.wv, layer.bv, self.v)
-            q, k = self.q, self.k
-            if layer.q_norm is not None and layer.k_norm is not None and self.qn is not None and self.kn is not None:
-                q = ops.rmsnorm(self.q, layer.q_norm, c.norm_eps, out=self.qn)
-                k = ops.rmsnorm(self.k, layer.k_norm, c.norm_eps, out=self.kn)
-            if model.rope is not None:
-                model.rope(q, k, self.positions)
-            st.cache.append(index, k, self.v, lengths)
-            ops.prefill_attention(q, st.cache.k(index), st.cache.v(index), lengths, out=self.attn)
-            self._linear(self.attn.reshape(1, m, c.q_size), layer.wo, layer.bo, self.proj)
-            if rms:
-                ops.add_rmsnorm(self.proj, self.residual, layer.mlp_norm, c.norm_eps, out=self.normed,
-                                residual_out=self.residual)  # fmt: skip
-            else:
-                ops.add(self.residual, self.proj, out=self.residual)
-                self._norm(self.residual, layer.mlp_norm, layer.mlp_norm_bias, self.normed)
-            self._mlp(layer)
-        flat = self.final.reshape(1, m, c.hidden_size)
-        if rms:
-            ops.add_rmsnorm(self.proj, self.residual, w.final_norm, c.norm_eps, out=flat, residual_out=self.residual)
-        else:
-            ops.add(self.residual, self.proj, out=self.residual)
-            self._norm(self.residual, w.final_norm, w.final_norm_bias, flat)
-        self._linear(self.final, w.lm_head, None, self.logits)
+        self._layers()
         ops.greedy(self.logits, out=self.predictions)
 
     def run(self) -> None:

@@ -1,7 +1,8 @@
 """The :class:`~pygpukit.llm.Engine`'s batched decode step with preallocated buffers, and its CUDA graph.
 
 :class:`PagedDecodeStep` is :class:`~pygpukit.llm.DecodeM1`'s step (the same buffers, projections,
-norms and MLP, ``out=`` everywhere) over the engine's paged KV cache instead of a fixed one: RoPE at
+norms and MLP, ``out=`` everywhere: the layers of :class:`~pygpukit.llm.decode_layers.LayerStep`)
+over the engine's paged KV cache instead of a fixed one (its ``_attend``): RoPE at
 the cache's ``context_lens``, the key and value appended into each slot's blocks there, paged decode
 attention over each slot's block-table row with the lengths ``context_lens + mask``, the greedy pick
 into ``tokens_out``, then ``context_lens += mask`` (only decoding slots advance). Every input is read
@@ -20,11 +21,10 @@ import numpy as np
 import pygpukit.ops as ops
 from pygpukit.core.array import GPUArray, empty
 from pygpukit.core.dtypes import int32
-from pygpukit.core.errors import PyGPUkitError
 from pygpukit.core.graph import CudaGraph
-from pygpukit.core.stream import Stream, current_stream
 
 from .decode import DecodeM1
+from .decode_layers import capture_step
 
 if TYPE_CHECKING:
     from .model import CausalTransformerModel
@@ -61,17 +61,7 @@ class PagedDecodeStep(DecodeM1):
         self.tokens.copy_(np.zeros(self.batch, np.int32))  # valid ids in every row (free rows embed token 0)
         self.graph: CudaGraph | None = None
         if graph:
-            self.graph = CudaGraph()
-            stream = Stream()
-            current_stream().synchronize()
-            with stream:
-                self._step()  # warm-up: plans and per-stream state exist before the capture
-            stream.synchronize()
-            with self.graph.capture(stream):
-                self._step()
-            if not self.graph.is_ready:
-                raise PyGPUkitError("Engine: the decode step was not captured")
-            self.graph.synchronize()
+            self.graph = capture_step(self._step, "Engine: the decode step was not captured")
 
     @property
     def tokens_out(self) -> GPUArray:
@@ -84,52 +74,25 @@ class PagedDecodeStep(DecodeM1):
         else:
             self._step()
 
-    def _step(self) -> None:
+    def _attend(self, index: int, q: GPUArray, k: GPUArray, v: GPUArray) -> None:
+        """RoPE at ``context_lens``, the key and value appended there, paged attention over ``lens``."""
         model, cache = self.model, self.paged
-        c, w, b = model.config, model.weights, self.batch
-        rms = model.spec.norm == "rmsnorm"
-        ctx = cache.context_lens  # the new tokens' positions
+        if model.rope is not None:
+            model.rope(q, k, cache.context_lens)
+        cache.append(index, k, v)  # at context_lens: blockless slots are skipped
+        ops.paged_decode_attention(q[:, 0], cache.k_blocks(index), cache.v_blocks(index), cache.block_table,
+                                   self.lens, out=self.attn, workspace=self.paged_workspace)  # fmt: skip
+
+    def _step(self) -> None:
+        w, b = self.model.weights, self.batch
+        ctx = self.paged.context_lens  # the new tokens' positions
         ops.add(ctx, self.mask, out=self.lens)  # the attention sees the new token of decoding slots
         ops.embedding(w.embed, self.input.reshape(b, 1), out=self.residual)
         if w.position_embed is not None:
             assert self.position_rows is not None
             ops.embedding(w.position_embed, ctx.reshape(b, 1), out=self.position_rows)
             ops.add(self.residual, self.position_rows, out=self.residual)
-        for index, layer in enumerate(w.layers):
-            if index == 0:
-                self._norm(self.residual, layer.attn_norm, layer.attn_norm_bias, self.normed)
-            elif rms:
-                ops.add_rmsnorm(self.proj, self.residual, layer.attn_norm, c.norm_eps, out=self.normed,
-                                residual_out=self.residual)  # fmt: skip
-            else:
-                ops.add(self.residual, self.proj, out=self.residual)
-                self._norm(self.residual, layer.attn_norm, layer.attn_norm_bias, self.normed)
-            q, k, v = self._project(layer)
-            if layer.q_norm is not None and layer.k_norm is not None:
-                assert self.qn is not None
-                assert self.kn is not None
-                q = ops.rmsnorm(q, layer.q_norm, c.norm_eps, out=self.qn)
-                k = ops.rmsnorm(k, layer.k_norm, c.norm_eps, out=self.kn)
-            if model.rope is not None:
-                model.rope(q, k, ctx)
-            cache.append(index, k, v)  # at context_lens: blockless slots are skipped
-            ops.paged_decode_attention(q[:, 0], cache.k_blocks(index), cache.v_blocks(index), cache.block_table,
-                                       self.lens, out=self.attn, workspace=self.paged_workspace)  # fmt: skip
-            self._linear(self.attn.reshape(b, 1, c.q_size), layer.wo, layer.bo, self.proj)
-            if rms:
-                ops.add_rmsnorm(self.proj, self.residual, layer.mlp_norm, c.norm_eps, out=self.normed,
-                                residual_out=self.residual)  # fmt: skip
-            else:
-                ops.add(self.residual, self.proj, out=self.residual)
-                self._norm(self.residual, layer.mlp_norm, layer.mlp_norm_bias, self.normed)
-            self._mlp(layer)
-        flat = self.final.reshape(b, 1, c.hidden_size)
-        if rms:
-            ops.add_rmsnorm(self.proj, self.residual, w.final_norm, c.norm_eps, out=flat, residual_out=self.residual)
-        else:
-            ops.add(self.residual, self.proj, out=self.residual)
-            self._norm(self.residual, w.final_norm, w.final_norm_bias, flat)
-        self._linear(self.final, w.lm_head, None, self.logits)
+        self._layers()
         ops.greedy(self.logits, out=self.tokens)
         ops.add(ctx, self.mask, out=ctx)
 

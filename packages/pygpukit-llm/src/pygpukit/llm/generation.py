@@ -7,11 +7,12 @@ sampling and the positions stay on the device. The same seed gives the same toke
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass, field
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 import numpy as np
 
@@ -177,15 +178,30 @@ class _Run:
         out = full(batch, 0, int32)
         settings: dict[str, Any] = {"temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p, "min_p": s.min_p,
                                         "repetition_penalty": s.repetition_penalty, "history": history}  # fmt: skip
-        start = time.perf_counter()
-        self._first = start
+        start = self._start_clock()
         try:
             yield from self._loop(model, ids, state, sampler, settings, out, history, history_host, start)
         finally:
-            end = time.perf_counter()
-            self.stats.total_s = end - start
-            if self.stats.new_tokens > 1 and end > self._first:
-                self.stats.decode_tokens_per_s = (self.stats.new_tokens - 1) / (end - self._first)
+            self._stop_clock(start)
+
+    def _start_clock(self) -> float:
+        """Starts the clock (once the decoder or the state is built) and returns the start."""
+        self._first = time.perf_counter()
+        return self._first
+
+    def _produced(self, step: int, start: float) -> None:
+        """Counts the tokens of step ``step`` (0: the first, whose time is the time to first token)."""
+        if step == 0:
+            self._first = time.perf_counter()
+            self.stats.time_to_first_token_s = self._first - start
+        self.stats.new_tokens = step + 1
+
+    def _stop_clock(self, start: float) -> None:
+        """The total time and the decode speed after the first token."""
+        end = time.perf_counter()
+        self.stats.total_s = end - start
+        if self.stats.new_tokens > 1 and end > self._first:
+            self.stats.decode_tokens_per_s = (self.stats.new_tokens - 1) / (end - self._first)
 
     def _decoder_tokens(self, ids: np.ndarray[Any, Any], seed: int) -> Iterator[np.ndarray[Any, Any]]:
         """The loop over a DecodeM1 / DecodeM1Graph (pygpukit.llm.decode), built (and captured) before
@@ -194,24 +210,17 @@ class _Run:
 
         kind = DecodeM1Graph if self.strategy == "graph" else DecodeM1
         decoder = kind(self.model, len(self.prompts), self.longest + self.max_new_tokens, self.sampling, seed)
-        start = time.perf_counter()
-        self._first = start
+        start = self._start_clock()
         try:
             host = decoder.start(ids, [len(p) for p in self.prompts])
             for step in range(self.max_new_tokens):
-                if step == 0:
-                    self._first = time.perf_counter()
-                    self.stats.time_to_first_token_s = self._first - start
-                self.stats.new_tokens = step + 1
+                self._produced(step, start)
                 yield host
                 if step + 1 == self.max_new_tokens:
                     break
                 host = decoder.step()
         finally:
-            end = time.perf_counter()
-            self.stats.total_s = end - start
-            if self.stats.new_tokens > 1 and end > self._first:
-                self.stats.decode_tokens_per_s = (self.stats.new_tokens - 1) / (end - self._first)
+            self._stop_clock(start)
 
     def _multi_tokens(self, ids: np.ndarray[Any, Any], seed: int) -> Iterator[np.ndarray[Any, Any]]:
         """The loop over a DecodeBatch (pygpukit.llm.decode_batch) or a DecodeSpeculative / DecodeJacobi
@@ -228,24 +237,17 @@ class _Run:
             decoder = DecodeSpeculative(self.model, length, **self.options)
         else:
             decoder = DecodeJacobi(self.model, length, **self.options)
-        start = time.perf_counter()
-        self._first = start
+        start = self._start_clock()
         try:
             if isinstance(decoder, DecodeBatch):
                 pieces: Iterator[np.ndarray[Any, Any]] = decoder.iterate(self.prompts, self.max_new_tokens)
             else:
                 pieces = self._single(decoder, ids)
             for step, host in enumerate(pieces):
-                if step == 0:
-                    self._first = time.perf_counter()
-                    self.stats.time_to_first_token_s = self._first - start
-                self.stats.new_tokens = step + 1
+                self._produced(step, start)
                 yield host
         finally:
-            end = time.perf_counter()
-            self.stats.total_s = end - start
-            if self.stats.new_tokens > 1 and end > self._first:
-                self.stats.decode_tokens_per_s = (self.stats.new_tokens - 1) / (end - self._first)
+            self._stop_clock(start)
             if not isinstance(decoder, DecodeBatch):
                 self.stats.decode_info = decoder.stats()
 
@@ -271,10 +273,7 @@ class _Run:
             else:
                 sampler.sample(logits, out, **settings)
             host = out.to_numpy()  # the one read-back per step
-            if step == 0:
-                self._first = time.perf_counter()
-                self.stats.time_to_first_token_s = self._first - start
-            self.stats.new_tokens = step + 1
+            self._produced(step, start)
             yield host
             if step + 1 == self.max_new_tokens:
                 break
@@ -381,25 +380,61 @@ def _events(model: CausalTransformerModel, run: _Run, stop_ids: set[int], stops:
             yield row, None, finish(row, texts[row] + (decoders[row].flush() if decoders else "")), True
 
 
-def generate(
-    model: CausalTransformerModel,
-    prompt: Any,
-    max_new_tokens: int = 128,
-    *,
-    temperature: float = 1.0,
-    top_k: int | None = 50,
-    top_p: float | None = 0.9,
-    min_p: float | None = None,
-    repetition_penalty: float | None = None,
-    seed: int | None = None,
-    stop: str | Sequence[str] | None = None,
-    stop_token_ids: Sequence[int] | None = None,
-    ignore_eos: bool = False,
-    add_special_tokens: bool = True,
-    skip_special_tokens: bool = True,
-    strategy: str | None = None,
-    strategy_options: Mapping[str, Any] | None = None,
-) -> Any:
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+@dataclass(frozen=True)
+class _Request:
+    """The parameters of :func:`generate` and :func:`generate_stream` (generate documents them), and
+    the steps from them to the run's events that both take."""
+
+    model: CausalTransformerModel
+    prompt: Any
+    max_new_tokens: int = 128
+    _: KW_ONLY
+    # sampling: SamplingParams' defaults
+    temperature: float = SamplingParams.temperature
+    top_k: int | None = SamplingParams.top_k
+    top_p: float | None = SamplingParams.top_p
+    min_p: float | None = SamplingParams.min_p
+    repetition_penalty: float | None = SamplingParams.repetition_penalty
+    seed: int | None = SamplingParams.seed
+    stop: str | Sequence[str] | None = None
+    stop_token_ids: Sequence[int] | None = None
+    ignore_eos: bool = False
+    add_special_tokens: bool = True
+    skip_special_tokens: bool = True
+    strategy: str | None = None
+    strategy_options: Mapping[str, Any] | None = None
+
+    def prompts(self) -> tuple[list[list[int]], str]:
+        return _prompts(self.model, self.prompt, self.add_special_tokens)
+
+    def run(self, prompts: list[list[int]]) -> tuple[_Run, set[int]]:
+        """The checked run of ``prompts`` and its stop ids."""
+        sampling = _sampling(self.temperature, self.top_k, self.top_p, self.min_p, self.repetition_penalty, self.seed)
+        run = _Run(self.model, prompts, self.max_new_tokens, sampling, self.strategy, self.strategy_options)
+        return run, _stop_ids(self.model, self.stop_token_ids, self.ignore_eos)
+
+    def events(self, run: _Run, stop_ids: set[int]) -> Iterator[tuple[int, int | None, str, bool]]:
+        return _events(self.model, run, stop_ids, _normalize_stop(self.stop), self.skip_special_tokens)
+
+
+def _parameters_of(source: Callable[_P, object]) -> Callable[[Callable[..., _R]], Callable[_P, _R]]:
+    """Declares the decorated function with ``source``'s parameters, for type checkers and in its
+    signature (help(), inspect); the function passes its arguments on to ``source``."""
+
+    def declare(function: Callable[..., _R]) -> Callable[_P, _R]:
+        returns = inspect.signature(function).return_annotation
+        cast(Any, function).__signature__ = inspect.signature(source).replace(return_annotation=returns)
+        return function
+
+    return declare
+
+
+@_parameters_of(_Request)
+def generate(*args: Any, **kwargs: Any) -> Any:
     """Generate up to ``max_new_tokens`` tokens after ``prompt``.
 
     ``prompt``: a str (returns the new text), a list of token ids (returns prompt + new ids, as
@@ -417,55 +452,36 @@ def generate(
     ``draft_layers``, ``num_draft_tokens``, ``graph``) and ``"jacobi"`` (DecodeJacobi: options
     ``window``, ``graph``) produce several tokens per forward, for one prompt, greedy only. ``strategy_options``
     holds those options. An explicit strategy that cannot run raises UnsupportedStrategyError."""
-    prompts, kind = _prompts(model, prompt, add_special_tokens)
-    run = _Run(model, prompts, max_new_tokens, _sampling(temperature, top_k, top_p, min_p, repetition_penalty, seed),
-               strategy, strategy_options)  # fmt: skip
-    stop_ids = _stop_ids(model, stop_token_ids, ignore_eos)
+    request = _Request(*args, **kwargs)
+    prompts, kind = request.prompts()
+    run, stop_ids = request.run(prompts)
     batch = len(prompts)
     new_ids: list[list[int]] = [[] for _ in range(batch)]
     texts = [""] * batch
-    for row, token, piece, _ in _events(model, run, stop_ids, _normalize_stop(stop), skip_special_tokens):
+    for row, token, piece, _ in request.events(run, stop_ids):
         texts[row] += piece
         if token is not None:
             new_ids[row].append(token)
-    model.last_stats = run.stats
+    request.model.last_stats = run.stats
     if kind in ("text", "texts"):
         return texts[0] if kind == "text" else texts
     results = [p + n for p, n in zip(prompts, new_ids, strict=True)]
     return results[0] if kind == "ids" else results
 
 
-def generate_stream(
-    model: CausalTransformerModel,
-    prompt: Any,
-    max_new_tokens: int = 128,
-    *,
-    temperature: float = 1.0,
-    top_k: int | None = 50,
-    top_p: float | None = 0.9,
-    min_p: float | None = None,
-    repetition_penalty: float | None = None,
-    seed: int | None = None,
-    stop: str | Sequence[str] | None = None,
-    stop_token_ids: Sequence[int] | None = None,
-    ignore_eos: bool = False,
-    add_special_tokens: bool = True,
-    skip_special_tokens: bool = True,
-    strategy: str | None = None,
-    strategy_options: Mapping[str, Any] | None = None,
-) -> Iterator[str]:
+@_parameters_of(_Request)
+def generate_stream(*args: Any, **kwargs: Any) -> Iterator[str]:
     """Like :func:`generate` for one prompt (a str or token ids), yielding the new text in pieces as
     the tokens are sampled; the pieces never split a UTF-8 character and never show a stop string."""
-    prompts, kind = _prompts(model, prompt, add_special_tokens)
+    request = _Request(*args, **kwargs)
+    prompts, kind = request.prompts()
     if kind not in ("text", "ids"):
         raise ArgumentError("generate_stream takes one prompt; use generate for a batch")
-    _tokenizer(model)
-    run = _Run(model, prompts, max_new_tokens, _sampling(temperature, top_k, top_p, min_p, repetition_penalty, seed),
-               strategy, strategy_options)  # fmt: skip
-    stop_ids = _stop_ids(model, stop_token_ids, ignore_eos)
+    _tokenizer(request.model)
+    run, stop_ids = request.run(prompts)
     try:
-        for _, _, piece, _ in _events(model, run, stop_ids, _normalize_stop(stop), skip_special_tokens):
+        for _, _, piece, _ in request.events(run, stop_ids):
             if piece:
                 yield piece
     finally:
-        model.last_stats = run.stats
+        request.model.last_stats = run.stats
