@@ -29,6 +29,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +37,7 @@ N = 7 * 4099
 
 
 def torch_eager() -> None:
-    import torch
+    import torch  # type: ignore[import-not-found,unused-ignore]
 
     x = torch.randn(N, device="cuda")
     y = x * 2.0
@@ -44,7 +45,7 @@ def torch_eager() -> None:
 
 
 def torch_cublaslt() -> None:
-    import torch
+    import torch  # type: ignore[import-not-found,unused-ignore]
 
     g = torch.Generator().manual_seed(0)
     for m, k, n in ((18, 64, 48), (256, 256, 256)):
@@ -57,7 +58,7 @@ def torch_cublaslt() -> None:
 
 
 def torch_graph_kernel() -> None:
-    import torch
+    import torch  # type: ignore[import-not-found,unused-ignore]
 
     x = torch.randn(N, device="cuda")
     out = torch.empty(N, device="cuda")
@@ -72,7 +73,7 @@ def torch_graph_kernel() -> None:
 
 
 def torch_graph_copy() -> None:
-    import torch
+    import torch  # type: ignore[import-not-found,unused-ignore]
 
     x = torch.randn(N, device="cuda")
     out = torch.from_numpy(np.full(N, np.nan, np.float64)).cuda()
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         CASES[args.case]()
         print(f"{args.case}: ran")
         return 0
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in CASES:
         cmd = [_sanitizer(), "--tool", "initcheck", "--print-limit", "4", "--show-backtrace", "device",
                sys.executable, __file__, "--case", name]  # fmt: skip

@@ -105,7 +105,7 @@ def _profile(torch: Any, fn: Callable[[], Any], calls: int) -> dict[str, Any]:
     for event in prof.events():
         if str(getattr(event, "device_type", "")).endswith("CUDA") and event.device_time_total > 0:
             kernels[event.name].append(event.device_time_total / 1e3)  # ms
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"kernel": name[:90], "mean_ms": float(np.mean(times)), "per_call": len(times) / calls}
         for name, times in sorted(kernels.items(), key=lambda kv: -sum(kv[1]))
     ]
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {}
     alt = Path(args.fft_source).read_text() if args.fft_source else None
     for case, impls in _cases(torch, args.cases.split(",")).items():
-        runs = [(impl, fn, None) for impl, fn in impls.items()]
+        runs: list[tuple[str, Callable[[], Any], str | None]] = [(impl, fn, None) for impl, fn in impls.items()]
         if alt is not None:
             runs.append(("pygpukit-alt", impls["pygpukit"], alt))
         for impl, fn, text in runs:
