@@ -221,6 +221,10 @@ def test_stop_token_ids_and_errors(tmp_path: Path) -> None:
         model.generate("text needs a tokenizer", max_new_tokens=2)
     with pytest.raises(gp.core.errors.ArgumentError, match="max_new_tokens"):
         model.generate([1], max_new_tokens=-1)
+    with pytest.raises(TypeError, match=r"^generate\(\) got an unexpected keyword argument 'temprature'"):
+        model.generate([1], max_new_tokens=2, temprature=0)
+    with pytest.raises(TypeError, match=r"^generate_stream\(\) got an unexpected keyword argument 'topk'"):
+        next(iter(model.generate_stream([1], max_new_tokens=2, topk=3)))
 
 
 def _llama_cpp_permute(w: np.ndarray[Any, Any], heads: int) -> np.ndarray[Any, Any]:

@@ -433,6 +433,14 @@ def _parameters_of(source: Callable[_P, object]) -> Callable[[Callable[..., _R]]
     return declare
 
 
+def _request(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Request:
+    """The parameters of a call of ``name``; a wrong argument is a TypeError naming ``name``."""
+    try:
+        return _Request(*args, **kwargs)
+    except TypeError as exc:
+        raise TypeError(str(exc).replace("_Request.__init__()", f"{name}()")) from None
+
+
 @_parameters_of(_Request)
 def generate(*args: Any, **kwargs: Any) -> Any:
     """Generate up to ``max_new_tokens`` tokens after ``prompt``.
@@ -452,7 +460,7 @@ def generate(*args: Any, **kwargs: Any) -> Any:
     ``draft_layers``, ``num_draft_tokens``, ``graph``) and ``"jacobi"`` (DecodeJacobi: options
     ``window``, ``graph``) produce several tokens per forward, for one prompt, greedy only. ``strategy_options``
     holds those options. An explicit strategy that cannot run raises UnsupportedStrategyError."""
-    request = _Request(*args, **kwargs)
+    request = _request("generate", args, kwargs)
     prompts, kind = request.prompts()
     run, stop_ids = request.run(prompts)
     batch = len(prompts)
@@ -473,7 +481,7 @@ def generate(*args: Any, **kwargs: Any) -> Any:
 def generate_stream(*args: Any, **kwargs: Any) -> Iterator[str]:
     """Like :func:`generate` for one prompt (a str or token ids), yielding the new text in pieces as
     the tokens are sampled; the pieces never split a UTF-8 character and never show a stop string."""
-    request = _Request(*args, **kwargs)
+    request = _request("generate_stream", args, kwargs)
     prompts, kind = request.prompts()
     if kind not in ("text", "ids"):
         raise ArgumentError("generate_stream takes one prompt; use generate for a batch")
