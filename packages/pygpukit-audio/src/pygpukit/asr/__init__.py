@@ -19,7 +19,7 @@ check_siblings("pygpukit-audio", required=("pygpukit-core", "pygpukit-ops"))
 
 from .batch import transcribe_batch  # noqa: E402
 from .ct2 import ModelFormatError, read_model_bin  # noqa: E402
-from .features import log_mel_spectrogram, whisper_features  # noqa: E402
+from .features import log_mel_batch, log_mel_spectrogram, whisper_features  # noqa: E402
 from .hub import DEFAULT_MODEL, ModelDownloadError, ModelNotFoundError  # noqa: E402
 from .longform import Segment, TranscriptionResult, detect_language, load_audio, transcribe  # noqa: E402
 from .model import WhisperModel  # noqa: E402
@@ -47,6 +47,7 @@ __all__ = [
     "__version__",
     "detect_language",
     "load_audio",
+    "log_mel_batch",
     "log_mel_spectrogram",
     "read_model_bin",
     "transcribe",
