@@ -6,11 +6,11 @@ prefill sizes), typed errors; GPU twins and the NVRTC compile of the kernels."""
 from __future__ import annotations
 
 import zlib
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
+import quant_testing as qt
 from ops_testing import upload
 
 import pygpukit as gp
@@ -18,9 +18,7 @@ from pygpukit.core.dtypes import DType
 from pygpukit.core.errors import DTypeError, ShapeError
 from pygpukit.ops.quant import BlockFP8Tensor, quantize_block_fp8
 
-DTYPES = [gp.float32, gp.float16, gp.bfloat16]
-_NP = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
-_ULP = {"float32": 1.2e-7, "float16": 9.8e-4, "bfloat16": 7.9e-3}
+_FILE = "quant/fp8_block_gemv.cu"
 
 
 @pytest.fixture
@@ -40,14 +38,6 @@ def expand(scale: np.ndarray, n: int, k: int, block: tuple[int, int] = (128, 128
 def stored(bw: BlockFP8Tensor) -> np.ndarray:
     n, k = bw.shape
     return bw.data.to_numpy().astype(np.float64) * expand(bw.scale.to_numpy(), n, k, bw.block)
-
-
-def check(got: np.ndarray, x: np.ndarray, w: np.ndarray, dtype: DType, bias: np.ndarray | None = None) -> None:
-    xs = x.astype(np.float64)
-    ref = xs @ w.T + (0.0 if bias is None else bias.astype(np.float64))
-    bound = 2e-5 * (np.abs(xs) @ np.abs(w).T) + _ULP[dtype.name] * np.abs(ref) + 1e-30
-    err = np.abs(got.astype(np.float64) - ref)
-    assert np.all(err <= bound), float(np.max(err / bound))
 
 
 @pytest.mark.parametrize("shape", [(300, 200), (1, 17), (129, 257), (256, 128)])
@@ -77,28 +67,22 @@ def test_quantizer_matches_ml_dtypes_casts(rng: np.random.Generator, shape: tupl
     np.testing.assert_array_equal(same.data.to_numpy().view(np.uint8), expected.view(np.uint8))
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", qt.DTYPES)
 def test_dequantize_expands_the_block_scales(rng: np.random.Generator, dtype: DType) -> None:
     n, k = 200, 300
     data = rng.standard_normal((n, k)).astype(ml_dtypes.float8_e4m3fn)
     scale = rng.uniform(0.001, 2.0, (2, 3)).astype(np.float32)
     bw = BlockFP8Tensor(upload(data), upload(scale))
-    ref = (data.astype(np.float32) * expand(scale, n, k).astype(np.float32)).astype(_NP[dtype.name])
+    ref = (data.astype(np.float32) * expand(scale, n, k).astype(np.float32)).astype(qt.NP[dtype.name])
     got = bw.dequantize(dtype).to_numpy()
     np.testing.assert_array_equal(got.astype(np.float32), ref.astype(np.float32))
 
 
 def linear_case(rng: np.random.Generator, n: int, k: int, rows: int, dtype: DType, *, bias: bool = False,
                 block: tuple[int, int] = (128, 128)) -> None:  # fmt: skip
-    w = rng.standard_normal((n, k)).astype(np.float32)
-    bw = quantize_block_fp8(w, block)
-    x = upload(rng.standard_normal((rows, k)).astype(np.float32)).astype(dtype)
-    b = upload(rng.standard_normal(n).astype(np.float32)).astype(dtype) if bias else None
-    got = gp.ops.linear(x, bw, b).to_numpy()
-    ws = stored(bw)
-    if rows > 8 and dtype != gp.float32:  # prefill: W rounded once to x's dtype, then the GEMM
-        ws = ws.astype(_NP[dtype.name]).astype(np.float64)
-    check(got, x.to_numpy(), ws, dtype, None if b is None else b.to_numpy())
+    """Prefill rounds W once to x's dtype (the float32 product of the dequantize kernel) before the GEMM."""
+    bw = quantize_block_fp8(rng.standard_normal((n, k)).astype(np.float32), block)
+    qt.product_case(rng, bw, stored(bw), dtype, rows, bias=bias, round_prefill=True)
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 9, 33])
@@ -112,7 +96,7 @@ def test_linear_other_blocks_matmul_and_activation(rng: np.random.Generator) -> 
     bw = quantize_block_fp8(w)
     x = rng.standard_normal((2, 3, 256)).astype(np.float32)
     via_matmul = gp.ops.matmul(upload(x), bw.T).to_numpy()
-    check(via_matmul.reshape(6, 70), x.reshape(6, 256), stored(bw), gp.float32)
+    qt.check(via_matmul.reshape(6, 70), x.reshape(6, 256), stored(bw), gp.float32)
     relu = gp.ops.linear(upload(x), bw, activation="relu").to_numpy()
     np.testing.assert_array_equal(relu, np.maximum(gp.ops.linear(upload(x), bw).to_numpy(), 0))
 
@@ -139,46 +123,21 @@ def test_block_fp8_errors(rng: np.random.Generator) -> None:
 
 
 def test_every_kernel_is_enumerated_for_the_compile_check() -> None:
-    from pygpukit.ops._kernels import name_expressions
-
-    expressions = name_expressions("quant/fp8_block_gemv.cu")
-    assert "pygpukit::ops::fp8block::fp8_block_gemv<__nv_bfloat16, 8>" in expressions
-    assert "pygpukit::ops::fp8block::fp8_block_dequant<__half>" in expressions
-    assert len(expressions) == 3 * 5
+    gemv = "pygpukit::ops::fp8block::fp8_block_gemv<__nv_bfloat16, 8>"
+    qt.enumerated(_FILE, 3 * 5, gemv, "pygpukit::ops::fp8block::fp8_block_dequant<__half>")
 
 
 @pytest.mark.nvrtc
 def test_kernels_compile_without_warnings() -> None:
-    from pygpukit.core.compiler import compile_source
-    from pygpukit.ops._kernels import name_expressions
-
-    source = Path(__file__).resolve().parents[3] / "native" / "kernels" / "quant" / "fp8_block_gemv.cu"
-    for arch in ("80", "90"):
-        program = compile_source(source.read_text(), arch=arch, name=source.name, include_dirs=[source.parent],
-                                 name_expressions=name_expressions("quant/fp8_block_gemv.cu"))  # fmt: skip
-        assert program.log.strip() == "", program.log
+    qt.assert_compiles(_FILE, 3 * 5)
 
 
 # -- the GPU ----------------------------------------------------------------------------------------
 @pytest.mark.gpu
 def test_gpu_gemv_every_row_count_and_dtype(rng: np.random.Generator) -> None:
-    for dtype in DTYPES:
-        for rows in range(1, 9):
-            linear_case(rng, 37 + 8 * rows, 512, rows, dtype, bias=rows % 2 == 0)  # the 16-byte path
-            linear_case(rng, 45, 300, rows, dtype)  # K not a multiple of 16: element by element
+    qt.gpu_gemv_cases(linear_case, rng, 300)  # K = 300: not a multiple of 16
 
 
 @pytest.mark.gpu
 def test_gpu_large_unaligned_and_prefill(rng: np.random.Generator) -> None:
-    n, k = 1000, 4096
-    w = rng.standard_normal((n, k)).astype(np.float32)
-    bw = quantize_block_fp8(w)
-    x = rng.standard_normal((4, k + 1)).astype(np.float16)
-    got = gp.ops.linear(upload(x)[:, 1:], bw).to_numpy()  # x rows not 16-byte aligned
-    check(got, x[:, 1:], stored(bw), gp.float16)
-    for dtype in DTYPES:
-        linear_case(rng, 300, 1024, 40, dtype, bias=True)
-        np.testing.assert_array_equal(
-            bw.dequantize(dtype).to_numpy().astype(np.float32),
-            stored(bw).astype(np.float32).astype(_NP[dtype.name]).astype(np.float32),
-        )
+    qt.gpu_unaligned_and_prefill(rng, quantize_block_fp8, stored, linear_case)

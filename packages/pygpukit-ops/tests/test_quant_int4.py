@@ -6,13 +6,12 @@ beyond) against float64 products of the dequantized weights, random data and odd
 from __future__ import annotations
 
 import zlib
-from pathlib import Path
-from typing import Any
 
 import ml_dtypes
 import numpy as np
 import pytest
 from ops_testing import Array, upload
+from quant_testing import DTYPES, assert_compiles, check, linear, product_case
 
 import pygpukit as gp
 from pygpukit.core.dtypes import DType
@@ -21,11 +20,7 @@ from pygpukit.ops.quant import ActOrderError, Int4Tensor, int4, quantize_int4
 from pygpukit.ops.quant.int4_pack import pack_qweight, pack_qzeros, unpack_qweight, unpack_qzeros
 
 PACKINGS = ["awq", "gptq"]
-DTYPES = [gp.float32, gp.float16, gp.bfloat16]
-_NP = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
-_ULP = {"float32": 1.2e-7, "float16": 9.8e-4, "bfloat16": 7.9e-3}
 AWQ_PACK_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]  # AutoAWQ: field i of a word holds column 8c + AWQ_PACK_ORDER[i]
-linear: Any = gp.ops.linear  # annotated for the other weight kinds; takes an Int4Tensor too
 
 
 @pytest.fixture
@@ -106,15 +101,6 @@ def random_int4(rng: np.random.Generator, packing: str, n: int, k: int, g: int) 
     return Int4Tensor(pack_qweight(q, packing), pack_qzeros(z, packing, offset), s, packing, g)
 
 
-def check(got: Array, x: Array, w: Array, dtype: DType, bias: Array | None = None, *, prefill: bool = False) -> None:
-    xs = x.astype(np.float64)
-    ref = xs @ w.T + (0.0 if bias is None else bias.astype(np.float64))
-    weight_rounding = _ULP[dtype.name] / 2 if prefill and dtype != gp.float32 else 0.0
-    bound = (2e-5 + weight_rounding) * (np.abs(xs) @ np.abs(w).T) + _ULP[dtype.name] * np.abs(ref) + 1e-30
-    err = np.abs(got.astype(np.float64) - ref)
-    assert np.all(err <= bound), float(np.max(err / bound))
-
-
 # -- packing and quantizing ---------------------------------------------------------------------------
 @pytest.mark.parametrize("packing", PACKINGS)
 def test_packers_match_the_slow_reference(rng: np.random.Generator, packing: str) -> None:
@@ -192,12 +178,7 @@ def test_int4_errors(rng: np.random.Generator) -> None:
 
 # -- products -----------------------------------------------------------------------------------------
 def _case(rng: np.random.Generator, t: Int4Tensor, dtype: DType, rows: int, bias: bool) -> None:
-    n, k = t.shape
-    x = rng.standard_normal((rows, k)).astype(np.float32).astype(_NP[dtype.name])
-    b = rng.standard_normal(n).astype(np.float32).astype(_NP[dtype.name]) if bias else None
-    got = linear(upload(x), t, None if b is None else upload(b)).to_numpy()
-    assert got.shape == (rows, n)
-    check(got, x, weights64(t), dtype, b, prefill=rows > 8)
+    product_case(rng, t, weights64(t), dtype, rows, bias=bias)
 
 
 @pytest.mark.parametrize("packing", PACKINGS)
@@ -232,16 +213,7 @@ def test_prefill_tiles(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
 
 @pytest.mark.nvrtc
 def test_kernels_compile_without_warnings() -> None:
-    from pygpukit.core.compiler import compile_source
-    from pygpukit.ops._kernels import name_expressions
-
-    expressions = name_expressions("quant/int4_gemv.cu")
-    assert len(expressions) == 2 * 3 * 5
-    source = Path(__file__).resolve().parents[3] / "native" / "kernels" / "quant" / "int4_gemv.cu"
-    for arch in ("80", "90"):
-        program = compile_source(source.read_text(), arch=arch, name=source.name, include_dirs=[source.parent],
-                                 name_expressions=[e for e in expressions if "__nv_bfloat16" in e])  # fmt: skip
-        assert program.log.strip() == "", program.log
+    assert_compiles("quant/int4_gemv.cu", 2 * 3 * 5, only="__nv_bfloat16")
 
 
 @pytest.mark.gpu

@@ -6,11 +6,11 @@ shapes, M = 1 .. 8 and prefill sizes), typed errors; GPU twins and the NVRTC com
 from __future__ import annotations
 
 import zlib
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
+import quant_testing as qt
 from ops_testing import upload
 
 import pygpukit as gp
@@ -19,9 +19,7 @@ from pygpukit.core.errors import DTypeError, ShapeError
 from pygpukit.ops.quant import NVF4Tensor, quantize_nvf4
 from pygpukit.ops.quant.nvf4 import E2M1_VALUES, e2m1_codes
 
-DTYPES = [gp.float32, gp.float16, gp.bfloat16]
-_NP = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
-_ULP = {"float32": 1.2e-7, "float16": 9.8e-4, "bfloat16": 7.9e-3}
+_FILE = "quant/nvf4_gemv.cu"
 _GRID = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 
 
@@ -49,14 +47,6 @@ def decode(q: NVF4Tensor) -> np.ndarray:
     scale = np.repeat(q.scale.to_numpy().astype(np.float64), 16, axis=1)
     values = (sign * mags * scale).astype(np.float32) * np.float32(q.global_scale)
     return values.astype(np.float64)
-
-
-def check(got: np.ndarray, x: np.ndarray, w: np.ndarray, dtype: DType, bias: np.ndarray | None = None) -> None:
-    xs = x.astype(np.float64)
-    ref = xs @ w.T + (0.0 if bias is None else bias.astype(np.float64))
-    bound = 2e-5 * (np.abs(xs) @ np.abs(w).T) + _ULP[dtype.name] * np.abs(ref) + 1e-30
-    err = np.abs(got.astype(np.float64) - ref)
-    assert np.all(err <= bound), float(np.max(err / bound))
 
 
 def test_e2m1_rounding_ties_to_even_and_saturates() -> None:
@@ -101,22 +91,17 @@ def test_quantizer_matches_a_numpy_transcription(rng: np.random.Generator, shape
     np.testing.assert_array_equal(same.data.to_numpy(), q.data.to_numpy())
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", qt.DTYPES)
 def test_dequantize_dtypes(rng: np.random.Generator, dtype: DType) -> None:
     q = quantize_nvf4(rng.standard_normal((20, 64)).astype(np.float32))
-    ref = decode(q).astype(np.float32).astype(_NP[dtype.name])
+    ref = decode(q).astype(np.float32).astype(qt.NP[dtype.name])
     np.testing.assert_array_equal(q.dequantize(dtype).to_numpy().astype(np.float32), ref.astype(np.float32))
 
 
 def linear_case(rng: np.random.Generator, n: int, k: int, rows: int, dtype: DType, *, bias: bool = False) -> None:
+    """Prefill rounds W once to x's dtype (the decoded float32 value) before the GEMM."""
     q = quantize_nvf4(rng.standard_normal((n, k)).astype(np.float32))
-    x = upload(rng.standard_normal((rows, k)).astype(np.float32)).astype(dtype)
-    b = upload(rng.standard_normal(n).astype(np.float32)).astype(dtype) if bias else None
-    got = gp.ops.linear(x, q, b).to_numpy()
-    ws = decode(q)
-    if rows > 8 and dtype != gp.float32:  # prefill: W rounded once to x's dtype, then the GEMM
-        ws = ws.astype(np.float32).astype(_NP[dtype.name]).astype(np.float64)
-    check(got, x.to_numpy(), ws, dtype, None if b is None else b.to_numpy())
+    qt.product_case(rng, q, decode(q), dtype, rows, bias=bias, round_prefill=True)
 
 
 @pytest.mark.parametrize("rows", [1, 2, 4, 7, 8, 12])
@@ -128,7 +113,7 @@ def test_matmul_transposed_and_activation(rng: np.random.Generator) -> None:
     q = quantize_nvf4(rng.standard_normal((33, 64)).astype(np.float32))
     x = rng.standard_normal((2, 2, 64)).astype(np.float32)
     got = gp.ops.matmul(upload(x), q.T).to_numpy()
-    check(got.reshape(4, 33), x.reshape(4, 64), decode(q), gp.float32)
+    qt.check(got.reshape(4, 33), x.reshape(4, 64), decode(q), gp.float32)
     silu = gp.ops.linear(upload(x), q, activation="silu").to_numpy()
     plain = gp.ops.linear(upload(x), q).to_numpy().astype(np.float64)
     np.testing.assert_allclose(silu, plain / (1 + np.exp(-plain)), rtol=1e-6, atol=1e-6)
@@ -162,45 +147,22 @@ def test_nvf4_errors(rng: np.random.Generator) -> None:
 
 
 def test_every_kernel_is_enumerated_for_the_compile_check() -> None:
-    from pygpukit.ops._kernels import name_expressions
-
-    expressions = name_expressions("quant/nvf4_gemv.cu")
-    assert "pygpukit::ops::nvf4::nvf4_gemv<float, 1>" in expressions
-    assert "pygpukit::ops::nvf4::nvf4_dequant<__nv_bfloat16>" in expressions
-    assert len(expressions) == 3 * 5
+    qt.enumerated(
+        _FILE, 3 * 5, "pygpukit::ops::nvf4::nvf4_gemv<float, 1>", "pygpukit::ops::nvf4::nvf4_dequant<__nv_bfloat16>"
+    )
 
 
 @pytest.mark.nvrtc
 def test_kernels_compile_without_warnings() -> None:
-    from pygpukit.core.compiler import compile_source
-    from pygpukit.ops._kernels import name_expressions
-
-    source = Path(__file__).resolve().parents[3] / "native" / "kernels" / "quant" / "nvf4_gemv.cu"
-    for arch in ("80", "90"):
-        program = compile_source(source.read_text(), arch=arch, name=source.name, include_dirs=[source.parent],
-                                 name_expressions=name_expressions("quant/nvf4_gemv.cu"))  # fmt: skip
-        assert program.log.strip() == "", program.log
+    qt.assert_compiles(_FILE, 3 * 5)
 
 
 # -- the GPU ----------------------------------------------------------------------------------------
 @pytest.mark.gpu
 def test_gpu_gemv_every_row_count_and_dtype(rng: np.random.Generator) -> None:
-    for dtype in DTYPES:
-        for rows in range(1, 9):
-            linear_case(rng, 37 + 8 * rows, 512, rows, dtype, bias=rows % 2 == 0)  # the 16-byte path
-            linear_case(rng, 45, 80, rows, dtype)  # K not a multiple of 32: element by element
+    qt.gpu_gemv_cases(linear_case, rng, 80)  # K = 80: not a multiple of 32
 
 
 @pytest.mark.gpu
 def test_gpu_large_unaligned_and_prefill(rng: np.random.Generator) -> None:
-    n, k = 1000, 4096
-    q = quantize_nvf4(rng.standard_normal((n, k)).astype(np.float32))
-    x = rng.standard_normal((4, k + 1)).astype(np.float16)
-    got = gp.ops.linear(upload(x)[:, 1:], q).to_numpy()  # x rows not 16-byte aligned
-    check(got, x[:, 1:], decode(q), gp.float16)
-    for dtype in DTYPES:
-        linear_case(rng, 300, 1024, 40, dtype, bias=True)
-        np.testing.assert_array_equal(
-            q.dequantize(dtype).to_numpy().astype(np.float32),
-            decode(q).astype(np.float32).astype(_NP[dtype.name]).astype(np.float32),
-        )
+    qt.gpu_unaligned_and_prefill(rng, quantize_nvf4, decode, linear_case)

@@ -5,12 +5,12 @@ prefill sizes; the quantizer against NumPy/ml_dtypes casts."""
 from __future__ import annotations
 
 import zlib
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
 from ops_testing import upload
+from quant_testing import DTYPES, assert_compiles, check, product_case
 
 import pygpukit as gp
 from pygpukit.core.dtypes import DType
@@ -18,9 +18,6 @@ from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 from pygpukit.ops.quant import ChannelQuantizedTensor, quantize_per_channel
 
 KINDS = ["fp8_e4m3", "int8"]
-DTYPES = [gp.float32, gp.float16, gp.bfloat16]
-_NP = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
-_ULP = {"float32": 1.2e-7, "float16": 9.8e-4, "bfloat16": 7.9e-3}
 
 
 @pytest.fixture
@@ -31,19 +28,6 @@ def rng(request: pytest.FixtureRequest) -> np.random.Generator:
 def stored(cw: ChannelQuantizedTensor) -> np.ndarray:
     """The weight the tensor stands for, in float64."""
     return cw.data.to_numpy().astype(np.float64) * cw.scale.to_numpy().astype(np.float64)[:, None]
-
-
-def check(got: np.ndarray, x: np.ndarray, w: np.ndarray, dtype: DType, bias: np.ndarray | None = None, *,
-          prefill: bool = False) -> None:  # fmt: skip
-    """Within float32 accumulation of the dot products plus one rounding of the result; with ``prefill``
-    (more than 8 rows) also half an ulp of ``dtype`` per weight: the prefill GEMM reads W dequantized to
-    x's dtype (the decode GEMV keeps it in float32)."""
-    xs = x.astype(np.float64)
-    ref = xs @ w.T + (0.0 if bias is None else bias.astype(np.float64))
-    weight_rounding = _ULP[dtype.name] / 2 if prefill and dtype != gp.float32 else 0.0
-    bound = (2e-5 + weight_rounding) * (np.abs(xs) @ np.abs(w).T) + _ULP[dtype.name] * np.abs(ref) + 1e-30
-    err = np.abs(got.astype(np.float64) - ref)
-    assert np.all(err <= bound), float(np.max(err / bound))
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -85,13 +69,8 @@ def test_weight_only_errors(rng: np.random.Generator) -> None:
 
 
 def _case(rng: np.random.Generator, kind: str, dtype: DType, rows: int, n: int, k: int, bias: bool) -> None:
-    w = rng.standard_normal((n, k)).astype(np.float32)
-    cw = quantize_per_channel(w, kind)
-    x = rng.standard_normal((rows, k)).astype(np.float32).astype(_NP[dtype.name])
-    b = rng.standard_normal(n).astype(np.float32).astype(_NP[dtype.name]) if bias else None
-    got = gp.ops.linear(upload(x), cw, None if b is None else upload(b)).to_numpy()
-    assert got.shape == (rows, n)
-    check(got, x, stored(cw), dtype, b, prefill=rows > 8)
+    cw = quantize_per_channel(rng.standard_normal((n, k)).astype(np.float32), kind)
+    product_case(rng, cw, stored(cw), dtype, rows, bias=bias)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -109,16 +88,7 @@ def test_dequantize(rng: np.random.Generator, kind: str) -> None:
 
 @pytest.mark.nvrtc
 def test_kernels_compile_without_warnings() -> None:
-    from pygpukit.core.compiler import compile_source
-    from pygpukit.ops._kernels import name_expressions
-
-    expressions = name_expressions("quant/wo_gemv.cu")
-    assert len(expressions) == 2 * 3 * 4
-    source = Path(__file__).resolve().parents[3] / "native" / "kernels" / "quant" / "wo_gemv.cu"
-    for arch in ("80", "90"):
-        program = compile_source(source.read_text(), arch=arch, name=source.name, include_dirs=[source.parent],
-                                 name_expressions=[e for e in expressions if "__nv_bfloat16" in e])  # fmt: skip
-        assert program.log.strip() == "", program.log
+    assert_compiles("quant/wo_gemv.cu", 2 * 3 * 4, only="__nv_bfloat16")
 
 
 @pytest.mark.gpu

@@ -24,29 +24,23 @@ from typing import Any
 
 import numpy as np
 
-from pygpukit.core.array import GPUArray, empty, from_numpy
-from pygpukit.core.dtypes import DType, as_dtype, float8_e4m3fn, float16, float32
-from pygpukit.core.dtypes import bfloat16 as bf16
+from pygpukit.core.array import GPUArray, from_numpy
+from pygpukit.core.dtypes import DType, float8_e4m3fn, float32
 from pygpukit.core.errors import DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel
 from pygpukit.core.plans import PlanCache
-from pygpukit.core.stream import Stream, thread_device
+from pygpukit.core.stream import Stream
 
 from .. import _cpu
-from .._kernels import NAMESPACE, Groups, c_param, code_param, group, launch, pointer, register_enumerator, size_param
-from .._layout import is_cuda
+from .._kernels import NAMESPACE, Groups, c_param, code_param, group, pointer, register_enumerator, size_param
 from ..gemm._base import row_major_ld
-from .tensor import TransposedWeight
-from .weight_only import linear_prologue
+from . import _linear
 
 __all__ = ["FP8_BLOCK", "BlockFP8Tensor", "block_fp8_linear", "concat_rows", "quantize_block_fp8"]
 
 _FILE = "quant/fp8_block_gemv.cu"
 FP8_BLOCK = (128, 128)
 """The block (rows, columns) of HF fp8 checkpoints' ``weight_block_size``, the default."""
-_BUCKETS = (1, 2, 4, 8)
-_MAX_ROWS = 8
-_DTYPES = (float32, float16, bf16)
 _GEMV_PARAMS = [pointer("x"), pointer("w"), pointer("s"), pointer("y"), pointer("bias"), c_param("rows", "int"),
                 c_param("n", "int"), c_param("k", "int"), size_param("ldx"), size_param("ldw"), size_param("ldy"),
                 size_param("lds"), c_param("bn", "int"), c_param("bk", "int"), code_param("vector")]  # fmt: skip
@@ -66,13 +60,12 @@ def _block(name: str, block: Any) -> tuple[int, int]:
     return dims[0], dims[1]
 
 
-class BlockFP8Tensor:
+class BlockFP8Tensor(_linear.WeightOnlyTensor):
     """A linear weight (N, K) as float8_e4m3fn ``data`` (row-major, unit stride along K) and float32
     ``scale`` (ceil(N / bn), ceil(K / bk)), ``W[r, c] = data[r, c] * scale[r // bn, c // bk]`` (HF's
     ``weight`` and ``weight_scale_inv``); ``block`` = (bn, bk), (128, 128) by default."""
 
     __slots__ = ("block", "data", "scale", "shape")
-    _quantized = True  # what linear() looks for
 
     def __init__(self, data: GPUArray, scale: GPUArray, block: Sequence[int] = FP8_BLOCK) -> None:
         name = "BlockFP8Tensor"
@@ -93,15 +86,6 @@ class BlockFP8Tensor:
         self.data, self.scale, self.block = data, scale, (bn, bk)
         self.shape = (n, k)
 
-    @property
-    def ndim(self) -> int:
-        return 2
-
-    @property
-    def T(self) -> TransposedWeight:  # noqa: N802 (NumPy's name)
-        """The (K, N) transpose, for ``pygpukit.ops.matmul(x, w.T)``."""
-        return TransposedWeight(self)
-
     def host_values(self) -> Any:
         """The weight in float64 on the host (CPU backend and tests)."""
         bn, bk = self.block
@@ -113,27 +97,7 @@ class BlockFP8Tensor:
     def dequantize(self, dtype: Any = float32, *, stream: Stream | None = None) -> GPUArray:
         """``data * scale`` (each block's scale) on the device, in ``dtype`` (float32, float16 or
         bfloat16; the float32 product rounded once)."""
-        target = as_dtype(dtype)
-        if target not in _DTYPES:
-            raise DTypeError(f"dequantize: dtype must be float32, float16 or bfloat16, got {target}")
-        n, k = self.shape
-        out = empty((n, k), target, stream=stream)
-        if n * k == 0:
-            return out
-        if not is_cuda():
-            _cpu.store(out, self.host_values().astype(np.float32))
-            return out
-        ldw = row_major_ld(self.data)
-        assert ldw is not None  # checked by the constructor
-        bn, bk = self.block
-        args = (self.data.device_ptr, self.scale.device_ptr, out.device_ptr, n, k, ldw, self.scale.shape[1], bn, bk)
-        kernel = _kernel(_dequant_expression(target), _DEQUANT_PARAMS, target)
-        grid = min(-(-(n * k) // 256), 65536)
-        if stream is None:
-            launch(kernel, args, grid, 256)
-        else:
-            kernel(*args, grid=grid, block=256, stream=stream)
-        return out
+        return _linear.dequantized(self, dtype, stream, _dequant)
 
     def __repr__(self) -> str:
         return f"BlockFP8Tensor(shape={self.shape}, block={self.block})"
@@ -146,19 +110,7 @@ def quantize_block_fp8(w: Any, block: Sequence[int] = FP8_BLOCK, *, stream: Stre
     float32."""
     name = "quantize_block_fp8"
     bn, bk = _block(name, block)
-    if isinstance(w, GPUArray):
-        if not w.dtype.is_floating:
-            raise DTypeError(f"{name}: w must be a floating array, got {w.dtype}")
-        host = w.to_numpy(stream=stream)
-    elif isinstance(w, np.ndarray):
-        host = w
-    else:
-        raise DTypeError(f"{name}: w must be a GPUArray or a NumPy array, got {type(w).__name__}")
-    if host.ndim != 2:
-        raise ShapeError(f"{name}: w must be 2-D (N, K), got shape {host.shape}")
-    if host.dtype.kind != "f" and host.dtype.name != "bfloat16":
-        raise DTypeError(f"{name}: w must be a floating array, got {host.dtype}")
-    values = np.asarray(host, dtype=np.float32)
+    values = np.asarray(_linear.host_weight(name, w, stream), dtype=np.float32)
     n, k = values.shape
     gn, gk = -(-n // bn), -(-k // bk)
     padded = np.zeros((gn * bn, gk * bk), np.float32)
@@ -179,78 +131,50 @@ def _dequant_expression(dtype: DType) -> str:
 
 
 def _expressions(dtype: DType) -> tuple[str, ...]:
-    return (*(_gemv_expression(dtype, b) for b in _BUCKETS), _dequant_expression(dtype))
+    return (*(_gemv_expression(dtype, b) for b in _linear.BUCKETS), _dequant_expression(dtype))
 
 
 def _kernel(expression: str, params: list[Any], dtype: DType) -> JITKernel:
-    key = (expression, thread_device())
-    kernel = _KERNELS.get(key)
-    if kernel is None:
-        kernel = _KERNELS.put(key, group(_FILE, _expressions(dtype)).kernel(expression, params))
-    return kernel
-
-
-def block_fp8_linear(
-    x: GPUArray,
-    w: BlockFP8Tensor,
-    b: GPUArray | None = None,
-    activation: str | None = None,
-    *,
-    stream: Stream | None = None,
-) -> GPUArray:
-    """``activation(x @ W.T + b)`` for a :class:`BlockFP8Tensor` ``w`` (N, K) and x (..., K) of
-    float32, float16 or bfloat16 (``pygpukit.ops.linear`` hands such weights here)."""
-    x2, lead, rows, n, code, bias = linear_prologue(
-        x,
-        w,
-        BlockFP8Tensor,
-        "a BlockFP8Tensor",
-        (w.data, w.scale),
-        b,
-        activation,
-        stream,
+    return _linear.cached_kernel(
+        _KERNELS, (expression,), lambda: group(_FILE, _expressions(dtype)).kernel(expression, params)
     )
-    k = x2.shape[1]
-    out = empty((rows, n), x.dtype, stream=stream)
-    if rows == 0:
-        return out.reshape((*lead, n))
-    if not is_cuda():
-        from ..gemm._base import apply_activation
 
-        y = _cpu.host(x2).astype(np.float64) @ w.host_values().T
-        if bias is not None:
-            y = y + _cpu.host(bias).astype(np.float64)
-        _cpu.store(out, apply_activation(y, code) if code else y)
-        return out.reshape((*lead, n))
-    if rows > _MAX_ROWS:
-        from ..gemm.api import linear
 
-        wd = w.dequantize(x.dtype, stream=stream)
-        return linear(x2, wd, bias, activation, stream=stream).reshape((*lead, n))
+def _dequant(w: BlockFP8Tensor, out: GPUArray) -> tuple[JITKernel, tuple[Any, ...]]:
+    """The dequantize kernel of :meth:`BlockFP8Tensor.dequantize` into ``out`` and its arguments."""
+    n, k = w.shape
+    ldw = row_major_ld(w.data)
+    assert ldw is not None  # checked by the constructor
+    bn, bk = w.block
+    args = (w.data.device_ptr, w.scale.device_ptr, out.device_ptr, n, k, ldw, w.scale.shape[1], bn, bk)
+    return _kernel(_dequant_expression(out.dtype), _DEQUANT_PARAMS, out.dtype), args
+
+
+def _gemv(w: BlockFP8Tensor, x2: GPUArray, out: GPUArray, bias: GPUArray | None) -> _linear.GemvLaunch:
+    """The GEMV launch of :func:`block_fp8_linear` (up to 8 rows of x2)."""
+    (rows, k), n = x2.shape, w.shape[0]
     ldw = row_major_ld(w.data)
     assert ldw is not None  # checked by the constructor
     bn, bk = w.block
     x_ptr, w_ptr = x2.device_ptr, w.data.device_ptr
-    aligned = (x_ptr | w_ptr) % 16 == 0 and (k * x.itemsize) % 16 == 0 and ldw % 16 == 0
+    aligned = (x_ptr | w_ptr) % 16 == 0 and (k * x2.itemsize) % 16 == 0 and ldw % 16 == 0
     vector = int(k % 16 == 0 and bk % 16 == 0 and aligned)
     args = (x_ptr, w_ptr, w.scale.device_ptr, out.device_ptr, 0 if bias is None else bias.device_ptr, rows, n, k,
             k, ldw, n, w.scale.shape[1], bn, bk, vector)  # fmt: skip
-    bucket = next(b_ for b_ in _BUCKETS if b_ >= rows)
-    kernel = _kernel(_gemv_expression(x.dtype, bucket), _GEMV_PARAMS, x.dtype)
-    grid = -(-n // 8)
-    if stream is None:
-        launch(kernel, args, grid, 256)
-    else:
-        kernel(*args, grid=grid, block=256, stream=stream)
-    if code:
-        from .gemv import _activate
+    return _kernel(_gemv_expression(x2.dtype, _linear.gemv_bucket(rows)), _GEMV_PARAMS, x2.dtype), args, -(-n // 8)
 
-        _activate(out, code, stream)
-    return out.reshape((*lead, n))
+
+def block_fp8_linear(x: GPUArray, w: BlockFP8Tensor, b: GPUArray | None = None, activation: str | None = None, *,
+                     stream: Stream | None = None) -> GPUArray:  # fmt: skip
+    """``activation(x @ W.T + b)`` for a :class:`BlockFP8Tensor` ``w`` (N, K) and x (..., K) of
+    float32, float16 or bfloat16 (``pygpukit.ops.linear`` hands such weights here)."""
+    return _linear.linear_paths(x, w, BlockFP8Tensor, "a BlockFP8Tensor", (w.data, w.scale), b, activation, stream,
+                                host_values=BlockFP8Tensor.host_values, prefill=_linear.dequantized_prefill,
+                                gemv=_gemv)  # fmt: skip
 
 
 def _enumerate() -> Groups:
-    return {_FILE: [_expressions(d) for d in _DTYPES]}
+    return {_FILE: [_expressions(d) for d in _linear.DTYPES]}
 
 
 register_enumerator(_enumerate)

@@ -23,28 +23,24 @@ from typing import Any
 import numpy as np
 
 from pygpukit.core.array import GPUArray, empty, from_numpy
-from pygpukit.core.dtypes import DType, as_dtype, bfloat16, float16, float32
+from pygpukit.core.dtypes import DType, bfloat16
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel
 from pygpukit.core.plans import PlanCache
-from pygpukit.core.stream import Stream, thread_device
+from pygpukit.core.stream import Stream
 
 from .. import _cpu
-from .._kernels import NAMESPACE, Groups, c_param, code_param, group, launch, pointer, register_enumerator, size_param
+from .._kernels import NAMESPACE, Groups, c_param, code_param, group, pointer, register_enumerator, size_param
 from .._layout import is_cuda
+from . import _linear
 from . import int4_pack as _pack
 from .int4_pack import GROUP_SIZES, PACKINGS
-from .tensor import TransposedWeight
-from .weight_only import linear_prologue
 
 __all__ = ["INT4_PACKINGS", "ActOrderError", "Int4Tensor", "concat_out_features", "int4_linear", "quantize_int4"]
 
 INT4_PACKINGS = PACKINGS
 _FILE = "quant/int4_gemv.cu"
 _LAYOUT = {"awq": 0, "gptq": 1}
-_BUCKETS = (1, 2, 4, 8)
-_MAX_ROWS = 8
-_DTYPES = (float32, float16, bfloat16)
 _BLOCK_COLUMNS = {"awq": 32, "gptq": 16}  # Shape::kBlockCols of the kernel: output columns per block
 _PREFILL_TILE_BYTES = 256 << 20
 _GEMV_PARAMS = [pointer("x"), pointer("qweight"), pointer("qzeros"), pointer("scales"), pointer("y"),
@@ -75,7 +71,7 @@ def _device_array(name: str, value: Any, dtypes: tuple[str, ...], shape: tuple[i
     return array
 
 
-class Int4Tensor:
+class Int4Tensor(_linear.WeightOnlyTensor):
     """A linear weight (N, K) = (out_features, in_features) quantized to 4 bits in groups of
     ``group_size`` input features, held on the device in a checkpoint's packing:
 
@@ -87,7 +83,6 @@ class Int4Tensor:
     optional) must be ``k // group_size`` (act-order is refused with :class:`ActOrderError`)."""
 
     __slots__ = ("_host", "group_size", "packing", "qweight", "qzeros", "scales", "shape", "zero_offset")
-    _quantized = True  # what linear() looks for
 
     def __init__(self, qweight: Any, qzeros: Any, scales: Any, packing: str, group_size: int, *,
                  g_idx: Any = None, zero_offset: int | None = None, stream: Stream | None = None) -> None:  # fmt: skip
@@ -124,15 +119,6 @@ class Int4Tensor:
         self._host: Any = None
 
     @property
-    def ndim(self) -> int:
-        return 2
-
-    @property
-    def T(self) -> TransposedWeight:  # noqa: N802 (NumPy's name)
-        """The (K, N) transpose, for ``pygpukit.ops.matmul(x, w.T)``."""
-        return TransposedWeight(self)
-
-    @property
     def nbytes(self) -> int:
         return int(self.qweight.nbytes + self.qzeros.nbytes + self.scales.nbytes)
 
@@ -159,9 +145,7 @@ class Int4Tensor:
         self, first: int, last: int, dtype: Any = bfloat16, *, stream: Stream | None = None
     ) -> GPUArray:
         """Rows [first, last) of W, (last - first, K), decoded on the device to ``dtype``."""
-        target = as_dtype(dtype)
-        if target not in _DTYPES:
-            raise DTypeError(f"dequantize: dtype must be float32, float16 or bfloat16, got {target}")
+        target = _linear.dequantize_dtype(dtype)
         n, k = self.shape
         if not 0 <= first < last <= n:
             raise ShapeError(f"dequantize: rows [{first}, {last}) are not a non-empty range of {n} rows")
@@ -173,10 +157,7 @@ class Int4Tensor:
         args = (self.qweight.device_ptr, self.qzeros.device_ptr, self.scales.device_ptr, out.device_ptr, n, k,
                 self.group_size, self.zero_offset, first, last - first)  # fmt: skip
         grid = max(1, min(-(-(last - first) * (k // 16) // 256), 1 << 16))  # a thread per 16 elements
-        if stream is None:
-            launch(kernel, args, grid, 256)
-        else:
-            kernel(*args, grid=grid, block=256, stream=stream)
+        _linear.launch_on(kernel, args, grid, stream)
         return out
 
     def __repr__(self) -> str:
@@ -193,14 +174,7 @@ def quantize_int4(w: Any, group_size: int = 128, packing: str = "awq", symmetric
     clipped to 1..15."""
     name = "quantize"
     packing = _pack.packing_name(name, packing)
-    if isinstance(w, GPUArray):
-        if not w.dtype.is_floating:
-            raise DTypeError(f"{name}: w must be a floating array, got {w.dtype}")
-        host = w.to_numpy(stream=stream)
-    elif isinstance(w, np.ndarray):
-        host = w
-    else:
-        raise DTypeError(f"{name}: w must be a GPUArray or a NumPy array, got {type(w).__name__}")
+    host = _linear.host_weight(name, w, stream)  # 2-D and floating (quantize_groups checks both again)
     q, z, s = _pack.quantize_groups(host, group_size, symmetric, 1 if packing == "gptq" else 0)
     offset = 1 if packing == "gptq" else 0
     qweight = _pack.pack_qweight(q, packing)
@@ -238,81 +212,48 @@ def _expression(kind: str, packing: str, dtype: DType, bucket: int) -> str:
 
 def _expressions(packing: str, dtype: DType) -> tuple[str, ...]:
     """One compilation per packing and dtype: the GEMV's row buckets and the dequantize kernel."""
-    return (*(_expression("gemv", packing, dtype, b) for b in _BUCKETS), _expression("dequant", packing, dtype, 0))
+    return (
+        *(_expression("gemv", packing, dtype, b) for b in _linear.BUCKETS),
+        _expression("dequant", packing, dtype, 0),
+    )
 
 
 def _kernel(kind: str, packing: str, dtype: DType, rows: int) -> JITKernel:
-    bucket = next(b for b in _BUCKETS if b >= rows) if kind == "gemv" else 0
-    key = (kind, packing, dtype, bucket, thread_device())
-    kernel = _KERNELS.get(key)
-    if kernel is None:
-        params = _GEMV_PARAMS if kind == "gemv" else _DEQUANT_PARAMS
-        expression = _expression(kind, packing, dtype, bucket)
-        kernel = _KERNELS.put(key, group(_FILE, _expressions(packing, dtype)).kernel(expression, params))
-    return kernel
-
-
-def int4_linear(
-    x: GPUArray,
-    w: Int4Tensor,
-    b: GPUArray | None = None,
-    activation: str | None = None,
-    *,
-    stream: Stream | None = None,
-) -> GPUArray:
-    """``activation(x @ W.T + b)`` for an :class:`Int4Tensor` ``w`` (N, K) and x (..., K) of float32,
-    float16 or bfloat16 (``pygpukit.ops.linear`` hands such weights here)."""
-    op = "linear"
-    x2, lead, rows, n, code, bias = linear_prologue(
-        x,
-        w,
-        Int4Tensor,
-        "an Int4Tensor",
-        (
-            w.qweight,
-            w.qzeros,
-            w.scales,
-        ),
-        b,
-        activation,
-        stream,
+    bucket = _linear.gemv_bucket(rows) if kind == "gemv" else 0
+    params = _GEMV_PARAMS if kind == "gemv" else _DEQUANT_PARAMS
+    return _linear.cached_kernel(
+        _KERNELS,
+        (kind, packing, dtype, bucket),
+        lambda: group(_FILE, _expressions(packing, dtype)).kernel(_expression(kind, packing, dtype, bucket), params),
     )
-    k = x2.shape[1]
-    if rows > _MAX_ROWS:  # prefill, on both backends: W rounded once to x's dtype, then the GEMM
-        return _prefill(x2, w, bias, activation, stream).reshape((*lead, n))
-    out = empty((rows, n), x.dtype, stream=stream)
-    if rows == 0:
-        return out.reshape((*lead, n))
-    if not is_cuda():
-        from ..gemm._base import apply_activation
 
-        y = _cpu.host(x2).astype(np.float64) @ w.host_weights().T
-        if bias is not None:
-            y = y + _cpu.host(bias).astype(np.float64)
-        _cpu.store(out, apply_activation(y, code) if code else y)
-        return out.reshape((*lead, n))
+
+def _gemv(w: Int4Tensor, x2: GPUArray, out: GPUArray, bias: GPUArray | None) -> _linear.GemvLaunch:
+    """The GEMV launch of :func:`int4_linear` (up to 8 rows of x2)."""
+    (rows, k), n = x2.shape, w.shape[0]
     x_ptr, w_ptr = x2.device_ptr, w.qweight.device_ptr
     if w.scales.device_ptr % 16:
-        raise ShapeError(f"{op}: the weight's scales must be 16-byte aligned (address {w.scales.device_ptr:#x})")
+        raise ShapeError(f"linear: the weight's scales must be 16-byte aligned (address {w.scales.device_ptr:#x})")
     # 16-byte loads of x rows and of the qweight words a thread owns (AWQ rows of n / 2 bytes: n % 32 == 0)
-    vector = int((x_ptr | w_ptr) % 16 == 0 and (k * x.itemsize) % 16 == 0 and (w.packing == "gptq" or n % 32 == 0))
+    vector = int((x_ptr | w_ptr) % 16 == 0 and (k * x2.itemsize) % 16 == 0 and (w.packing == "gptq" or n % 32 == 0))
     args = (x_ptr, w_ptr, w.qzeros.device_ptr, w.scales.device_ptr, out.device_ptr,
             0 if bias is None else bias.device_ptr, rows, n, k, w.group_size, w.zero_offset, k, n, vector)  # fmt: skip
-    kernel = _kernel("gemv", w.packing, x.dtype, rows)
-    grid = -(-n // _BLOCK_COLUMNS[w.packing])
-    if stream is None:
-        launch(kernel, args, grid, 256)
-    else:
-        kernel(*args, grid=grid, block=256, stream=stream)
-    if code:
-        from .gemv import _activate
-
-        _activate(out, code, stream)
-    return out.reshape((*lead, n))
+    return _kernel("gemv", w.packing, x2.dtype, rows), args, -(-n // _BLOCK_COLUMNS[w.packing])
 
 
-def _prefill(x2: GPUArray, w: Int4Tensor, bias: GPUArray | None, activation: str | None,
+def int4_linear(x: GPUArray, w: Int4Tensor, b: GPUArray | None = None, activation: str | None = None, *,
+                stream: Stream | None = None) -> GPUArray:  # fmt: skip
+    """``activation(x @ W.T + b)`` for an :class:`Int4Tensor` ``w`` (N, K) and x (..., K) of float32,
+    float16 or bfloat16 (``pygpukit.ops.linear`` hands such weights here). More than 8 rows (prefill)
+    take :func:`_prefill` on both backends: W rounded once to x's dtype, then the GEMM."""
+    return _linear.linear_paths(x, w, Int4Tensor, "an Int4Tensor", (w.qweight, w.qzeros, w.scales), b, activation,
+                                stream, host_values=Int4Tensor.host_weights, prefill=_prefill, gemv=_gemv,
+                                host_prefill=True)  # fmt: skip
+
+
+def _prefill(w: Int4Tensor, x2: GPUArray, bias: GPUArray | None, activation: str | None,
              stream: Stream | None) -> GPUArray:  # fmt: skip
+    """W dequantized to x2's dtype in row tiles of at most ``_PREFILL_TILE_BYTES``, each through the GEMM."""
     from ..gemm.api import linear
 
     n, k = w.shape
@@ -330,7 +271,7 @@ def _prefill(x2: GPUArray, w: Int4Tensor, bias: GPUArray | None, activation: str
 
 
 def _enumerate() -> Groups:
-    return {_FILE: [_expressions(p, d) for p in PACKINGS for d in _DTYPES]}
+    return {_FILE: [_expressions(p, d) for p in PACKINGS for d in _linear.DTYPES]}
 
 
 register_enumerator(_enumerate)

@@ -23,19 +23,17 @@ from typing import Any
 
 import numpy as np
 
-from pygpukit.core.array import GPUArray, empty, from_numpy
-from pygpukit.core.dtypes import DType, as_dtype, bfloat16, float8_e4m3fn, float16, float32, uint8
+from pygpukit.core.array import GPUArray, from_numpy
+from pygpukit.core.dtypes import DType, float8_e4m3fn, float32, uint8
 from pygpukit.core.errors import DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel
 from pygpukit.core.plans import PlanCache
-from pygpukit.core.stream import Stream, thread_device
+from pygpukit.core.stream import Stream
 
 from .. import _cpu
-from .._kernels import NAMESPACE, Groups, c_param, code_param, group, launch, pointer, register_enumerator, size_param
-from .._layout import is_cuda
+from .._kernels import NAMESPACE, Groups, c_param, code_param, group, pointer, register_enumerator, size_param
 from ..gemm._base import row_major_ld
-from .tensor import TransposedWeight
-from .weight_only import linear_prologue
+from . import _linear
 
 __all__ = ["E2M1_VALUES", "NVF4Tensor", "nvf4_linear", "quantize_nvf4"]
 
@@ -45,9 +43,6 @@ _GROUP = 16
 E2M1_VALUES = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], dtype=np.float32)
 """The value of each 4-bit e2m1 code."""
 _MIDPOINTS = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0], dtype=np.float32)
-_BUCKETS = (1, 2, 4, 8)
-_MAX_ROWS = 8
-_DTYPES = (float32, float16, bfloat16)
 _GEMV_PARAMS = [pointer("x"), pointer("w"), pointer("s"), pointer("y"), pointer("bias"), c_param("g", "float"),
                 c_param("rows", "int"), c_param("n", "int"), c_param("k", "int"), size_param("ldx"),
                 size_param("ldw"), size_param("ldy"), size_param("lds"), code_param("vector")]  # fmt: skip
@@ -68,12 +63,11 @@ def e2m1_codes(values: Array) -> Array:
     return result
 
 
-class NVF4Tensor:
+class NVF4Tensor(_linear.WeightOnlyTensor):
     """A linear weight (N, K) in NVF4: ``data`` uint8 (N, K / 2), ``scale`` float8_e4m3fn (N, K / 16),
     both row-major, and ``global_scale`` (float)."""
 
     __slots__ = ("data", "global_scale", "scale", "shape")
-    _quantized = True  # what linear() looks for
 
     def __init__(self, data: GPUArray, scale: GPUArray, global_scale: float, k: int | None = None) -> None:
         name = "NVF4Tensor"
@@ -96,15 +90,6 @@ class NVF4Tensor:
         self.data, self.scale, self.global_scale = data, scale, g
         self.shape = (n, kk)
 
-    @property
-    def ndim(self) -> int:
-        return 2
-
-    @property
-    def T(self) -> TransposedWeight:  # noqa: N802 (NumPy's name)
-        """The (K, N) transpose, for ``pygpukit.ops.matmul(x, w.T)``."""
-        return TransposedWeight(self)
-
     def host_values(self) -> Array:
         """The decoded weight in float32 on the host (the device's values bit for bit)."""
         raw = _cpu.host(self.data)
@@ -117,25 +102,7 @@ class NVF4Tensor:
     def dequantize(self, dtype: Any = float32, *, stream: Stream | None = None) -> GPUArray:
         """The (N, K) weight on the device in ``dtype`` (float32, float16 or bfloat16; the float32 value
         rounded once)."""
-        target = as_dtype(dtype)
-        if target not in _DTYPES:
-            raise DTypeError(f"dequantize: dtype must be float32, float16 or bfloat16, got {target}")
-        n, k = self.shape
-        out = empty((n, k), target, stream=stream)
-        if n * k == 0:
-            return out
-        if not is_cuda():
-            _cpu.store(out, self.host_values())
-            return out
-        ldw, lds = row_major_ld(self.data), row_major_ld(self.scale)
-        args = (self.data.device_ptr, self.scale.device_ptr, out.device_ptr, self.global_scale, n, k, ldw, lds)
-        kernel = _kernel(f"{NAMESPACE}nvf4::nvf4_dequant<{target.ctype}>", _DEQUANT_PARAMS, target)
-        grid = min(-(-(n * k) // 256), 65536)
-        if stream is None:
-            launch(kernel, args, grid, 256)
-        else:
-            kernel(*args, grid=grid, block=256, stream=stream)
-        return out
+        return _linear.dequantized(self, dtype, stream, _dequant)
 
     def __repr__(self) -> str:
         return f"NVF4Tensor(shape={self.shape}, global_scale={self.global_scale})"
@@ -145,18 +112,7 @@ def quantize_nvf4(w: Any, *, stream: Stream | None = None) -> NVF4Tensor:
     """``w`` (2-D float GPUArray or NumPy array (N, K), K a multiple of 16) as an :class:`NVF4Tensor`
     (see the module's description of the scales and rounding). Computed on the host in float32."""
     name = "quantize_nvf4"
-    if isinstance(w, GPUArray):
-        if not w.dtype.is_floating:
-            raise DTypeError(f"{name}: w must be a floating array, got {w.dtype}")
-        host = w.to_numpy(stream=stream)
-    elif isinstance(w, np.ndarray):
-        host = w
-    else:
-        raise DTypeError(f"{name}: w must be a GPUArray or a NumPy array, got {type(w).__name__}")
-    if host.ndim != 2:
-        raise ShapeError(f"{name}: w must be 2-D (N, K), got shape {host.shape}")
-    if host.dtype.kind != "f" and host.dtype.name != "bfloat16":
-        raise DTypeError(f"{name}: w must be a floating array, got {host.dtype}")
+    host = _linear.host_weight(name, w, stream)
     n, k = host.shape
     if k % _GROUP:
         raise ShapeError(f"{name}: K = {k} (shape {host.shape}) is not a multiple of the 16-value NVF4 blocks")
@@ -181,77 +137,47 @@ def _gemv_expression(dtype: DType, bucket: int) -> str:
 
 
 def _expressions(dtype: DType) -> tuple[str, ...]:
-    return (*(_gemv_expression(dtype, b) for b in _BUCKETS), f"{NAMESPACE}nvf4::nvf4_dequant<{dtype.ctype}>")
+    return (*(_gemv_expression(dtype, b) for b in _linear.BUCKETS), f"{NAMESPACE}nvf4::nvf4_dequant<{dtype.ctype}>")
 
 
 def _kernel(expression: str, params: list[Any], dtype: DType) -> JITKernel:
-    key = (expression, thread_device())
-    kernel = _KERNELS.get(key)
-    if kernel is None:
-        kernel = _KERNELS.put(key, group(_FILE, _expressions(dtype)).kernel(expression, params))
-    return kernel
-
-
-def nvf4_linear(
-    x: GPUArray,
-    w: NVF4Tensor,
-    b: GPUArray | None = None,
-    activation: str | None = None,
-    *,
-    stream: Stream | None = None,
-) -> GPUArray:
-    """``activation(x @ W.T + b)`` for an :class:`NVF4Tensor` ``w`` (N, K) and x (..., K) of float32,
-    float16 or bfloat16 (``pygpukit.ops.linear`` hands such weights here)."""
-    x2, lead, rows, n, code, bias = linear_prologue(
-        x,
-        w,
-        NVF4Tensor,
-        "an NVF4Tensor",
-        (w.data, w.scale),
-        b,
-        activation,
-        stream,
+    return _linear.cached_kernel(
+        _KERNELS, (expression,), lambda: group(_FILE, _expressions(dtype)).kernel(expression, params)
     )
-    k = x2.shape[1]
-    out = empty((rows, n), x.dtype, stream=stream)
-    if rows == 0:
-        return out.reshape((*lead, n))
-    if not is_cuda():
-        from ..gemm._base import apply_activation
 
-        y = _cpu.host(x2).astype(np.float64) @ w.host_values().astype(np.float64).T
-        if bias is not None:
-            y = y + _cpu.host(bias).astype(np.float64)
-        _cpu.store(out, apply_activation(y, code) if code else y)
-        return out.reshape((*lead, n))
-    if rows > _MAX_ROWS:
-        from ..gemm.api import linear
 
-        wd = w.dequantize(x.dtype, stream=stream)
-        return linear(x2, wd, bias, activation, stream=stream).reshape((*lead, n))
+def _dequant(w: NVF4Tensor, out: GPUArray) -> tuple[JITKernel, tuple[Any, ...]]:
+    """The dequantize kernel of :meth:`NVF4Tensor.dequantize` into ``out`` and its arguments."""
+    n, k = w.shape
+    ldw, lds = row_major_ld(w.data), row_major_ld(w.scale)
+    args = (w.data.device_ptr, w.scale.device_ptr, out.device_ptr, w.global_scale, n, k, ldw, lds)
+    return _kernel(f"{NAMESPACE}nvf4::nvf4_dequant<{out.dtype.ctype}>", _DEQUANT_PARAMS, out.dtype), args
+
+
+def _gemv(w: NVF4Tensor, x2: GPUArray, out: GPUArray, bias: GPUArray | None) -> _linear.GemvLaunch:
+    """The GEMV launch of :func:`nvf4_linear` (up to 8 rows of x2)."""
+    (rows, k), n = x2.shape, w.shape[0]
     ldw, lds = row_major_ld(w.data), row_major_ld(w.scale)
     assert ldw is not None  # checked by the constructor
     assert lds is not None
     x_ptr, w_ptr = x2.device_ptr, w.data.device_ptr
-    vector = int(k % 32 == 0 and (x_ptr | w_ptr) % 16 == 0 and (k * x.itemsize) % 16 == 0 and ldw % 16 == 0)
+    vector = int(k % 32 == 0 and (x_ptr | w_ptr) % 16 == 0 and (k * x2.itemsize) % 16 == 0 and ldw % 16 == 0)
     args = (x_ptr, w_ptr, w.scale.device_ptr, out.device_ptr, 0 if bias is None else bias.device_ptr,
             w.global_scale, rows, n, k, k, ldw, n, lds, vector)  # fmt: skip
-    bucket = next(b_ for b_ in _BUCKETS if b_ >= rows)
-    kernel = _kernel(_gemv_expression(x.dtype, bucket), _GEMV_PARAMS, x.dtype)
-    grid = -(-n // 8)
-    if stream is None:
-        launch(kernel, args, grid, 256)
-    else:
-        kernel(*args, grid=grid, block=256, stream=stream)
-    if code:
-        from .gemv import _activate
+    return _kernel(_gemv_expression(x2.dtype, _linear.gemv_bucket(rows)), _GEMV_PARAMS, x2.dtype), args, -(-n // 8)
 
-        _activate(out, code, stream)
-    return out.reshape((*lead, n))
+
+def nvf4_linear(x: GPUArray, w: NVF4Tensor, b: GPUArray | None = None, activation: str | None = None, *,
+                stream: Stream | None = None) -> GPUArray:  # fmt: skip
+    """``activation(x @ W.T + b)`` for an :class:`NVF4Tensor` ``w`` (N, K) and x (..., K) of float32,
+    float16 or bfloat16 (``pygpukit.ops.linear`` hands such weights here)."""
+    return _linear.linear_paths(x, w, NVF4Tensor, "an NVF4Tensor", (w.data, w.scale), b, activation, stream,
+                                host_values=NVF4Tensor.host_values, prefill=_linear.dequantized_prefill,
+                                gemv=_gemv)  # fmt: skip
 
 
 def _enumerate() -> Groups:
-    return {_FILE: [_expressions(d) for d in _DTYPES]}
+    return {_FILE: [_expressions(d) for d in _linear.DTYPES]}
 
 
 register_enumerator(_enumerate)

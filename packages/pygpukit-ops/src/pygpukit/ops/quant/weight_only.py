@@ -15,23 +15,21 @@ The CPU simulation backend computes the product in float64 from the stored value
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from pygpukit.core.array import GPUArray, empty, from_numpy
-from pygpukit.core.dtypes import DType, as_dtype, bfloat16, float16, float32
+from pygpukit.core.array import GPUArray, from_numpy
+from pygpukit.core.dtypes import DType, as_dtype, float32
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel
 from pygpukit.core.plans import PlanCache
-from pygpukit.core.stream import Stream, thread_device
+from pygpukit.core.stream import Stream
 
 from .. import _cpu
-from .._kernels import NAMESPACE, Groups, c_param, code_param, group, launch, pointer, register_enumerator, size_param
-from .._layout import check_devices, is_cuda
-from ..gemm._base import check_activation, check_bias, row_major_ld
-from .tensor import TransposedWeight
+from .._kernels import NAMESPACE, Groups, c_param, code_param, group, pointer, register_enumerator, size_param
+from ..gemm._base import row_major_ld
+from . import _linear
 
 __all__ = ["WEIGHT_ONLY_KINDS", "ChannelQuantizedTensor", "quantize_per_channel", "weight_only_linear"]
 
@@ -39,9 +37,6 @@ _FILE = "quant/wo_gemv.cu"
 WEIGHT_ONLY_KINDS = ("fp8_e4m3", "int8")
 _STORAGE = {"fp8_e4m3": "float8_e4m3fn", "int8": "int8"}
 _LIMIT = {"fp8_e4m3": 448.0, "int8": 127.0}
-_BUCKETS = (1, 2, 4, 8)
-_MAX_ROWS = 8
-_DTYPES = (float32, float16, bfloat16)
 _PARAMS = [pointer("x"), pointer("w"), pointer("scale"), pointer("y"), pointer("bias"), c_param("rows", "int"),
            c_param("n", "int"), c_param("k", "int"), size_param("ldx"), size_param("ldw"), size_param("ldy"),
            code_param("vector")]  # fmt: skip
@@ -56,12 +51,11 @@ def _kind(name: str, kind: Any) -> str:
     return found
 
 
-class ChannelQuantizedTensor:
+class ChannelQuantizedTensor(_linear.WeightOnlyTensor):
     """A linear weight (N, K) as 1-byte values ``data`` (float8_e4m3fn or int8, row-major with unit
     stride along K) times a per-row float32 ``scale`` (N,)."""
 
     __slots__ = ("data", "kind", "scale", "shape")
-    _quantized = True  # what linear() looks for
 
     def __init__(self, data: GPUArray, scale: GPUArray, kind: str | None = None) -> None:
         name = "ChannelQuantizedTensor"
@@ -83,22 +77,15 @@ class ChannelQuantizedTensor:
         self.data, self.scale, self.kind = data, scale, found
         self.shape = (int(n), int(data.shape[1]))
 
-    @property
-    def ndim(self) -> int:
-        return 2
-
-    @property
-    def T(self) -> TransposedWeight:  # noqa: N802 (NumPy's name)
-        """The (K, N) transpose, for ``pygpukit.ops.matmul(x, w.T)``."""
-        return TransposedWeight(self)
+    def host_values(self) -> Any:
+        """The weight in float64 on the host (CPU backend): ``scale[:, None] * data``."""
+        return _cpu.host(self.data).astype(np.float64) * _cpu.host(self.scale).astype(np.float64)[:, None]
 
     def dequantize(self, dtype: Any = float32) -> GPUArray:
         """``scale[:, None] * data`` on the device, in ``dtype`` (float32, float16 or bfloat16)."""
         from .. import elementwise
 
-        target = as_dtype(dtype)
-        if target not in _DTYPES:
-            raise DTypeError(f"dequantize: dtype must be float32, float16 or bfloat16, got {target}")
+        target = _linear.dequantize_dtype(dtype)
         wide = elementwise.mul(self.data.astype(float32), self.scale.reshape(self.shape[0], 1))
         return wide if target == float32 else wide.astype(target)
 
@@ -114,16 +101,7 @@ def quantize_per_channel(w: Any, kind: str = "fp8_e4m3", *, stream: Stream | Non
     on the host in float32."""
     name = "quantize_per_channel"
     found = _kind(name, kind)
-    if isinstance(w, GPUArray):
-        if not w.dtype.is_floating:
-            raise DTypeError(f"{name}: w must be a floating array, got {w.dtype}")
-        host = w.to_numpy(stream=stream)
-    elif isinstance(w, np.ndarray):
-        host = w
-    else:
-        raise DTypeError(f"{name}: w must be a GPUArray or a NumPy array, got {type(w).__name__}")
-    if host.ndim != 2:
-        raise ShapeError(f"{name}: w must be 2-D (N, K), got shape {host.shape}")
+    host = _linear.host_weight(name, w, stream, floating=False)
     values = np.asarray(host, dtype=np.float32)
     amax = np.abs(values).max(axis=1) if values.shape[1] else np.zeros(values.shape[0], np.float32)
     scale = np.where(amax > 0, amax / np.float32(_LIMIT[found]), np.float32(1)).astype(np.float32)
@@ -141,108 +119,50 @@ def _expression(w: DType, dtype: DType, bucket: int) -> str:
 
 
 def _expressions(w: DType, dtype: DType) -> tuple[str, ...]:
-    return tuple(_expression(w, dtype, b) for b in _BUCKETS)
+    return tuple(_expression(w, dtype, b) for b in _linear.BUCKETS)
 
 
 def _kernel(w: DType, dtype: DType, rows: int) -> JITKernel:
-    bucket = next(b for b in _BUCKETS if b >= rows)
-    key = (w, dtype, bucket, thread_device())
-    kernel = _KERNELS.get(key)
-    if kernel is None:
-        kernel = _KERNELS.put(key, group(_FILE, _expressions(w, dtype)).kernel(_expression(w, dtype, bucket), _PARAMS))
-    return kernel
-
-
-def weight_only_linear(
-    x: GPUArray,
-    w: ChannelQuantizedTensor,
-    b: GPUArray | None = None,
-    activation: str | None = None,
-    *,
-    stream: Stream | None = None,
-) -> GPUArray:
-    """``activation(x @ W.T + b)`` for a :class:`ChannelQuantizedTensor` ``w`` (N, K) and x (..., K)
-    of float32, float16 or bfloat16 (``pygpukit.ops.linear`` hands such weights here)."""
-    x2, lead, rows, n, code, bias = linear_prologue(
-        x,
-        w,
-        ChannelQuantizedTensor,
-        "a ChannelQuantizedTensor",
-        (w.data, w.scale),
-        b,
-        activation,
-        stream,
+    bucket = _linear.gemv_bucket(rows)
+    return _linear.cached_kernel(
+        _KERNELS,
+        (w, dtype, bucket),
+        lambda: group(_FILE, _expressions(w, dtype)).kernel(_expression(w, dtype, bucket), _PARAMS),
     )
-    k = x2.shape[1]
-    out = empty((rows, n), x.dtype, stream=stream)
-    if rows == 0:
-        return out.reshape((*lead, n))
-    if not is_cuda():
-        from ..gemm._base import apply_activation
 
-        values = _cpu.host(w.data).astype(np.float64) * _cpu.host(w.scale).astype(np.float64)[:, None]
-        y = _cpu.host(x2).astype(np.float64) @ values.T
-        if bias is not None:
-            y = y + _cpu.host(bias).astype(np.float64)
-        _cpu.store(out, apply_activation(y, code) if code else y)
-        return out.reshape((*lead, n))
-    if rows > _MAX_ROWS:
-        from ..gemm.api import linear
 
-        return linear(x2, w.dequantize(x.dtype), bias, activation, stream=stream).reshape((*lead, n))
+def _gemv(w: ChannelQuantizedTensor, x2: GPUArray, out: GPUArray, bias: GPUArray | None) -> _linear.GemvLaunch:
+    """The GEMV launch of :func:`weight_only_linear` (up to 8 rows of x2)."""
+    (rows, k), n = x2.shape, w.shape[0]
     ldw = row_major_ld(w.data)
     assert ldw is not None  # checked by the constructor
     x_ptr, w_ptr = x2.device_ptr, w.data.device_ptr
-    vector = int(k % 16 == 0 and (x_ptr | w_ptr) % 16 == 0 and (k * x.itemsize) % 16 == 0 and ldw % 16 == 0)
+    vector = int(k % 16 == 0 and (x_ptr | w_ptr) % 16 == 0 and (k * x2.itemsize) % 16 == 0 and ldw % 16 == 0)
     args = (x_ptr, w_ptr, w.scale.device_ptr, out.device_ptr, 0 if bias is None else bias.device_ptr, rows, n, k,
             k, ldw, n, vector)  # fmt: skip
-    kernel = _kernel(w.data.dtype, x.dtype, rows)
-    grid = -(-n // 8)
-    if stream is None:
-        launch(kernel, args, grid, 256)
-    else:
-        kernel(*args, grid=grid, block=256, stream=stream)
-    if code:
-        from .gemv import _activate
+    return _kernel(w.data.dtype, x2.dtype, rows), args, -(-n // 8)
 
-        _activate(out, code, stream)
-    return out.reshape((*lead, n))
+
+def _prefill(w: ChannelQuantizedTensor, x2: GPUArray, bias: GPUArray | None, activation: str | None,
+             stream: Stream | None) -> GPUArray:  # fmt: skip
+    """More than 8 rows: W dequantized to x's dtype (:meth:`ChannelQuantizedTensor.dequantize` takes no
+    stream: on the current one), then the GEMM dispatch on ``stream``."""
+    from ..gemm.api import linear
+
+    return linear(x2, w.dequantize(x2.dtype), bias, activation, stream=stream)
+
+
+def weight_only_linear(x: GPUArray, w: ChannelQuantizedTensor, b: GPUArray | None = None,
+                       activation: str | None = None, *, stream: Stream | None = None) -> GPUArray:  # fmt: skip
+    """``activation(x @ W.T + b)`` for a :class:`ChannelQuantizedTensor` ``w`` (N, K) and x (..., K)
+    of float32, float16 or bfloat16 (``pygpukit.ops.linear`` hands such weights here)."""
+    return _linear.linear_paths(x, w, ChannelQuantizedTensor, "a ChannelQuantizedTensor", (w.data, w.scale), b,
+                                activation, stream, host_values=ChannelQuantizedTensor.host_values, prefill=_prefill,
+                                gemv=_gemv)  # fmt: skip
 
 
 def _enumerate() -> Groups:
-    return {_FILE: [_expressions(as_dtype(s), d) for s in _STORAGE.values() for d in _DTYPES]}
+    return {_FILE: [_expressions(as_dtype(s), d) for s in _STORAGE.values() for d in _linear.DTYPES]}
 
 
 register_enumerator(_enumerate)
-
-
-def linear_prologue(
-    x: Any,
-    w: Any,
-    kind: type[Any],
-    noun: str,
-    parts: Sequence[GPUArray],
-    b: GPUArray | None,
-    activation: str | None,
-    stream: Stream | None,
-) -> tuple[GPUArray, tuple[int, ...], int, int, int, GPUArray | None]:
-    """The checks every quantized weight type's ``linear`` runs first (``w`` an instance of ``kind``,
-    named ``noun`` in messages; ``parts``: its device arrays), then x as a contiguous (rows, K) view.
-    Returns (x2, lead shape, rows, N, activation code, bias)."""
-    op = "linear"
-    if not isinstance(w, kind):
-        raise DTypeError(f"{op}: w must be {noun}, got {type(w).__name__}")
-    if not isinstance(x, GPUArray):
-        raise DTypeError(f"{op}: x must be a GPUArray, got {type(x).__name__}")
-    n, k = w.shape
-    if x.dtype not in _DTYPES:
-        raise DTypeError(f"{op}: x must be float32, float16 or bfloat16, got {x.dtype}")
-    if x.ndim == 0 or x.shape[-1] != k:
-        raise ShapeError(f"{op}: x of shape {x.shape} does not have the weight's K = {k} features")
-    code = check_activation(activation, op)
-    bias = check_bias(b, n, x.dtype, op, x.dtype)
-    check_devices(op, [v for v in (x, *parts, bias) if v is not None])
-    lead = x.shape[:-1]
-    rows = int(np.prod(lead)) if lead else 1
-    x2 = x.reshape(rows, k) if x.is_contiguous else x.contiguous(stream=stream).reshape(rows, k)
-    return x2, lead, rows, n, code, bias
