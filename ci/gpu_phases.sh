@@ -11,6 +11,7 @@
 #   ncu-fft         Nsight Compute sections of the first fft_smem launches (fft 2^20, stft n_fft 2048)
 #   initcheck       ci/initcheck_probe.py: initcheck on torch-only and pygpukit-only programs
 #   audio-tests     the audio package's gpu-marked tests (the model tests skip without their files)
+#   quant-tests     the gpu-marked tests of the weight-only, int4, block-FP8 and NVF4 linear
 #   llm-tests       the LLM package's gpu-marked tests (random-weight models; the real-model ones skip)
 #   audio-bench     benchmarks/tools/audio_bench.py (stft, mel, fft, resample against torch)
 #   asr-profile     benchmarks/tools/asr_batch_profile.py --kernels (batch 16 against one by one)
@@ -57,6 +58,10 @@ for phase in "$@"; do
         --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis_Tables \
         --section WarpStateStats python3 benchmarks/tools/kernel_times.py --plain --cases fft,stft2048 --calls 1 ;;
     initcheck) run initcheck 200 python3 ci/initcheck_probe.py --timeout 45 --json "$OUT/initcheck_probe.json" ;;
+    quant-tests)
+      run quant-tests 300 "${pytest_q[@]}" -m gpu packages/pygpukit-ops/tests/test_quant_weight_only.py \
+        packages/pygpukit-ops/tests/test_quant_int4.py packages/pygpukit-ops/tests/test_quant_fp8_block.py \
+        packages/pygpukit-ops/tests/test_quant_nvf4.py ;;
     llm-tests) run llm-tests 240 "${pytest_q[@]}" -m gpu packages/pygpukit-llm/tests ;;
     audio-tests) run audio-tests 300 "${pytest_q[@]}" -m gpu packages/pygpukit-audio/tests ;;
     audio-bench) run audio-bench 240 python3 benchmarks/tools/audio_bench.py --out "$OUT/audio_bench.json" ;;
