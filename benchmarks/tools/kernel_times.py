@@ -119,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--json", default=None)
     parser.add_argument(
+        "--fft-source", default=None, help="also time pygpukit's side with audio/fft.cu from this file (pygpukit-alt)"
+    )
+    parser.add_argument(
         "--plain",
         action="store_true",
         help="only run pygpukit's side of each case --calls times, no profiler (for ncu)",
