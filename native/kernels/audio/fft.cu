@@ -219,65 +219,33 @@ struct Dft<8, T> {
   }
 };
 
-// Positions of a row's elements in memory: Flat for rows in global memory; SmemPos in shared memory, one
-// complex of padding after every 16 so that the stride-R writes of the first passes (dst[j R + r]) and
-// the column accesses of the four-step fall in different banks. smem_slots(n) is the size of such a row,
-// a multiple of 16 complex values (_fft_plan._row_slots mirrors it).
-struct Flat {
-  __device__ __forceinline__ int operator()(int i) const { return i; }
-};
-struct SmemPos {
-  __device__ __forceinline__ int operator()(int i) const { return i + (i >> 4); }
-};
-__device__ __forceinline__ int smem_slots(int n) { return ((n + (n >> 4)) + 16) & ~15; }
-
-// What a pass's butterflies share: Ns, its mask when Ns is a power of two (else -1), and the twiddle
-// table's step for k = 1 (W_(Ns R)^k = tw[k * tw_step]), computed once per pass instead of per butterfly.
-struct PassGeometry {
-  int ns;
-  int ns_mask;
-  index_t tw_step;
-  template <int R>
-  static __device__ __forceinline__ PassGeometry make(int n, int ns, index_t tw_pass) {
-    PassGeometry g;
-    g.ns = ns;
-    g.ns_mask = (ns & (ns - 1)) == 0 ? ns - 1 : -1;
-    g.tw_step = static_cast<index_t>(n / (ns * R)) * tw_pass;
-    return g;
-  }
-  __device__ __forceinline__ int k_of(int j) const { return ns_mask >= 0 ? (j & ns_mask) : j % ns; }
-};
-
-// One Stockham butterfly (see the top of the file); src and dst are rows of n at positions pos(i), tw a
-// root table.
-template <int R, typename T, typename Pos>
+// One Stockham butterfly (see the top of the file); src and dst are rows of n, tw a root table.
+template <int R, typename T>
 __device__ __forceinline__ void stockham_step(const Cx<T>* __restrict__ src, Cx<T>* __restrict__ dst, int n,
-                                              const PassGeometry& g, int j, const Cx<T>* __restrict__ tw,
-                                              Pos pos) {
+                                              int ns, int j, const Cx<T>* __restrict__ tw, index_t tw_pass) {
   const int stride = n / R;
-  const int k = g.k_of(j);
+  const int k = j % ns;
   Cx<T> v[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r) v[r] = src[pos(j + r * stride)];
-  if (g.ns > 1) {
-    const index_t step = static_cast<index_t>(k) * g.tw_step;  // W_(Ns R)^k
+  for (int r = 0; r < R; ++r) v[r] = src[j + r * stride];
+  if (ns > 1) {
+    const index_t step = static_cast<index_t>(k) * (n / (ns * R)) * tw_pass;  // W_(Ns R)^k
 #pragma unroll
     for (int r = 1; r < R; ++r) v[r] = v[r] * tw[r * step];
   }
   Dft<R, T>::run(v);
   const int base = (j - k) * R + k;
 #pragma unroll
-  for (int r = 0; r < R; ++r) dst[pos(base + r * g.ns)] = v[r];
+  for (int r = 0; r < R; ++r) dst[base + r * ns] = v[r];
 }
 
 template <int R, typename T>
 __device__ __forceinline__ void stockham_pass_block(const Cx<T>* src, Cx<T>* dst, int n, int ns,
                                                     const Cx<T>* tw, index_t tw_pass, int lane, int lanes) {
-  const PassGeometry g = PassGeometry::make<R>(n, ns, tw_pass);
-  for (int j = lane; j < n / R; j += lanes) stockham_step<R, T>(src, dst, n, g, j, tw, SmemPos());
+  for (int j = lane; j < n / R; j += lanes) stockham_step<R, T>(src, dst, n, ns, j, tw, tw_pass);
 }
-// Every pass of one row held in shared memory (positions SmemPos); every thread of the block calls it (it
-// synchronises).
+
+// Every pass of one row held in shared memory; every thread of the block calls it (it synchronises).
 // Returns the buffer holding the result (a after an even number of passes, else b).
 template <typename T>
 __device__ Cx<T>* run_passes(Cx<T>* a, Cx<T>* b, int n, int npass, unsigned long long radices,
@@ -430,24 +398,20 @@ struct GridWalk {
   }
 };
 
-// A row of a transform's result as the last stage reads it: z[pos(k)], or for Bluestein chirp[k] conj(z[k]).
-template <typename T, typename Pos = Flat>
+// A row of a transform's result as the last stage reads it: z[k], or for Bluestein chirp[k] conj(z[k]).
+template <typename T>
 struct ResultRow {
   const Cx<T>* z;
   const Cx<T>* chirp;  // null: none
-  Pos pos;
-  __device__ __forceinline__ Cx<T> operator()(int k) const {
-    const Cx<T> v = z[pos(k)];
-    return chirp ? chirp[k] * conj(v) : v;
-  }
+  __device__ __forceinline__ Cx<T> operator()(int k) const { return chirp ? chirp[k] * conj(z[k]) : z[k]; }
 };
 
 // Output k of a row starting at `out + base` (complex elements, or real for kStoreReal and kStoreR2cPower),
 // element stride `elem`. post_step != 0: a four-step's first step, times W^(k post_step) from tw. `power`:
 // the exponent of kStoreR2cPower.
-template <typename T, typename Row>
+template <typename T>
 __device__ __forceinline__ void store_value(int mode, void* __restrict__ out, index_t base, index_t elem,
-                                            int k, const Row& z, int n,
+                                            int k, const ResultRow<T>& z, int n,
                                             const Cx<T>* __restrict__ tw_edge, const Cx<T>* __restrict__ tw,
                                             index_t post_step, int conj_out, T scale, double power = 2.0) {
   if (mode == codes::kStoreComplex) {
@@ -495,12 +459,9 @@ __device__ void fft_smem(const void* __restrict__ in, void* __restrict__ out, co
   const int tid = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x);
   const int nthreads = static_cast<int>(blockDim.x * blockDim.y);
   const index_t row0 = static_cast<index_t>(blockIdx.x) * ry;
-  // Two buffers of smem_slots(n) per row (elements at SmemPos positions); launches over strided rows
-  // (rows_fast) pad each row's span by 32 / ry values so that the rows of one warp's access fall in
-  // different shared-memory banks (_fft_plan._smem_shape).
-  const int slots = smem_slots(n);
-  const index_t span = 2 * static_cast<index_t>(slots) + (rows_fast ? (ry >= 32 ? 1 : 32 / ry) : 0);
-  const SmemPos pos;
+  // Two buffers per row; launches over strided rows (rows_fast) pad each row's span by 32 / ry values so
+  // that the rows of one warp's access fall in different shared-memory banks (_fft_plan._smem_shape).
+  const index_t span = 2 * static_cast<index_t>(n) + (rows_fast ? (ry >= 32 ? 1 : 32 / ry) : 0);
 
   // Positions q < ry n (ry n fits in an int: it is bounded by the shared memory).
   const bool loads_fast = (rows_fast & 1) != 0;
@@ -511,7 +472,7 @@ __device__ void fft_smem(const void* __restrict__ in, void* __restrict__ out, co
     if (row < rows) {
       index_t o, i;
       split_row(row, inner, o, i);
-      smem[rr * span + pos(e)] =
+      smem[rr * span + e] =
           load_mode == codes::kLoadFramePairs
               ? load_frame_pair<T>(in, o * in_outer, i * in_inner - pad_left, e, window, x_len, pad_mode)
               : load_value<T>(load_mode, in, o * in_outer + i * in_inner, in_elem, e, n, in_len, tw_edge,
@@ -521,9 +482,9 @@ __device__ void fft_smem(const void* __restrict__ in, void* __restrict__ out, co
   __syncthreads();
 
   Cx<T>* mine = smem + threadIdx.y * span;
-  run_passes<T>(mine, mine + slots, n, npass, radices, tw, tw_pass, static_cast<int>(threadIdx.x),
+  run_passes<T>(mine, mine + n, n, npass, radices, tw, tw_pass, static_cast<int>(threadIdx.x),
                 static_cast<int>(blockDim.x));
-  const index_t result = (npass & 1) ? slots : 0;  // offset of the result buffer in each row's span
+  const index_t result = (npass & 1) ? n : 0;  // offset of the result buffer in each row's span
 
   const int count = out_count;
   const T s = static_cast<T>(scale);
@@ -535,55 +496,50 @@ __device__ void fft_smem(const void* __restrict__ in, void* __restrict__ out, co
     if (row < rows) {
       index_t o, i;
       split_row(row, inner, o, i);
-      const ResultRow<T, SmemPos> z{smem + rr * span + result, nullptr, pos};
+      const ResultRow<T> z{smem + rr * span + result, nullptr};
       store_value<T>(store_mode, out, o * out_outer + i * out_inner, out_elem, k, z, n, tw_edge, tw,
                      i * tw_post, conj_out, s, power);
     }
   }
 }
 
-template <int R, typename T>
-__device__ void fft_pass_radix(const Cx<T>* __restrict__ src, Cx<T>* __restrict__ dst,
-                               const Cx<T>* __restrict__ tw, index_t rows, int n, int ns, int tw_pass) {
-  const PassGeometry g = PassGeometry::make<R>(n, ns, tw_pass);
-  const index_t per_row = n / R;
+template <typename T>
+__device__ void fft_pass(const Cx<T>* __restrict__ src, Cx<T>* __restrict__ dst, const Cx<T>* __restrict__ tw,
+                         index_t rows, int n, int radix, int ns, int tw_pass) {
+  const index_t per_row = n / radix;
   const index_t total = rows * per_row;
   const index_t stride = static_cast<index_t>(gridDim.x) * blockDim.x;
   for (index_t i = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
     const index_t row = i / per_row;
     const int j = static_cast<int>(i - row * per_row);
-    stockham_step<R, T>(src + row * n, dst + row * n, n, g, j, tw, Flat());
-  }
-}
-
-template <typename T>
-__device__ void fft_pass(const Cx<T>* __restrict__ src, Cx<T>* __restrict__ dst, const Cx<T>* __restrict__ tw,
-                         index_t rows, int n, int radix, int ns, int tw_pass) {
-  switch (radix) {
-    case 2:
-      fft_pass_radix<2, T>(src, dst, tw, rows, n, ns, tw_pass);
-      break;
-    case 3:
-      fft_pass_radix<3, T>(src, dst, tw, rows, n, ns, tw_pass);
-      break;
-    case 4:
-      fft_pass_radix<4, T>(src, dst, tw, rows, n, ns, tw_pass);
-      break;
-    case 5:
-      fft_pass_radix<5, T>(src, dst, tw, rows, n, ns, tw_pass);
-      break;
-    case 7:
-      fft_pass_radix<7, T>(src, dst, tw, rows, n, ns, tw_pass);
-      break;
-    case 8:
-      fft_pass_radix<8, T>(src, dst, tw, rows, n, ns, tw_pass);
-      break;
-    case 11:
-      fft_pass_radix<11, T>(src, dst, tw, rows, n, ns, tw_pass);
-      break;
-    default:
-      fft_pass_radix<13, T>(src, dst, tw, rows, n, ns, tw_pass);
-      break;
+    const Cx<T>* s = src + row * n;
+    Cx<T>* d = dst + row * n;
+    switch (radix) {
+      case 2:
+        stockham_step<2, T>(s, d, n, ns, j, tw, tw_pass);
+        break;
+      case 3:
+        stockham_step<3, T>(s, d, n, ns, j, tw, tw_pass);
+        break;
+      case 4:
+        stockham_step<4, T>(s, d, n, ns, j, tw, tw_pass);
+        break;
+      case 5:
+        stockham_step<5, T>(s, d, n, ns, j, tw, tw_pass);
+        break;
+      case 7:
+        stockham_step<7, T>(s, d, n, ns, j, tw, tw_pass);
+        break;
+      case 8:
+        stockham_step<8, T>(s, d, n, ns, j, tw, tw_pass);
+        break;
+      case 11:
+        stockham_step<11, T>(s, d, n, ns, j, tw, tw_pass);
+        break;
+      default:
+        stockham_step<13, T>(s, d, n, ns, j, tw, tw_pass);
+        break;
+    }
   }
 }
 
@@ -621,7 +577,7 @@ __device__ void fft_unpack(const Cx<T>* __restrict__ src, void* __restrict__ out
   for (index_t i = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
     const index_t row = i / count;
     const int k = static_cast<int>(i - row * count);
-    const ResultRow<T> z{src + row * m, chirp, Flat()};
+    const ResultRow<T> z{src + row * m, chirp};
     store_value<T>(store_mode, out, row * out_row, out_elem, k, z, n, tw_edge, nullptr, 0, conj_out, s);
   }
 }

@@ -56,7 +56,7 @@ def _smem(buffers: dict[Any, Array], args: tuple[Any, ...], launch: Any) -> None
     assert tx * ry <= 1024
     complex_bytes = 16 if buffers["dtype"] == float64 else 8
     pad = 0 if not rows_fast else (1 if ry >= 32 else 32 // ry)
-    assert launch.shared == ry * (2 * _fft_plan._row_slots(n) + pad) * complex_bytes <= _fft_plan._smem_limit()
+    assert launch.shared == ry * (2 * n + pad) * complex_bytes <= _fft_plan._smem_limit()
     row = np.arange(rows)
     outer, i = np.divmod(row, inner)
     e = np.arange(n)

@@ -192,12 +192,6 @@ def _kernel(name: str, dtype: DType, params: tuple[Param, ...]) -> JITKernel:
 
 
 _BANK_PAD = 32  # most complex values of padding per row of a strided launch (fft.cu: 32 / rows per block)
-
-
-def _row_slots(length: int) -> int:
-    """Complex values of one of a row's two shared-memory buffers: the row with one value of padding after
-    every 16, rounded up to a multiple of 16 (fft.cu's smem_slots)."""
-    return ((length + length // 16) + 16) & ~15
 # Rows per block of strided launches (a four-step's columns: their loads coalesce across rows), before the
 # shared-memory and thread limits; benchmarks/tools/audio_bench.py --fft-variants times other values.
 strided_rows = 16
@@ -207,11 +201,9 @@ def _smem_shape(length: int, dtype: DType, rows: int, strided: bool, limit: int 
     """(threads per row, rows per block, bytes of shared memory) of an fft_smem launch over rows of ``length``:
     one thread per butterfly of the largest radix, about 256 threads a block, at least ``strided_rows`` when
     the rows are strided columns (their loads coalesce across rows), within the shared memory. Strided rows
-    are padded by 32 / ry complex values each (as fft.cu does) against shared-memory bank conflicts; each of a
-    row's two buffers holds _row_slots(length) values."""
+    are padded by 32 / ry complex values each (as fft.cu does) against shared-memory bank conflicts."""
     complex_bytes = 2 * dtype.itemsize
-    slots = _row_slots(length)
-    per_row_bytes = (2 * slots + (_BANK_PAD if strided else 0)) * complex_bytes  # two buffers (+ the pad)
+    per_row_bytes = (2 * length + (_BANK_PAD if strided else 0)) * complex_bytes  # two buffers (+ the pad)
     rads = radices(length) or [1]
     per_row = max(1, -(-length // max(rads)))
     tx = min(limit, per_row if per_row < 32 else -(-per_row // 32) * 32)
@@ -222,7 +214,7 @@ def _smem_shape(length: int, dtype: DType, rows: int, strided: bool, limit: int 
     if not strided:
         return tx, ry, ry * per_row_bytes
     pad = 1 if ry >= 32 else 32 // ry
-    return tx, ry, ry * (2 * slots + pad) * complex_bytes
+    return tx, ry, ry * (2 * length + pad) * complex_bytes
 
 
 # Tests set this to a small number of bytes to send short lengths down the four-step, global-pass and
@@ -235,7 +227,7 @@ def _smem_limit() -> int:
 
 
 def _fits_smem(length: int, dtype: DType, strided: bool = False) -> bool:
-    return (2 * _row_slots(length) + (_BANK_PAD if strided else 0)) * 2 * dtype.itemsize <= _smem_limit()
+    return (2 * length + (_BANK_PAD if strided else 0)) * 2 * dtype.itemsize <= _smem_limit()
 
 
 class FftPlan:
