@@ -146,8 +146,12 @@ def test_emphasis_autocorrelation_and_finiteness(dtype: type) -> None:
         want_de = zero_state + init[:, None] * 0.97 ** np.arange(length)
         out, zf = audio.deemphasis(y.astype(dtype), coef=0.97, return_zf=True)
         assert _rel(out, want_de) <= (1e-4 if dtype == np.float32 else 1e-10), length
-        np.testing.assert_allclose(zf.to_numpy()[:, 0], 0.97 * zero_state[:, -1], rtol=1e-4 if dtype == np.float32
-                                   else 1e-10)  # fmt: skip
+        # The final state is one value of a recursion whose values are about 4 standard deviations: its error
+        # is measured against that scale (a state that happens to be near 0 has no relative accuracy; on the
+        # H100 one of 0.016 came out 3e-6 away in float32, 1.9e-4 relative, within 1e-6 of the scale).
+        scale = np.abs(zero_state).max()
+        np.testing.assert_allclose(zf.to_numpy()[:, 0], 0.97 * zero_state[:, -1], rtol=0,
+                                   atol=(1e-5 if dtype == np.float32 else 1e-12) * scale)  # fmt: skip
     y = rng.standard_normal((2, 1000))
     spectrum = np.fft.rfft(y, n=2000)
     auto = np.fft.irfft(np.abs(spectrum) ** 2, n=2000)[:, :1000]
