@@ -25,8 +25,9 @@ also runs each projection as :func:`pygpukit.ops.fused_gemv` where it can (batch
 SwiGLU, dense weights the kernel takes): the norm inside the QKV and gate-up GEMVs, SwiGLU inside the
 down GEMV and the residual adds inside the o and down GEMVs, six kernels a layer with the attention.
 
-Dense weights run allocation-free; GGUF block-quantized or per-channel quantized weights and MoE
-blocks still allocate (``DecodeM1`` only; ``DecodeM1Graph`` refuses them).
+Dense weights and GGUF block-quantized weights run allocation-free (the GGUF GEMV writes into the
+step's buffers, ``quantized_gemv(out=)``); per-channel, INT4, block-FP8 and NVF4 quantized weights and
+MoE blocks still allocate (``DecodeM1`` only; ``DecodeM1Graph`` refuses them, saying which).
 """
 
 from __future__ import annotations
