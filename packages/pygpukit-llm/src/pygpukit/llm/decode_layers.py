@@ -24,6 +24,7 @@ What differs between the steps is in the methods they override:
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -46,7 +47,7 @@ __all__ = ["LayerStep", "capture_step"]
 __pygpukit_record_calls__ = True
 
 
-class LayerStep:
+class LayerStep(abc.ABC):
     """The layers, final norm and lm head of a preallocated decode step (see the module). Subclasses
     allocate the buffers below and implement :meth:`_attend`."""
 
@@ -115,9 +116,10 @@ class LayerStep:
             self._add_norm(layer.attn_norm, layer.attn_norm_bias, self.normed)
         return self._project(layer)
 
+    @abc.abstractmethod
     def _attend(self, index: int, q: GPUArray, k: GPUArray, v: GPUArray) -> None:
-        """RoPE, the KV-cache write of layer ``index`` and the attention of ``q`` into ``attn``."""
-        raise NotImplementedError
+        """RoPE, the KV-cache write of layer ``index`` and the attention of ``q`` into ``attn`` (each
+        decode strategy its own: DecodeM1, the engine's paged step, the speculative window forward)."""
 
     def _mlp(self, layer: LayerWeights) -> None:
         """The dense MLP of ``normed`` into ``proj`` (MoE blocks: the subclasses)."""
