@@ -6,8 +6,8 @@
 # join it with .bigB's part01 and unpack .bigB/whisper-small.tar.
 #
 #   stage-a         copy .bigA/* to /tmp/m (first of the two calls)
-#   kernels         benchmarks/tools/kernel_times.py: fft, rfft, stft kernels against torch's
-#                   (with .device/fft_old.cu present: that file's kernels too, as pygpukit-alt)
+#   kernels         benchmarks/tools/kernel_times.py: fft, rfft, stft kernels against torch's, and
+#                   pygpukit's under the FFT plan variants of $FFT_VARIANTS (default smem,reg8,reg16)
 #   ncu-fft         Nsight Compute sections of the first fft_smem launches (fft 2^20, stft n_fft 2048)
 #   initcheck       ci/initcheck_probe.py: initcheck on torch-only and pygpukit-only programs
 #   audio-tests     the audio package's gpu-marked tests (the model tests skip without their files)
@@ -51,10 +51,10 @@ for phase in "$@"; do
   case "$phase" in
     stage-a) mkdir -p /tmp/m && cp .bigA/* /tmp/m/ && summary+=("stage-a      ok") ;;
     kernels)
-      alt=(); [[ -f .device/fft_old.cu ]] && alt=(--fft-source .device/fft_old.cu)
-      run kernels 240 python3 benchmarks/tools/kernel_times.py "${alt[@]}" --json "$OUT/kernel_times.json" ;;
+      run kernels 300 python3 benchmarks/tools/kernel_times.py --variants "${FFT_VARIANTS:-smem,reg8,reg16}" \
+        --json "$OUT/kernel_times.json" ;;
     ncu-fft)
-      run ncu-fft 200 /usr/local/cuda/bin/ncu --clock-control none --kernel-name regex:fft_smem --launch-count 4 \
+      run ncu-fft 200 /usr/local/cuda/bin/ncu --clock-control none --kernel-name regex:fft_ --launch-count 4 \
         --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis_Tables \
         --section WarpStateStats python3 benchmarks/tools/kernel_times.py --plain --cases fft,stft2048 --calls 1 ;;
     initcheck) run initcheck 200 python3 ci/initcheck_probe.py --timeout 45 --json "$OUT/initcheck_probe.json" ;;

@@ -4,6 +4,7 @@ wall time per call. It tells a call bound by its kernels from one bound by host 
 per call is well above the sum of its kernels, the launches wait for Python.
 
     python benchmarks/tools/kernel_times.py [--cases fft,rfft,stft2048,stft400] [--calls 50] [--json PATH]
+        [--variants smem,reg8,reg16:t128]
 
 Each case runs ``--calls`` times after a warm-up; the table lists, per case and implementation, the wall
 time per call (the calls issued back to back, one synchronization at the end), the device time per call
@@ -19,7 +20,6 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -57,28 +57,36 @@ def _cases(torch: Any, names: list[str]) -> dict[str, dict[str, Callable[[], Any
     return found
 
 
-class _FftSource:
-    """pygpukit.audio's kernel sources with audio/fft.cu read from another file (``--fft-source``)."""
+def _use_variant(spec: str | None) -> None:
+    """Plan pygpukit's FFTs as ``spec`` says from here on: "smem" (fft.cu's fft_smem only) or "reg<E>" with
+    optional ":t<threads per block>" and ":s<rows per block of strided launches>" (fft_reg.cu's knobs,
+    _fft_plan.reg_*); None: the defaults."""
+    from pygpukit.audio import _fft_plan
 
-    def __init__(self, original: Any, text: str) -> None:
-        self.original, self.text = original, text
-
-    def source(self, relative_path: str) -> str:
-        return self.text if relative_path == "audio/fft.cu" else self.original.source(relative_path)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.original, name)
-
-
-def _use_fft_source(text: str | None) -> None:
-    """Compile audio/fft.cu from ``text`` (None: the installed file) from here on."""
-    from pygpukit.audio import _fft_plan, _kernels
-
-    original = getattr(_kernels.SOURCES, "original", _kernels.SOURCES)
-    _kernels.SOURCES = original if text is None else _FftSource(original, text)  # type: ignore[assignment]
-    _kernels.kernel.cache_clear()
+    defaults = getattr(_use_variant, "defaults", None)
+    if defaults is None:
+        defaults = _use_variant.defaults = (  # type: ignore[attr-defined]
+            _fft_plan.reg_enabled,
+            dict(_fft_plan.reg_elements),
+            _fft_plan.reg_threads,
+            _fft_plan.reg_strided_rows,
+        )
+    enabled, elements, threads, strided = defaults
+    elements = dict(elements)
+    for part in (spec or "").split(":"):
+        if part == "smem":
+            enabled = False
+        elif part.startswith("reg"):
+            enabled, elements["float32"] = True, int(part[3:])
+        elif part.startswith("t"):
+            threads = int(part[1:])
+        elif part.startswith("s"):
+            strided = int(part[1:])
+        elif part:
+            raise SystemExit(f"unknown variant part {part!r} in {spec!r}")
+    _fft_plan.reg_enabled, _fft_plan.reg_elements = enabled, elements
+    _fft_plan.reg_threads, _fft_plan.reg_strided_rows = threads, strided
     _fft_plan._PLANS.clear()
-    _fft_plan._opted_in.clear()
 
 
 def _profile(torch: Any, fn: Callable[[], Any], calls: int) -> dict[str, Any]:
@@ -119,7 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--json", default=None)
     parser.add_argument(
-        "--fft-source", default=None, help="also time pygpukit's side with audio/fft.cu from this file (pygpukit-alt)"
+        "--variants",
+        default="",
+        help="comma-separated FFT plan variants to time pygpukit's side with as well: smem, reg8, reg16, "
+        "reg16:t128:s16 (threads per block, strided rows per block)",
     )
     parser.add_argument(
         "--plain",
@@ -139,13 +150,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     results: dict[str, Any] = {}
-    alt = Path(args.fft_source).read_text() if args.fft_source else None
+    variants = [v for v in args.variants.split(",") if v]
     for case, impls in _cases(torch, args.cases.split(",")).items():
         runs: list[tuple[str, Callable[[], Any], str | None]] = [(impl, fn, None) for impl, fn in impls.items()]
-        if alt is not None:
-            runs.append(("pygpukit-alt", impls["pygpukit"], alt))
-        for impl, fn, text in runs:
-            _use_fft_source(text)
+        runs += [(f"pygpukit-{variant}", impls["pygpukit"], variant) for variant in variants]
+        for impl, fn, variant in runs:
+            _use_variant(variant)
             found = _profile(torch, fn, args.calls)
             results[f"{case} {impl}"] = found
             print(f"{case:10s} {impl:9s} wall {found['wall_ms']:.4f} ms/call, kernels {found['device_ms']:.4f} ms/call")

@@ -195,6 +195,49 @@ def test_four_step_global_pass_and_pack_paths_on_the_device(dtype: type) -> None
     assert not failures, failures[:20]
 
 
+@pytest.fixture
+def reg_elements(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Plans whose fft_reg launches hold ``request.param`` elements per thread (0: fft_smem only)."""
+    saved = (_fft_plan.reg_enabled, _fft_plan.reg_elements)
+    _fft_plan.reg_enabled = request.param > 0
+    _fft_plan.reg_elements = {"float32": request.param or 8, "float64": request.param or 8}
+    _fft_plan._PLANS.clear()
+    try:
+        yield
+    finally:
+        _fft_plan.reg_enabled, _fft_plan.reg_elements = saved
+        _fft_plan._PLANS.clear()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("reg_elements", [8, 16, 0], indirect=True)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.usefixtures("reg_elements")
+def test_register_kernels_on_the_device(dtype: type) -> None:
+    """fft_reg.cu with 8 and 16 elements per thread (and without it): its lengths alone (64 to 4096, as the
+    transform or the half of a real one), batches that leave a block's last rows empty, four-step halves
+    (2^16, 2^20: strided columns, the post twiddles), and the STFT's fused framing and r2c store."""
+    rng = _rng()
+    failures = _sweep([64, 65, 128, 129, 256, 512, 1024, 2048, 4096, 8192], dtype, batch=5)
+    for n in (1 << 16, 1 << 20):
+        x = _complex(rng, (2, n), dtype)
+        for kind in ("fft", "ifft"):
+            error = _check(kind, x, dtype, norm="ortho")
+            if not error <= TOL[dtype]:
+                failures.append((kind, n, error))
+    for n_fft, hop in ((128, 32), (512, 160), (2048, 512), (4096, 1000)):
+        y = rng.standard_normal((3, 7001))
+        window = np.hanning(n_fft + 1)[:-1]
+        padded = np.pad(y, ((0, 0), (n_fft // 2, n_fft // 2)), mode="reflect")
+        frames = np.lib.stride_tricks.sliding_window_view(padded, n_fft, axis=-1)[:, ::hop]
+        want = np.swapaxes(np.fft.rfft(frames * window, axis=-1), -1, -2)
+        got = audio.complex_to_numpy(audio.stft(y.astype(dtype), n_fft=n_fft, hop_length=hop, pad_mode="reflect"))
+        error = _error(got, want)
+        if not error <= 5 * TOL[dtype]:
+            failures.append(("stft", n_fft, error))
+    assert not failures, failures
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_long_four_step_lengths_on_the_device(dtype: type) -> None:

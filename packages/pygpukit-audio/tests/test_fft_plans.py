@@ -49,44 +49,119 @@ def _smem(buffers: dict[Any, Array], args: tuple[Any, ...], launch: Any) -> None
     (src, dst, tw, edge, rows, inner, in_outer, in_inner, in_elem, out_outer, out_inner, out_elem, n, in_len,
      out_count, _npass, _radices, _tw_pass, tw_post, load, store, conj_in, conj_out, rows_fast, scale, window,
      x_len, pad_left, pad_mode, power) = args  # fmt: skip
-    assert load in (LOAD["kLoadComplex"], LOAD["kLoadFramePairs"]), "the model reads complex values or frames"
-    assert store in (STORE["kStoreComplex"], STORE["kStoreR2cEven"], STORE["kStoreR2cPower"]), store
     tx, ry, _ = launch.block
     assert launch.grid * ry >= rows
     assert tx * ry <= 1024
     complex_bytes = 16 if buffers["dtype"] == float64 else 8
     pad = 0 if not rows_fast else (1 if ry >= 32 else 32 // ry)
     assert launch.shared == ry * (2 * n + pad) * complex_bytes <= _fft_plan._smem_limit()
+    post = None if not tw_post else (lambda q: buffers[tw][q])
+    _rows(buffers, SimpleNamespace(**{k: v for k, v in locals().items() if k not in ("buffers", "args", "launch")}),
+          lambda x: np.fft.fft(x, axis=1), post)  # fmt: skip
+
+
+def _reg_transform(x: Array, elements: int, tw: Array) -> Array:
+    """fft_reg.cu's transform of rows ``x`` (rows, L), step by step: thread jt of a row holds positions
+    jt + e L / E; each radix-R pass takes butterflies j = jt + i L / E, twiddles them from the W_L table and
+    sends the outputs through a padded shared-memory row (NaN where nothing was written, so a read of an
+    unwritten position shows). The R-point DFTs are numpy's (the kernel's own are checked on the GPU)."""
+    rows, length = x.shape
+    per_row = length // elements
+    jt = np.arange(per_row)
+    e = np.arange(elements)
+
+    def bank(p: Array) -> Array:
+        return p + (p >> 4)
+
+    v = x[:, jt[:, None] + e[None, :] * per_row]
+    ns = 1
+    while True:
+        radix = min(elements, length // ns)
+        group = elements // radix
+        smem = np.full((rows, length + length // 16 + 1), np.nan + 0j)
+        out = v.copy()
+        for i in range(group):
+            j = jt + i * per_row
+            k = j & (ns - 1)
+            u = np.stack([v[:, :, i + r * group] for r in range(radix)], axis=-1)
+            for r in range(1, radix):
+                u[:, :, r] *= tw[r * k * (length // (ns * radix))]
+            u = np.fft.fft(u, axis=-1)
+            for r in range(radix):
+                if ns * radix == length:
+                    out[:, :, i + r * group] = u[:, :, r]
+                else:
+                    smem[:, bank((j - k) * radix + k + r * ns)] = u[:, :, r]
+        if ns * radix == length:
+            result = np.empty_like(x)
+            result[:, jt[:, None] + e[None, :] * per_row] = out
+            return result
+        v = smem[:, bank(jt[:, None] + e[None, :] * per_row)]
+        assert not np.isnan(v).any(), "a pass read a position no butterfly wrote"
+        ns *= radix
+
+
+def _reg(buffers: dict[Any, Array], args: tuple[Any, ...], launch: Any) -> None:
+    (src, dst, tw, edge, post_lo, post_hi, rows, inner, in_outer, in_inner, in_elem, out_outer, out_inner,
+     out_elem, in_len, out_count, post_shift, tw_post, load, store, conj_in, conj_out, rows_fast, thread_rows,
+     scale, window, x_len, pad_left, pad_mode, power) = args  # fmt: skip
+    elements, n = (int(part) for part in launch.kernel.name.removeprefix("fft_reg").split("_"))
+    threads = launch.block
+    ry = threads // (n // elements)
+    assert threads == ry * (n // elements) <= 512
+    assert launch.grid * ry >= rows
+    assert launch.shared == ry * 2 * (n + n // 16 + 1) * (8 if buffers["dtype"] == float64 else 4)
+    assert launch.shared <= _fft_plan._smem_limit()
+    direct_store = store in (STORE["kStoreComplex"], STORE["kStoreReal"])
+    assert thread_rows == int(bool(rows_fast & (2 if direct_store else 1)))
+    mask = (1 << post_shift) - 1
+    post = None if not tw_post else (lambda q: buffers[post_lo][q & mask] * buffers[post_hi][q >> post_shift])
+    _rows(buffers, SimpleNamespace(**{k: v for k, v in locals().items() if k not in ("buffers", "args", "launch")}),
+          lambda x: _reg_transform(x, elements, buffers[tw]), post)  # fmt: skip
+
+
+def _rows(buffers: dict[Any, Array], a: Any, transform: Any, post: Any) -> None:
+    """The read, transform and write of one fft_smem or fft_reg launch (the launch's arguments in ``a``)."""
+    assert a.load in (LOAD["kLoadComplex"], LOAD["kLoadFramePairs"]), "the model reads complex values or frames"
+    assert a.store in (STORE["kStoreComplex"], STORE["kStoreR2cEven"], STORE["kStoreR2cPower"]), a.store
+    n, rows, inner = a.n, a.rows, a.inner
     row = np.arange(rows)
     outer, i = np.divmod(row, inner)
     e = np.arange(n)
-    if load == LOAD["kLoadFramePairs"]:
-        signal = buffers[src].real.reshape(-1, x_len)  # float rows of x_len samples (in_outer == x_len)
-        assert in_outer == x_len
-        mode = next(name for name, code in PAD_MODES.items() if code == pad_mode)
-        padded = np.pad(signal, ((0, 0), (pad_left, 2 * n + in_inner * inner)), mode=mode)  # type: ignore[call-overload]
+    if a.load == LOAD["kLoadFramePairs"]:
+        signal = buffers[a.src].real.reshape(-1, a.x_len)  # float rows of x_len samples (in_outer == x_len)
+        assert a.in_outer == a.x_len
+        mode = next(name for name, code in PAD_MODES.items() if code == a.pad_mode)
+        padded = np.pad(signal, ((0, 0), (a.pad_left, 2 * n + a.in_inner * inner)), mode=mode)  # type: ignore[call-overload]
         j = np.arange(2 * n)
-        frames = padded[outer[:, None], (i * in_inner)[:, None] + j[None, :]] * buffers[window][None, :]
+        frames = padded[outer[:, None], (i * a.in_inner)[:, None] + j[None, :]] * buffers[a.window][None, :]
         x = frames[:, 0::2] + 1j * frames[:, 1::2]
     else:
-        x = buffers[src][(outer * in_outer + i * in_inner)[:, None] + e[None, :] * in_elem]
-        x = np.where(e[None, :] < in_len, x, 0)
-    if conj_in:
+        x = buffers[a.src][(outer * a.in_outer + i * a.in_inner)[:, None] + e[None, :] * a.in_elem]
+        x = np.where(e[None, :] < a.in_len, x, 0)
+    if a.conj_in:
         x = np.conj(x)
-    k = np.arange(out_count)
-    if store in (STORE["kStoreR2cEven"], STORE["kStoreR2cPower"]):
-        full = np.fft.fft(x, axis=1)
+    k = np.arange(a.out_count)
+    full = transform(x)
+    if a.store in (STORE["kStoreR2cEven"], STORE["kStoreR2cPower"]):
         zk, zc = full[:, k % n], np.conj(full[:, (n - k) % n])
-        z = ((zk + zc) + buffers[edge][k] * -1j * (zk - zc)) * 0.5
-        if store == STORE["kStoreR2cPower"]:
-            z = np.abs(z * scale) ** power / scale  # the kernel scales before the power; scale is 1 here
+        z = ((zk + zc) + buffers[a.edge][k] * -1j * (zk - zc)) * 0.5
+        if a.store == STORE["kStoreR2cPower"]:
+            z = np.abs(z * a.scale) ** a.power / a.scale  # the kernel scales before the power; scale is 1 here
     else:
-        z = np.fft.fft(x, axis=1)[:, :out_count]
-    if conj_out:
+        z = full[:, : a.out_count]
+    if a.conj_out:
         z = np.conj(z)
-    if tw_post:
-        z = z * buffers[tw][k[None, :] * (i * tw_post)[:, None]]
-    buffers[dst][(outer * out_outer + i * out_inner)[:, None] + k[None, :] * out_elem] = z * scale
+    if post is not None:
+        z = z * post(k[None, :] * (i * a.tw_post)[:, None])
+    buffers[a.dst][(outer * a.out_outer + i * a.out_inner)[:, None] + k[None, :] * a.out_elem] = z * a.scale
+
+
+def _use_reg(monkeypatch: pytest.MonkeyPatch, elements: int, dtype: Any) -> None:
+    """Plans with fft_reg of ``elements`` per thread (0: fft_smem only)."""
+    monkeypatch.setattr(_fft_plan, "reg_enabled", elements > 0)
+    if elements:
+        monkeypatch.setattr(_fft_plan, "reg_elements", {dtype.name: elements})
 
 
 def _run_model(plan: Any, x: Array, out_size: int, dtype: Any) -> Array:
@@ -102,6 +177,8 @@ def _run_model(plan: Any, x: Array, out_size: int, dtype: Any) -> Array:
         args = launch.args
         if launch.kernel.name == "fft_smem":
             _smem(buffers, args, launch)
+        elif launch.kernel.name.startswith("fft_reg"):
+            _reg(buffers, args, launch)
         elif launch.kernel.name == "fft_pack":
             src, dst, _edge, chirp, rows, in_row, in_elem, n, m, in_len, load, conj = args
             assert load == LOAD["kLoadComplex"]
@@ -137,17 +214,23 @@ def _run_model(plan: Any, x: Array, out_size: int, dtype: Any) -> Array:
         ("fft", 200, 200, 4),  # one launch
     ],
 )
-def test_plans_compute_the_dft(dtype: Any, kind: str, n: int, in_row: int, rows: int,
+@pytest.mark.parametrize("reg", [0, 8, 16], ids=["smem", "reg8", "reg16"])
+def test_plans_compute_the_dft(dtype: Any, kind: str, n: int, in_row: int, rows: int, reg: int,
                                monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     monkeypatch.setattr(_fft_plan, "smem_limit_override", 4096 if dtype == float32 else 8192)
+    _use_reg(monkeypatch, reg, dtype)
     rng = np.random.default_rng()
     x = rng.standard_normal((rows, in_row)) + 1j * rng.standard_normal((rows, in_row))
     for norm in ("backward", "ortho", "forward"):
         plan = _fft_plan.get_plan(kind, n, in_row, rows, dtype, norm)
         names = [launch.kernel.name for launch in plan.launches]
         if n == in_row and n > 256:
-            assert names == ["fft_smem", "fft_smem"], names
+            assert len(names) == 2, names
             assert plan.scratch == (rows * n,)
+        if not reg:
+            assert not any(name.startswith("fft_reg") for name in names), names
+        elif n in (4096, 3 * 4096):  # the power-of-two halves run fft_reg (64 x 64, 96 x 128)
+            assert f"fft_reg{reg}_{64 if n == 4096 else 128}" in names, names
         got = _run_model(plan, x, rows * n, dtype).reshape(rows, n)
         want = getattr(np.fft, kind)(x, n=n, axis=-1, norm=norm)
         tol = 2e-6 if dtype == float32 else 1e-12  # the twiddle tables are rounded to the dtype
@@ -156,12 +239,15 @@ def test_plans_compute_the_dft(dtype: Any, kind: str, n: int, in_row: int, rows:
 
 @pytest.mark.usefixtures("model_plans")
 @pytest.mark.parametrize("dtype", [float32, float64])
-@pytest.mark.parametrize(("n_fft", "hop"), [(400, 160), (64, 16), (96, 40)])
+@pytest.mark.parametrize(("n_fft", "hop"), [(400, 160), (64, 16), (96, 40), (128, 32), (512, 160)])
 @pytest.mark.parametrize("pad_mode", ["constant", "reflect", "edge", "symmetric", "wrap"])
-def test_stft_plan_reads_the_frames_itself(dtype: Any, n_fft: int, hop: int, pad_mode: str,
+@pytest.mark.parametrize("reg", [0, 8, 16], ids=["smem", "reg8", "reg16"])
+def test_stft_plan_reads_the_frames_itself(dtype: Any, n_fft: int, hop: int, pad_mode: str, reg: int,
                                            monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    """The fused STFT plan (kLoadFramePairs into an r2c store) against numpy's padded, windowed frames."""
+    """The fused STFT plan (kLoadFramePairs into an r2c store) against numpy's padded, windowed frames; n_fft
+    128 and 512 run fft_reg when it is on (halves of 64 and 256 points)."""
     monkeypatch.setattr(_fft_plan, "smem_limit_override", 4096 if dtype == float32 else 8192)
+    _use_reg(monkeypatch, reg, dtype)
     rng = np.random.default_rng()
     rows, length, pad = 3, 1000, n_fft // 2
     signal = rng.standard_normal((rows, length))
@@ -169,7 +255,8 @@ def test_stft_plan_reads_the_frames_itself(dtype: Any, n_fft: int, hop: int, pad
     window = fft_window("stft", "hann", n_fft, n_fft, dtype)
     plan = _fft_plan.stft_plan(n_fft, rows, n_frames, length, hop, pad, PAD_MODES[pad_mode], window, dtype)
     assert plan is not None
-    assert [launch.kernel.name for launch in plan.launches] == ["fft_smem"]
+    expected = f"fft_reg{reg}_{n_fft // 2}" if reg and n_fft in (128, 512) else "fft_smem"
+    assert [launch.kernel.name for launch in plan.launches] == [expected]
     n_freq = n_fft // 2 + 1
     got = _run_model(plan, signal.astype(np.complex128), rows * n_frames * n_freq, dtype).reshape(
         rows, n_frames, n_freq

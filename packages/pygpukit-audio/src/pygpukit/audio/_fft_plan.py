@@ -83,6 +83,22 @@ UNPACK_PARAMS = (
     _I("out_count"), _I("store_mode"), _I("conj_out"), _D("scale"),
 )  # fmt: skip
 MUL_PARAMS = (_P("y"), _P("bhat"), _Q("rows"), _I("m"), _D("inv_m"))
+REG_PARAMS = (
+    _P("in"), _P("out"), _P("tw"), _P("tw_edge"), _P("post_lo"), _P("post_hi"), _Q("rows"), _Q("inner"),
+    _Q("in_outer"), _Q("in_inner"), _Q("in_elem"), _Q("out_outer"), _Q("out_inner"), _Q("out_elem"), _I("in_len"),
+    _I("out_count"), _I("post_shift"), _I("tw_post"), _I("load_mode"), _I("store_mode"), _I("conj_in"),
+    _I("conj_out"), _I("rows_fast"), _I("thread_rows"), _D("scale"), _P("window"), _Q("x_len"), _Q("pad_left"),
+    _I("pad_mode"), _D("power"),
+)  # fmt: skip
+
+# fft_reg.cu's register-resident kernels: power-of-two lengths in this range, E elements per thread by
+# dtype (float32's 16 need about 92 registers, 8 about 63); benchmarks/tools/kernel_times.py times the
+# knobs. reg_enabled = False plans fft_smem everywhere (the generic kernel; tests compare the two).
+REG_LENGTHS = (64, 4096)
+reg_enabled = True
+reg_elements = {"float32": 16, "float64": 8}
+reg_threads = 256  # threads per block of launches over contiguous rows
+reg_strided_rows = 8  # rows per block of launches over strided rows (a four-step's columns)
 
 
 def radices(length: int) -> list[int] | None:
@@ -137,6 +153,19 @@ def _roots(count: int, dtype: DType) -> GPUArray:
         m = np.arange(count, dtype=np.float64)
         found = _TABLES.put(key, (_upload(np.exp(-2j * np.pi * (m / count)), dtype),))
     return found[0]
+
+
+def _post_tables(count: int, dtype: DType) -> tuple[GPUArray, GPUArray, int]:
+    """A four-step's twiddles W_count^q as lo[q & (2^shift - 1)] hi[q >> shift] (fft_reg.cu): lo[m] = W^m for
+    m < 2^shift, hi[m] = W^(m 2^shift) for m <= count >> shift, 2^shift about sqrt(count); and shift."""
+    shift = (max(count - 1, 1).bit_length() + 1) // 2
+    key = ("post", count, dtype, thread_device())
+    found = _TABLES.get(key)
+    if found is None:
+        lo = np.arange(1 << shift, dtype=np.int64)
+        hi = np.arange((count >> shift) + 1, dtype=np.int64) << shift
+        found = _TABLES.put(key, tuple(_upload(np.exp(-2j * np.pi * ((m % count) / count)), dtype) for m in (lo, hi)))
+    return found[0], found[1], shift
 
 
 def _chirp(length: int, m: int, dtype: DType) -> tuple[GPUArray, GPUArray]:
@@ -276,6 +305,11 @@ class _Builder:
         ``frames``: (window address, samples per signal row, left padding, pad mode) of kLoadFramePairs;
         ``power``: the exponent of kStoreR2cPower."""
         rows = self.rows if rows is None else rows
+        if _reg_applies(length, self.dtype):
+            self.reg(src, dst, length, modes, in_strides=in_strides, out_strides=out_strides, inner=inner,
+                     tw_post=tw_post, rows_fast=rows_fast, rows=rows, edge=edge, tw_table=tw_table, frames=frames,
+                     power=power)  # fmt: skip
+            return
         rads = radices(length)
         assert rads is not None
         table = tw_table if tw_table is not None else _roots(length, self.dtype)
@@ -295,6 +329,42 @@ class _Builder:
                 modes.load, modes.store, modes.conj, modes.conj if modes.conj_out is None else modes.conj_out,
                 rows_fast, modes.scale, *frames, power)  # fmt: skip
         self.launches.append(_Launch(kernel, -(-rows // ry), (tx, ry, 1), shared, args))
+
+    def reg(self, src: str, dst: str, length: int, modes: _Modes, *, in_strides: tuple[int, int, int],
+            out_strides: tuple[int, int, int], inner: int, tw_post: int, rows_fast: int, rows: int,
+            edge: GPUArray | None, tw_table: GPUArray | None, frames: tuple[int, int, int, int],
+            power: float) -> None:  # fmt: skip
+        """What :meth:`smem` plans, as one fft_reg launch (fft_reg.cu): a power-of-two ``length`` whose rows
+        live in registers. A four-step's twiddles (``tw_post``, over ``tw_table``'s length) come from two
+        small tables instead of ``tw_table``."""
+        elements = reg_elements[self.dtype.name]
+        kernel = _kernel(f"fft_reg{elements}_{length}", self.dtype, REG_PARAMS)
+        per_row = length // elements  # threads per row
+        direct_store = modes.store in (_STORE["kStoreComplex"], _STORE["kStoreReal"])
+        thread_rows = int(bool(rows_fast & (2 if direct_store else 1)))
+        row_bytes = 2 * (length + length // 16 + 1) * self.dtype.itemsize
+        limit = int(kernel.attributes["max_threads_per_block"])
+        ry = reg_strided_rows if thread_rows else max(1, reg_threads // per_row)
+        ry = max(1, min(ry, limit // per_row, _smem_limit() // row_bytes, rows))
+        shared = ry * row_bytes
+        if shared > 48 * 1024:
+            key = (id(kernel), thread_device())
+            if key not in _opted_in:
+                kernel.set_max_dynamic_shared_memory(kern.max_shared_memory())
+                _opted_in.add(key)
+        post_lo = post_hi = 0
+        shift = 0
+        if tw_post:
+            assert tw_table is not None
+            assert direct_store
+            lo, hi, shift = _post_tables(tw_table.shape[0], self.dtype)
+            post_lo, post_hi = self.table(lo), self.table(hi)
+        args = (src, dst, self.table(_roots(length, self.dtype)), self.table(edge) if edge is not None else 0,
+                post_lo, post_hi, rows, inner, *in_strides, *out_strides, modes.in_len, modes.out_count, shift,
+                tw_post, modes.load, modes.store, modes.conj,
+                modes.conj if modes.conj_out is None else modes.conj_out, rows_fast, thread_rows, modes.scale,
+                *frames, power)  # fmt: skip
+        self.launches.append(_Launch(kernel, -(-rows // ry), per_row * ry, shared, args))
 
     def core(self, buffer: str, length: int) -> str:
         """A plain forward transform of contiguous rows of ``length`` (smooth) in scratch ``buffer``; returns
@@ -326,6 +396,11 @@ class _Builder:
                         (src, dst, self.table(table), rows, length, radix, ns, 1))  # fmt: skip
             src, dst, ns = dst, src, ns * radix
         return src
+
+
+def _reg_applies(length: int, dtype: DType) -> bool:
+    low, high = REG_LENGTHS
+    return reg_enabled and low <= length <= high and length & (length - 1) == 0 and dtype.name in reg_elements
 
 
 def _split(length: int, dtype: DType) -> tuple[int, int] | None:

@@ -52,6 +52,7 @@ _FORMATS = {"double": "d", "float": "f", "int": "i", "long long": "q", "unsigned
 # files whole; tests/test_kernels.py checks that each listed entry point exists.
 FILES: dict[str, tuple[str, ...]] = {
     "audio/fft.cu": ("fft_smem", "fft_pass", "fft_pack", "fft_unpack", "fft_chirp_mul"),
+    "audio/fft_reg.cu": tuple(f"fft_reg{e}_{1 << bits}" for e in (8, 16) for bits in range(6, 13)),
     "audio/spectral.cu": (
         "count_nonfinite", "frame_signal", "overlap_add", "spectrum_power", "apply_scale_db", "spectral_moments",
         "frame_rms", "zero_crossings", "preemphasis", "deemphasis", "savgol_delta",
@@ -64,6 +65,7 @@ FILES: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 _FILE_OF = {name: file for file, names in FILES.items() for name in names}
 _SUFFIXES = {"float32": "f32", "float64": "f64"}
+_REG_PAIR = re.compile(r"fft_reg(\d+)_(\d+)")
 
 
 def suffix(dtype: DType) -> str:
@@ -95,10 +97,16 @@ def _expressions(file: str) -> list[str]:
 def kernel(name: str, dtype: DType, params: tuple[Param, ...]) -> JITKernel:
     """The entry point ``<name>_<suffix>`` compiled with every entry point of its file (one program)."""
     file = _FILE_OF[name]
+    source, expressions = SOURCES.source(file), _expressions(file)
+    found = _REG_PAIR.fullmatch(name)
+    if found is not None:  # fft_reg.cu: one (elements, length) pair per program (fft_reg.cu says why)
+        elements, length = found.groups()
+        source = f"#define PYGPUKIT_FFT_REG_LENGTH {length}\n#define PYGPUKIT_FFT_REG_ELEMENTS {elements}\n{source}"
+        expressions = [f"{name}_{s}" for s in _SUFFIXES.values()]
     return JITKernel(
-        SOURCES.source(file),
+        source,
         entry(name, dtype),
-        name_expressions=_expressions(file),
+        name_expressions=expressions,
         include_dirs=SOURCES.include_dirs(file),
         cache_salt=SOURCES.headers_digest(),
         params=list(params),
