@@ -12,6 +12,7 @@
 #   initcheck       ci/initcheck_probe.py: initcheck on torch-only and pygpukit-only programs
 #   audio-tests     the audio package's gpu-marked tests (the model tests skip without their files)
 #   quant-tests     the gpu-marked tests of the weight-only, int4, block-FP8 and NVF4 linear
+#   linear-tests    test_matmul.py's linear tests (all of them, on the GPU: out=, epilogues, every route)
 #   llm-tests       the LLM package's gpu-marked tests (random-weight models; the real-model ones skip)
 #   audio-bench     benchmarks/tools/audio_bench.py (stft, mel, fft, resample against torch)
 #   asr-profile     benchmarks/tools/asr_batch_profile.py --kernels (batch 16 against one by one)
@@ -62,6 +63,7 @@ for phase in "$@"; do
       run quant-tests 300 "${pytest_q[@]}" -m gpu packages/pygpukit-ops/tests/test_quant_weight_only.py \
         packages/pygpukit-ops/tests/test_quant_int4.py packages/pygpukit-ops/tests/test_quant_fp8_block.py \
         packages/pygpukit-ops/tests/test_quant_nvf4.py ;;
+    linear-tests) run linear-tests 240 "${pytest_q[@]}" packages/pygpukit-ops/tests/test_matmul.py -k linear ;;
     llm-tests) run llm-tests 240 "${pytest_q[@]}" -m gpu packages/pygpukit-llm/tests ;;
     audio-tests) run audio-tests 300 "${pytest_q[@]}" -m gpu packages/pygpukit-audio/tests ;;
     audio-bench) run audio-bench 240 python3 benchmarks/tools/audio_bench.py --out "$OUT/audio_bench.json" ;;

@@ -190,6 +190,30 @@ def test_linear_with_fused_bias_and_activation(dtype: str, activation: str | Non
                            x.astype(np.float64) @ w.astype(np.float64).T) <= 2 * TOLERANCE[dtype]  # fmt: skip
 
 
+@pytest.mark.parametrize("activation", [None, "gelu", "relu"])
+def test_linear_into_out(activation: str | None) -> None:
+    """``out=`` receives the result (poisoned first), is returned, and a second call with the same shapes (the
+    cached plan) writes fresh inputs' result into it too; a wrong out raises and leaves it as it was."""
+    rng = np.random.default_rng()
+    w, bias = _random(rng, (24, 40), "float32"), _random(rng, (24,), "float32")
+    gw, gb = gp.from_numpy(w), gp.from_numpy(bias)
+    out = gp.from_numpy(np.full((3, 5, 24), np.nan, np.float32))
+    for _ in range(2):
+        x = _random(rng, (3, 5, 40), "float32")
+        got = mm.linear(gp.from_numpy(x), gw, gb, activation, out=out)
+        assert got is out
+        ref = _activation(x.astype(np.float64) @ w.astype(np.float64).T + bias.astype(np.float64), activation)
+        assert _relative_error(out.to_numpy(), ref) <= 2 * TOLERANCE["float32"]
+    before = out.to_numpy()
+    with pytest.raises(ShapeError, match=r"out must have shape \(3, 5, 24\)"):
+        mm.linear(gp.from_numpy(x), gw, gb, activation, out=gp.zeros((3, 24)))
+    with pytest.raises(DTypeError, match="out must have dtype float32"):
+        mm.linear(gp.from_numpy(x), gw, gb, activation, out=gp.zeros((3, 5, 24), gp.float16))
+    with pytest.raises(ShapeError, match="contiguous"):
+        mm.linear(gp.from_numpy(x), gw, gb, activation, out=gp.zeros((3, 5, 48))[..., ::2])
+    np.testing.assert_array_equal(out.to_numpy(), before)
+
+
 def test_gelu_is_the_erf_form_and_gelu_tanh_the_approximation() -> None:
     # Inputs where the two forms differ by far more than float32 rounding (about 1e-3 near |x| = 2).
     x = np.array([[2.0, -2.0, 1.5, -1.0]], np.float32)

@@ -16,8 +16,8 @@ so it is captured once in a :class:`pygpukit.CudaGraph` and replayed at every po
   and, at the end of the window, the log-probability sums.
 
 The step computes what :meth:`WhisperModel.decode` computes for one token, through the ops' ``out=``
-forms (``matmul`` and ``add`` where ``decode`` calls ``linear``), so nothing is allocated inside the
-capture. Beam search and sampling keep the eager loop of :mod:`pygpukit.asr.decoding`.
+forms (``linear`` with the same fused bias and GELU epilogues as ``decode``), so nothing is allocated
+inside the capture. Beam search and sampling keep the eager loop of :mod:`pygpukit.asr.decoding`.
 """
 
 from __future__ import annotations
@@ -110,17 +110,15 @@ class GraphDecoder:
         self.k_cache = [self.cache.k(i) for i in range(c.decoder_layers)]
         self.v_cache = [self.cache.v(i) for i in range(c.decoder_layers)]
         self.workspace = ops.decode_workspace(b, heads, heads, HEAD_DIM, self.max_len)
-        self.wt = {name: value.T for name, value in w.items() if value.ndim == 2 and name.endswith(".w")}
         self.embed_t = w["dec.embed"].T
 
     # -- the captured step --------------------------------------------------------------------------
-    def _linear(self, x: GPUArray, name: str, out: GPUArray) -> None:
-        """``out = x @ w.T + b`` into ``out`` (allocation-free)."""
-        rows, dest = x.reshape(self.batch, -1), out.reshape(self.batch, -1)
-        ops.matmul(rows, self.wt[name + ".w"], out=dest)
-        bias = self.model.w.get(name + ".b")
-        if bias is not None:
-            ops.add(dest, bias, out=dest)
+    def _linear(self, x: GPUArray, name: str, out: GPUArray, activation: str | None = None) -> None:
+        """``out = activation(x @ w.T + b)`` into ``out`` (allocation-free; the bias and the activation in the
+        GEMM's epilogue, as WhisperModel._linear)."""
+        w = self.model.w
+        ops.linear(x.reshape(self.batch, -1), w[name + ".w"], w.get(name + ".b"), activation,
+                   out=out.reshape(self.batch, -1))  # fmt: skip
 
     def _ln(self, name: str) -> None:
         w = self.model.w
@@ -152,8 +150,7 @@ class GraphDecoder:
             self._linear(self.cattn, p + ".cross_out", self.proj)
             ops.add(self.x, self.proj, out=self.x)
             self._ln(p + ".mlp_ln")
-            self._linear(self.h, p + ".fc1", self.ffn)
-            ops.gelu(self.ffn, out=self.ffn)
+            self._linear(self.h, p + ".fc1", self.ffn, "gelu")
             self._linear(self.ffn, p + ".fc2", self.proj)
             ops.add(self.x, self.proj, out=self.x)
         self._ln("dec.ln")

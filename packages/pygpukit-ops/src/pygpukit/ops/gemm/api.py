@@ -293,6 +293,7 @@ def linear(
     b: GPUArray | None = None,
     activation: str | None = None,
     *,
+    out: GPUArray | None = None,
     stream: Stream | None = None,
 ) -> GPUArray:
     """``activation(x @ w.T + b)`` for a weight ``w`` of shape (out_features, in_features), like
@@ -302,24 +303,32 @@ def linear(
     ``"gelu"`` (the exact erf form, torch's default), ``"gelu_tanh"`` (the tanh approximation) or
     ``"silu"``. The bias add and the activation are fused into the GEMM's epilogue; where cuBLASLt's
     epilogue has no such activation (exact GELU, SiLU) one fused elementwise kernel follows on the
-    device."""
+    device. ``out`` (contiguous, shape (..., out_features), x's dtype) receives the result when given:
+    nothing is allocated then (for a quantized ``w``, its result is copied into ``out``)."""
     key = None
     if (
         type(x) is GPUArray
         and type(w) is GPUArray
         and (b is None or type(b) is GPUArray)
         and (activation is None or type(activation) is str)
+        and (out is None or type(out) is GPUArray)
     ):
         key = ("linear", x._shape, x._strides, x._dtype, x._buffer.device, w._shape, w._strides, w._dtype,
                w._buffer.device, None if b is None else (b._shape, b._strides, b._dtype, b._buffer.device),
-               activation, _tf32)  # fmt: skip
+               activation, _tf32,
+               None if out is None else (out._shape, out._strides, out._dtype, out._buffer.device))  # fmt: skip
         plan = PLANS.get(key)
         if plan is not None:
-            return plan(x, w, b, None, stream)  # type: ignore[no-any-return]
+            return plan(x, w, b, out, stream)  # type: ignore[no-any-return]
     if not isinstance(w, GPUArray) and getattr(w, "_quantized", False):
         from ..quant.gemv import quantized_linear  # a QuantizedTensor: its own GEMV/GEMM (pygpukit.ops.quant)
 
-        return quantized_linear(x, w, b, activation, stream=stream)
+        result = quantized_linear(x, w, b, activation, stream=stream)
+        if out is None:
+            return result
+        _check_out(out, result.shape, result.dtype, "linear", result.buffer.device)
+        out.copy_(result)
+        return out
     _check_pair(x, w, "linear")
     assert isinstance(w, GPUArray)  # _check_pair raised otherwise
     code = check_activation(activation, "linear")
@@ -346,13 +355,17 @@ def linear(
     lead = x.shape[:-1]
     rows = math.prod(lead) if lead else 1
     x2 = x.reshape(rows, in_features) if x.is_contiguous else x.contiguous(stream=stream).reshape(rows, in_features)
-    d = _array.empty((rows, out_features), x.dtype, stream=stream)
     result_shape = (*lead, out_features)
+    if out is not None:
+        _check_out(out, result_shape, x.dtype, "linear", x.buffer.device)
+        d = out.reshape(rows, out_features)
+    else:
+        d = _array.empty((rows, out_features), x.dtype, stream=stream)
     if d.size == 0:
-        return d.reshape(result_shape)
+        return d.reshape(result_shape) if out is None else out
     if backend_state().name != "cuda":
         host.linear(x2, w, b, code, d)
-        return d.reshape(result_shape)
+        return d.reshape(result_shape) if out is None else out
     plan = _plan(x2, w.T, d, (), rows, out_features, in_features, result_shape, bias=b, code=code,
                  tf32=get_tf32() and x.dtype.name == "float32")  # fmt: skip
     if plan is None:
@@ -360,7 +373,7 @@ def linear(
     if key is not None and x.is_contiguous:  # (else x2 is a copy of x)
         PLANS.put(key, plan)
     plan(x2, w, b, d, stream)
-    return d.reshape(result_shape)
+    return d.reshape(result_shape) if out is None else out
 
 
 def linear_bias_gelu(x: GPUArray, w: GPUArray, b: GPUArray, *, stream: Stream | None = None) -> GPUArray:
