@@ -240,6 +240,29 @@ def test_register_kernels_on_the_device(dtype: type) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_long_rfft_of_views_on_the_device(dtype: type) -> None:
+    """A long rfft reads its real pairs in place when the rows and the address hold whole pairs, else packs
+    them first: rows of an odd length, and a view one element into its buffer, against numpy."""
+    import pygpukit as gp
+
+    rng = _rng()
+    n = 1 << 18
+    base = rng.standard_normal(2 * n + 3)
+    cases = {"aligned": base[: 2 * n].reshape(2, n), "odd rows": base[: 2 * (n + 1)].reshape(2, n + 1)}
+    failures = []
+    for name, x in cases.items():
+        for offset in (0, 1):
+            flat = gp.from_numpy(np.concatenate([base[:offset], x.ravel()]).astype(dtype))
+            view = flat[offset:].reshape(x.shape)
+            got = audio.complex_to_numpy(audio.rfft(view, n=n))
+            error = _error(got, np.fft.rfft(x, n=n, axis=-1))
+            if not error <= TOL[dtype]:
+                failures.append((name, offset, error))
+    assert not failures, failures
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_long_four_step_lengths_on_the_device(dtype: type) -> None:
     """The two-launch four-step path of complex transforms (2^16 to 2^22, an odd smooth 3 * 2^18, a batch, a
     cropped input), and the real transforms of those lengths (pack, four-step core, unpack)."""

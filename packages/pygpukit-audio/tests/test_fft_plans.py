@@ -188,12 +188,17 @@ def _run_model(plan: Any, x: Array, out_size: int, dtype: Any) -> Array:
             values = np.where(e[None, :] < min(n, in_len), values, 0)
             buffers[dst][: rows * m] = (np.conj(values) if conj else values).ravel()
         elif launch.kernel.name == "fft_unpack":
-            src, dst, _edge, chirp, rows, out_row, out_elem, n, m, count, store, conj, scale = args
-            assert store == STORE["kStoreComplex"]
+            src, dst, edge, chirp, rows, out_row, out_elem, n, m, count, store, conj, scale = args
+            assert store in (STORE["kStoreComplex"], STORE["kStoreR2cEven"])
             assert chirp == 0
-            z = buffers[src][: rows * m].reshape(rows, m)[:, :count]
-            z = np.conj(z) if conj else z
             k = np.arange(count)
+            rows_z = buffers[src][: rows * m].reshape(rows, m)
+            if store == STORE["kStoreR2cEven"]:
+                zk, zc = rows_z[:, k % n], np.conj(rows_z[:, (n - k) % n])
+                z = ((zk + zc) + buffers[edge][k] * -1j * (zk - zc)) * 0.5
+            else:
+                z = rows_z[:, :count]
+            z = np.conj(z) if conj else z
             buffers[dst][(np.arange(rows) * out_row)[:, None] + k[None, :] * out_elem] = z * scale
         else:
             raise AssertionError(f"no model of {launch.kernel.name}")
@@ -235,6 +240,34 @@ def test_plans_compute_the_dft(dtype: Any, kind: str, n: int, in_row: int, rows:
         want = getattr(np.fft, kind)(x, n=n, axis=-1, norm=norm)
         tol = 2e-6 if dtype == float32 else 1e-12  # the twiddle tables are rounded to the dtype
         np.testing.assert_allclose(got, want, rtol=0, atol=tol * np.abs(want).max())
+
+
+@pytest.mark.usefixtures("model_plans")
+@pytest.mark.parametrize("dtype", [float32, float64])
+@pytest.mark.parametrize(("n", "in_row", "aligned"), [(8192, 8192, True), (8192, 8200, True), (8192, 8192, False),
+                                                      (8192, 8191, True), (8192, 8193, True)])  # fmt: skip
+def test_long_rfft_reads_real_pairs_in_place(dtype: Any, n: int, in_row: int, aligned: bool,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """An rfft too long for one launch, without zero padding, on an input whose rows and address hold whole
+    pairs: the four-step core reads the real pairs as complex values (no fft_pack) and fft_unpack forms the
+    spectrum; else (odd rows, a padded row, an odd address) the pack path."""
+    monkeypatch.setattr(_fft_plan, "smem_limit_override", 4096 if dtype == float32 else 8192)
+    rng = np.random.default_rng()
+    rows = 3
+    x = rng.standard_normal((rows, in_row))
+    plan = _fft_plan.get_plan("rfft", n, in_row, rows, dtype, "backward", aligned)
+    names = [launch.kernel.name for launch in plan.launches]
+    if aligned and in_row % 2 == 0:
+        assert len(names) == 3, names
+        assert names[-1] == "fft_unpack", names
+        assert "fft_pack" not in names, names
+        flat = x.ravel()
+        got = _run_model(plan, flat[0::2] + 1j * flat[1::2], rows * (n // 2 + 1), dtype)
+        want = np.fft.rfft(x, n=n, axis=-1)
+        tol = 2e-6 if dtype == float32 else 1e-12
+        np.testing.assert_allclose(got.reshape(want.shape), want, rtol=0, atol=tol * np.abs(want).max())
+    else:
+        assert names[0] == "fft_pack", names
 
 
 @pytest.mark.usefixtures("model_plans")

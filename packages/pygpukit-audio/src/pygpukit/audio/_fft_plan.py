@@ -22,6 +22,14 @@ an even length n use L = n / 2 (see fft.cu). The core length is run by, in order
 
 Twiddle and chirp tables are computed in float64 on the host when a plan is made, rounded once to the
 dtype and uploaded (kept per length, dtype and device).
+
+A long rfft of an even length without zero padding, on an input whose row length and address hold whole
+real pairs, skips 3.'s ``fft_pack``: the four-step core reads the pairs in place as complex values and
+``fft_unpack`` forms the spectrum (three passes over memory instead of four).
+
+Every ``fft_smem`` launch above whose length is a power of two from 64 to 4096 is an ``fft_reg`` launch
+instead (fft_reg.cu, :data:`REG_LENGTHS`): the same reads and writes, with each row held in registers
+between the passes and one shared-memory copy of it (docs/performance.md times the two).
 """
 
 from __future__ import annotations
@@ -443,15 +451,16 @@ def _scale(norm: str, n: int, inverse: bool) -> float:
     return 1.0
 
 
-def get_plan(kind: str, n: int, in_row: int, rows: int, dtype: DType, norm: str) -> FftPlan:
+def get_plan(kind: str, n: int, in_row: int, rows: int, dtype: DType, norm: str, pair_aligned: bool = False) -> FftPlan:
     """The plan of a transform: ``kind`` "fft", "ifft", "rfft" or "irfft" of logical length ``n`` over ``rows``
     contiguous input rows of ``in_row`` elements (complex, or real for rfft), cropped or zero-padded to what
     the transform reads (numpy.fft's ``n=``). The output rows are contiguous: n complex values (fft, ifft),
-    n // 2 + 1 (rfft) or n reals (irfft)."""
-    key = (kind, n, in_row, rows, dtype, norm, thread_device())
+    n // 2 + 1 (rfft) or n reals (irfft). ``pair_aligned``: the input's address is a multiple of two
+    elements (a long rfft may then read its real pairs as complex values, without a packing pass)."""
+    key = (kind, n, in_row, rows, dtype, norm, pair_aligned, thread_device())
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _PLANS.put(key, _make(kind, n, in_row, rows, dtype, norm))
+        plan = _PLANS.put(key, _make(kind, n, in_row, rows, dtype, norm, pair_aligned))
     return plan
 
 
@@ -481,7 +490,7 @@ def stft_plan(n_fft: int, rows: int, n_frames: int, length: int, hop: int, pad_l
     return plan
 
 
-def _make(kind: str, n: int, in_row: int, rows: int, dtype: DType, norm: str) -> FftPlan:
+def _make(kind: str, n: int, in_row: int, rows: int, dtype: DType, norm: str, pair_aligned: bool = False) -> FftPlan:
     if n > MAX_LENGTH:
         raise ShapeError(f"FFT length {n} exceeds the largest supported, {MAX_LENGTH}")
     inverse = kind in ("ifft", "irfft")
@@ -516,6 +525,21 @@ def _make(kind: str, n: int, in_row: int, rows: int, dtype: DType, norm: str) ->
         return FftPlan(b.launches, tuple(b.scratch), tuple(b.tables))
     edge_ptr = b.table(edge) if edge is not None else 0
     chirp_ptr, m = 0, length
+    pairs = kind == "rfft" and even and in_len == n and in_row % 2 == 0 and pair_aligned and rads is not None
+    split = _split(length, dtype) if pairs else None
+    if split is not None:
+        # A long rfft without zero padding: its rows of real pairs are rows of complex values already, so the
+        # four-step core reads them in place (no fft_pack pass) and fft_unpack forms the spectrum.
+        l1, l2 = split
+        table = _roots(length, dtype)
+        b.scratch = [rows * length, rows * length]
+        b.smem("in", "s0", l1, _plain(l1), inner=l2, in_strides=(in_row // 2, 1, l2), out_strides=(length, 1, l2),
+               tw_post=1, rows_fast=3, rows=rows * l2, tw_table=table)  # fmt: skip
+        b.smem("s0", "s1", l2, _plain(l2), inner=l1, in_strides=(length, l2, 1), out_strides=(length, 1, l1),
+               rows_fast=2, rows=rows * l1, tw_table=table)  # fmt: skip
+        unpack = ("s1", "out", edge_ptr, 0, rows, out_row, 1, length, length, out_count, store, conj, scale)
+        b.simple("fft_unpack", UNPACK_PARAMS, rows * out_count, unpack)
+        return FftPlan(b.launches, tuple(b.scratch), tuple(b.tables))
     if rads is not None:
         b.scratch = [rows * length, rows * length]
         b.simple("fft_pack", PACK_PARAMS, rows * length,

@@ -100,7 +100,8 @@ def _run(kind: str, x: GPUArray, n: int, rows_shape: tuple[int, ...], in_row: in
     if out.size == 0:
         return out
     if is_cuda():
-        _fft_plan.get_plan(kind, n, in_row, rows, x.dtype, norm).run(x, out, x.dtype)
+        aligned = x.device_ptr % (2 * x.dtype.itemsize) == 0
+        _fft_plan.get_plan(kind, n, in_row, rows, x.dtype, norm, aligned).run(x, out, x.dtype)
         return out
     values = host(x)
     result: Array
