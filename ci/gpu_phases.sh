@@ -10,6 +10,7 @@
 #                   pygpukit's under the FFT plan variants of $FFT_VARIANTS (default smem,reg8,reg16)
 #   ncu-fft         Nsight Compute sections of the first fft_smem launches (fft 2^20, stft n_fft 2048)
 #   initcheck       ci/initcheck_probe.py: initcheck on torch-only and pygpukit-only programs
+#   fft-tests       the gpu-marked tests of test_fft.py and test_gpu_dsp.py (the FFT kernels, stft, mel)
 #   audio-tests     the audio package's gpu-marked tests (the model tests skip without their files)
 #   quant-tests     the gpu-marked tests of the weight-only, int4, block-FP8 and NVF4 linear
 #   linear-tests    test_matmul.py's linear tests (all of them, on the GPU: out=, epilogues, every route)
@@ -65,6 +66,8 @@ for phase in "$@"; do
         packages/pygpukit-ops/tests/test_quant_nvf4.py ;;
     linear-tests) run linear-tests 240 "${pytest_q[@]}" packages/pygpukit-ops/tests/test_matmul.py -k linear ;;
     llm-tests) run llm-tests 240 "${pytest_q[@]}" -m gpu packages/pygpukit-llm/tests ;;
+    fft-tests) run fft-tests 240 "${pytest_q[@]}" -m gpu packages/pygpukit-audio/tests/test_fft.py \
+      packages/pygpukit-audio/tests/test_gpu_dsp.py ;;
     audio-tests) run audio-tests 300 "${pytest_q[@]}" -m gpu packages/pygpukit-audio/tests ;;
     audio-bench) run audio-bench 240 python3 benchmarks/tools/audio_bench.py --out "$OUT/audio_bench.json" ;;
     asr-profile)
