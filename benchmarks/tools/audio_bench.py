@@ -13,8 +13,8 @@ Cases (float32 input; the signals are uploaded once, outside the timings):
   "torch.stft+matmul") and ``librosa.feature.melspectrogram``.
 - ``fft_2^k``, ``rfft_2^k``: one transform of 2^``--fft-log2`` points (complex64 / float32) against
   ``torch.fft.fft`` / ``torch.fft.rfft`` (cuFFT) and ``numpy.fft`` on the CPU.
-- ``--fft-variants``: the fft and rfft again with 2, 4, 8, 16 (the default) and 32 rows per block in the
-  four-step's strided launches (``_fft_plan.strided_rows``), under ``variants`` of the fft case.
+- ``--fft-variants``: the fft and rfft again with 2, 4, 8, 16 and 32 rows per block in the four-step's
+  strided launches (``_fft_plan.reg_strided_rows`` and ``strided_rows``), under ``variants`` of the fft case.
 - ``resample``: 44.1 -> 16 kHz of ``--batch`` x ``--seconds`` s against torchaudio's ``Resample`` (or the same
   algorithm, torchaudio.functional.resample's windowed-sinc conv1d, written in torch and labelled so) and
   ``librosa.resample`` (soxr_hq).
@@ -274,14 +274,15 @@ class Bench:
             self.fft_variants(gz, gr)
 
     def fft_variants(self, gz: Any, gr: Any) -> None:
-        """The fft and rfft above with other rows per block of the four-step's strided launches."""
+        """The fft and rfft above with other rows per block of the four-step's strided launches (fft_reg's
+        ``reg_strided_rows``; fft_smem's ``strided_rows`` where fft_reg is off)."""
         from pygpukit.audio import _fft_plan
 
-        default = _fft_plan.strided_rows
+        default = (_fft_plan.reg_strided_rows, _fft_plan.strided_rows)
         variants: dict[str, Any] = {}
         try:
             for rows in (2, 4, 8, 16, 32):
-                _fft_plan.strided_rows = rows
+                _fft_plan.reg_strided_rows = _fft_plan.strided_rows = rows
                 _fft_plan._PLANS.clear()
                 for kind, fn in (("fft", lambda: self.audio.fft(gz)), ("rfft", lambda: self.audio.rfft(gr))):
                     try:
@@ -289,7 +290,7 @@ class Bench:
                     except Exception as error:
                         variants[f"{kind} strided_rows={rows}"] = {"error": f"{type(error).__name__}: {error}"}
         finally:
-            _fft_plan.strided_rows = default
+            _fft_plan.reg_strided_rows, _fft_plan.strided_rows = default
             _fft_plan._PLANS.clear()
         self.results[f"fft_2^{self.args.fft_log2}"]["variants"] = variants
         for name, timing in variants.items():
