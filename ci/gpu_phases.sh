@@ -13,7 +13,7 @@
 #   fft-tests       the gpu-marked tests of test_fft.py and test_gpu_dsp.py (the FFT kernels, stft, mel)
 #   audio-tests     the audio package's gpu-marked tests (the model tests skip without their files)
 #   quant-tests     the gpu-marked tests of the weight-only, int4, block-FP8 and NVF4 linear
-#   linear-tests    test_matmul.py's linear tests (all of them, on the GPU: out=, epilogues, every route)
+#   linear-tests    test_matmul.py's linear tests on the GPU (out=, epilogues; not the every-route sweep)
 #   llm-tests       the LLM package's gpu-marked tests (random-weight models; the real-model ones skip)
 #   audio-bench     benchmarks/tools/audio_bench.py (stft, mel, fft, resample against torch)
 #   asr-profile     benchmarks/tools/asr_batch_profile.py --kernels (batch 16 against one by one)
@@ -64,7 +64,7 @@ for phase in "$@"; do
       run quant-tests 300 "${pytest_q[@]}" -m gpu packages/pygpukit-ops/tests/test_quant_weight_only.py \
         packages/pygpukit-ops/tests/test_quant_int4.py packages/pygpukit-ops/tests/test_quant_fp8_block.py \
         packages/pygpukit-ops/tests/test_quant_nvf4.py ;;
-    linear-tests) run linear-tests 240 "${pytest_q[@]}" packages/pygpukit-ops/tests/test_matmul.py -k linear ;;
+    linear-tests) run linear-tests 240 "${pytest_q[@]}" packages/pygpukit-ops/tests/test_matmul.py -k "linear and not every_route" ;;
     llm-tests) run llm-tests 240 "${pytest_q[@]}" -m gpu packages/pygpukit-llm/tests ;;
     fft-tests) run fft-tests 240 "${pytest_q[@]}" -m gpu packages/pygpukit-audio/tests/test_fft.py \
       packages/pygpukit-audio/tests/test_gpu_dsp.py ;;
