@@ -15,6 +15,8 @@
 //   post_lo/hi  a four-step's twiddles W_N^(k i tw_post) as post_lo[q & (2^post_shift - 1)] times
 //               post_hi[q >> post_shift] with post_lo[m] = W_N^m and post_hi[m] = W_N^(m 2^post_shift): two
 //               tables of about sqrt(N) roots instead of one of N (N = the four-step's whole length).
+// Blocks of up to 1024 threads for float32 with 8 elements a thread (about 63 registers), else 512 (float32
+// with 16 elements: about 92; float64 with 8: about 80).
 //   thread_rows 1: consecutive threads take consecutive rows (a four-step's strided columns), 0: consecutive
 //               elements of one row. A read (write) whose rows_fast bit matches it goes straight between
 //               registers and memory; else through shared memory, in the other order (coalesced), as do
@@ -222,7 +224,7 @@ __device__ void fft_reg(const void* __restrict__ in, void* __restrict__ out, con
 }  // namespace pygpukit
 
 #define PYGPUKIT_AUDIO_FFT_REG_ENTRY(E, L, T, SUFFIX)                                                             \
-  extern "C" __global__ void __launch_bounds__(512) fft_reg##E##_##L##_##SUFFIX(                                    \
+  extern "C" __global__ void __launch_bounds__(E == 8 && sizeof(T) == 4 ? 1024 : 512) fft_reg##E##_##L##_##SUFFIX(                                    \
       const void* in, void* out, const void* tw, const void* tw_edge, const void* post_lo, const void* post_hi, \
       long long rows, long long inner, long long in_outer, long long in_inner, long long in_elem,              \
       long long out_outer, long long out_inner, long long out_elem, int in_len, int out_count, int post_shift, \

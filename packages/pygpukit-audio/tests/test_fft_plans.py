@@ -108,7 +108,7 @@ def _reg(buffers: dict[Any, Array], args: tuple[Any, ...], launch: Any) -> None:
     elements, n = (int(part) for part in launch.kernel.name.removeprefix("fft_reg").split("_"))
     threads = launch.block
     ry = threads // (n // elements)
-    assert threads == ry * (n // elements) <= 512
+    assert threads == ry * (n // elements) <= 1024
     assert launch.grid * ry >= rows
     assert launch.shared == ry * 2 * (n + n // 16 + 1) * (8 if buffers["dtype"] == float64 else 4)
     assert launch.shared <= _fft_plan._smem_limit()

@@ -100,12 +100,14 @@ REG_PARAMS = (
 )  # fmt: skip
 
 # fft_reg.cu's register-resident kernels: power-of-two lengths in this range, E elements per thread by
-# dtype (float32's 16 need about 92 registers, 8 about 63); benchmarks/tools/kernel_times.py times the
-# knobs. reg_enabled = False plans fft_smem everywhere (the generic kernel; tests compare the two).
+# dtype; benchmarks/tools/kernel_times.py --variants times the knobs. On an H100 (2026-12-06) 8 elements
+# (about 63 registers) beat 16 (about 92: fewer threads resident) by 10 to 30%, and 128 threads per block
+# of contiguous rows beat 256 and 512 on the STFT. reg_enabled = False plans fft_smem everywhere (the
+# generic kernel; the tests compare the two).
 REG_LENGTHS = (64, 4096)
 reg_enabled = True
-reg_elements = {"float32": 16, "float64": 8}
-reg_threads = 256  # threads per block of launches over contiguous rows
+reg_elements = {"float32": 8, "float64": 8}
+reg_threads = 128  # threads per block of launches over contiguous rows
 reg_strided_rows = 8  # rows per block of launches over strided rows (a four-step's columns)
 
 
