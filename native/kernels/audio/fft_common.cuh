@@ -201,8 +201,8 @@ struct Dft<8, T> {
 // twiddles W_16^(n2 k1), and four 4-point DFTs over n2; output k1 + 4 k2.
 template <typename T>
 __device__ __forceinline__ Cx<T> w16_times(int m, Cx<T> a) {  // W_16^m a for m in {0..4, 6, 9}
-  const T c1 = static_cast<T>(0.92387953251128674);  // cos(pi / 8)
-  const T s1 = static_cast<T>(0.38268343236508977);  // sin(pi / 8)
+  const T c1 = static_cast<T>(0.92387953251128674);           // cos(pi / 8)
+  const T s1 = static_cast<T>(0.38268343236508977);           // sin(pi / 8)
   const T h = static_cast<T>(0.70710678118654752);
   switch (m) {
     case 0:
@@ -369,9 +369,9 @@ struct ResultRow {
 // padded shared-memory row).
 template <typename T, typename Row>
 __device__ __forceinline__ void store_value(int mode, void* __restrict__ out, index_t base, index_t elem,
-                                            int k, const Row& z, int n,
-                                            const Cx<T>* __restrict__ tw_edge, const Cx<T>* __restrict__ tw,
-                                            index_t post_step, int conj_out, T scale, double power = 2.0) {
+                                            int k, const Row& z, int n, const Cx<T>* __restrict__ tw_edge,
+                                            const Cx<T>* __restrict__ tw, index_t post_step, int conj_out,
+                                            T scale, double power = 2.0) {
   if (mode == codes::kStoreComplex) {
     Cx<T> v = z(k);
     if (conj_out) v.im = -v.im;
@@ -394,7 +394,6 @@ __device__ __forceinline__ void store_value(int mode, void* __restrict__ out, in
     static_cast<T*>(out)[base + k * elem] = z(k).re * scale;
   }
 }
-
 
 }  // namespace audio
 }  // namespace pygpukit

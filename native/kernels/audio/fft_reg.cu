@@ -32,8 +32,8 @@ namespace audio {
 
 template <int L, int E_, typename T>
 struct RegShape {
-  static constexpr int E = E_;             // elements per thread
-  static constexpr int TPR = L / E;        // threads per row
+  static constexpr int E = E_;                 // elements per thread
+  static constexpr int TPR = L / E;            // threads per row
   static constexpr int SPAN = L + L / 16 + 1;  // words of one part of a row in smem
 };
 
@@ -110,18 +110,19 @@ __device__ __forceinline__ Cx<T> reg_load(int load_mode, const void* __restrict_
                                           int pad_mode) {
   return load_mode == codes::kLoadFramePairs
              ? load_frame_pair<T>(in, o * in_outer, i * in_inner - pad_left, e, window, x_len, pad_mode)
-             : load_value<T>(load_mode, in, o * in_outer + i * in_inner, in_elem, e, n, in_len, tw_edge, conj_in);
+             : load_value<T>(load_mode, in, o * in_outer + i * in_inner, in_elem, e, n, in_len, tw_edge,
+                             conj_in);
 }
 
 template <int L, int E, typename T>
 __device__ void fft_reg(const void* __restrict__ in, void* __restrict__ out, const Cx<T>* __restrict__ tw,
                         const Cx<T>* __restrict__ tw_edge, const Cx<T>* __restrict__ post_lo,
                         const Cx<T>* __restrict__ post_hi, index_t rows, index_t inner, index_t in_outer,
-                        index_t in_inner, index_t in_elem, index_t out_outer, index_t out_inner, index_t out_elem,
-                        int in_len, int out_count, int post_shift, int tw_post, int load_mode, int store_mode,
-                        int conj_in, int conj_out, int rows_fast, int thread_rows, double scale,
-                        const T* __restrict__ window, index_t x_len, index_t pad_left, int pad_mode,
-                        double power) {
+                        index_t in_inner, index_t in_elem, index_t out_outer, index_t out_inner,
+                        index_t out_elem, int in_len, int out_count, int post_shift, int tw_post,
+                        int load_mode, int store_mode, int conj_in, int conj_out, int rows_fast,
+                        int thread_rows, double scale, const T* __restrict__ window, index_t x_len,
+                        index_t pad_left, int pad_mode, double power) {
   using S = RegShape<L, E, T>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* smem = reinterpret_cast<T*>(smem_raw);
@@ -139,8 +140,8 @@ __device__ void fft_reg(const void* __restrict__ in, void* __restrict__ out, con
   const bool loads_fast = (rows_fast & 1) != 0;
   const bool stores_fast = (rows_fast & 2) != 0;
   const bool direct_in = loads_fast == (thread_rows != 0);
-  const bool direct_out =
-      (store_mode == codes::kStoreComplex || store_mode == codes::kStoreReal) && stores_fast == (thread_rows != 0);
+  const bool direct_out = (store_mode == codes::kStoreComplex || store_mode == codes::kStoreReal) &&
+                          stores_fast == (thread_rows != 0);
 
   Cx<T> v[S::E];
   if (direct_in) {
@@ -161,8 +162,8 @@ __device__ void fft_reg(const void* __restrict__ in, void* __restrict__ out, con
       if (row2 < rows) {
         index_t o2, i2;
         split_row(row2, inner, o2, i2);
-        value = reg_load<T>(load_mode, in, o2, i2, in_outer, in_inner, in_elem, e, L, in_len, tw_edge, conj_in,
-                            window, x_len, pad_left, pad_mode);
+        value = reg_load<T>(load_mode, in, o2, i2, in_outer, in_inner, in_elem, e, L, in_len, tw_edge,
+                            conj_in, window, x_len, pad_left, pad_mode);
       }
       const SmemRow<T> dst{smem + 2 * S::SPAN * r2, smem + 2 * S::SPAN * r2 + S::SPAN};
       dst.set(e, value);
@@ -223,20 +224,22 @@ __device__ void fft_reg(const void* __restrict__ in, void* __restrict__ out, con
 }  // namespace audio
 }  // namespace pygpukit
 
-#define PYGPUKIT_AUDIO_FFT_REG_ENTRY(E, L, T, SUFFIX)                                                             \
-  extern "C" __global__ void __launch_bounds__(E == 8 && sizeof(T) == 4 ? 1024 : 512) fft_reg##E##_##L##_##SUFFIX(                                    \
-      const void* in, void* out, const void* tw, const void* tw_edge, const void* post_lo, const void* post_hi, \
-      long long rows, long long inner, long long in_outer, long long in_inner, long long in_elem,              \
-      long long out_outer, long long out_inner, long long out_elem, int in_len, int out_count, int post_shift, \
-      int tw_post, int load_mode, int store_mode, int conj_in, int conj_out, int rows_fast, int thread_rows,   \
-      double scale, const void* window, long long x_len, long long pad_left, int pad_mode, double power) {     \
-    using pygpukit::audio::Cx;                                                                                 \
-    pygpukit::audio::fft_reg<L, E, T>(                                                                            \
-        in, out, static_cast<const Cx<T>*>(tw), static_cast<const Cx<T>*>(tw_edge),                            \
-        static_cast<const Cx<T>*>(post_lo), static_cast<const Cx<T>*>(post_hi), rows, inner, in_outer,         \
-        in_inner, in_elem, out_outer, out_inner, out_elem, in_len, out_count, post_shift, tw_post, load_mode,  \
-        store_mode, conj_in, conj_out, rows_fast, thread_rows, scale, static_cast<const T*>(window), x_len,    \
-        pad_left, pad_mode, power);                                                                            \
+#define PYGPUKIT_AUDIO_FFT_REG_ENTRY(E, L, T, SUFFIX)                                                      \
+  extern "C" __global__ void __launch_bounds__(E == 8 && sizeof(T) == 4 ? 1024 : 512)                      \
+      fft_reg##E##_##L##_##SUFFIX(                                                                         \
+          const void* in, void* out, const void* tw, const void* tw_edge, const void* post_lo,             \
+          const void* post_hi, long long rows, long long inner, long long in_outer, long long in_inner,    \
+          long long in_elem, long long out_outer, long long out_inner, long long out_elem, int in_len,     \
+          int out_count, int post_shift, int tw_post, int load_mode, int store_mode, int conj_in,          \
+          int conj_out, int rows_fast, int thread_rows, double scale, const void* window, long long x_len, \
+          long long pad_left, int pad_mode, double power) {                                                \
+    using pygpukit::audio::Cx;                                                                             \
+    pygpukit::audio::fft_reg<L, E, T>(                                                                     \
+        in, out, static_cast<const Cx<T>*>(tw), static_cast<const Cx<T>*>(tw_edge),                        \
+        static_cast<const Cx<T>*>(post_lo), static_cast<const Cx<T>*>(post_hi), rows, inner, in_outer,     \
+        in_inner, in_elem, out_outer, out_inner, out_elem, in_len, out_count, post_shift, tw_post,         \
+        load_mode, store_mode, conj_in, conj_out, rows_fast, thread_rows, scale,                           \
+        static_cast<const T*>(window), x_len, pad_left, pad_mode, power);                                  \
   }
 
 #define PYGPUKIT_AUDIO_FFT_REG_ENTRIES(E, L)     \

@@ -86,6 +86,9 @@ def reference(
         return out
     z = v.astype(np.float64)
     e = np.exp(z - z.max())
+    # The op's weights are trunc(exp(v - max v) * 2**44) (docs/sampling.md): a token more than about 30.5
+    # below the largest logit has weight 0 and is never kept (exp in float32, as the op computes it).
+    e = np.where(np.exp((v - v.max()).astype(np.float32)) * np.float32(2.0**44) >= 1, e, 0.0)
     keep = np.ones(v.shape[0], bool)
     if top_k:
         keep &= v >= np.sort(v)[-top_k] if top_k < v.shape[0] else True
@@ -307,6 +310,19 @@ def test_per_row_settings(dtype: str) -> None:
     assert tokens[0] == np.argmax(_values(host[0], 0.0, 1.0, None))
     for row in range(1, 5):
         assert got[row, tokens[row]] > 0, row
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_tokens_far_below_the_largest_have_weight_zero(temperature: float) -> None:
+    """Weights are trunc(exp(v - max v) * 2**44): a logit 40 / temperature below the largest is dropped, one
+    20 below is kept (the reference models the same resolution; random rows hit it rarely)."""
+    host = np.zeros((1, 1000), np.float32)
+    host[0, 0], host[0, 5], host[0, 9] = 28.0, -12.0, 8.0
+    got = gp.filtered_probs(_device(host), _device(np.full((1, 1000), np.nan, np.float32)), temperature=temperature)
+    row = got.to_numpy()[0]
+    assert row[5] == 0
+    assert row[9] > 0
+    _check_probs(row, reference(host[0], temperature), f"temperature {temperature}")
 
 
 def test_ties_at_the_thresholds_are_kept() -> None:
