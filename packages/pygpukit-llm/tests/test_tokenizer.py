@@ -356,6 +356,25 @@ def test_from_file_keeps_the_backend_post_processor(tmp_path: Path, synthetic_sp
     assert both.encode("hi")[-1] == 2
 
 
+def test_bos_and_eos_holding_a_colon_or_a_space(tmp_path: Path, synthetic_spm: SpmFactory) -> None:
+    """The BOS/EOS post-processor works for any token text (a template piece cannot hold ":" or " ")."""
+    base = Tokenizer.from_gguf_metadata(synthetic_spm())
+    base.backend.post_processor = None
+    base.backend.add_special_tokens(["<|im:start|>", "<end of: text>"])
+    directory = _write_hf_dir(tmp_path, base)
+    config = {"bos_token": "<|im:start|>", "eos_token": "<end of: text>", "add_bos_token": True, "add_eos_token": True}
+    tok = Tokenizer.from_file(directory / "tokenizer.json", config)
+    bos, eos = tok.backend.token_to_id("<|im:start|>"), tok.backend.token_to_id("<end of: text>")
+    assert (tok.bos_token_id, tok.eos_token_id) == (bos, eos)
+    assert (tok.add_bos_token, tok.add_eos_token) == (True, True)
+    plain = tok.encode("hi", add_special_tokens=False)
+    assert tok.encode("hi") == [bos, *plain, eos]
+    assert tok.backend.encode("hi").tokens[0] == "<|im:start|>"
+    assert tok.encode_batch(["hi", "a"]) == [[bos, *plain, eos], [bos, *tok.encode("a", add_special_tokens=False), eos]]
+    same = Tokenizer.from_file(directory / "tokenizer.json", {**config, "eos_token": "<|im:start|>"})  # eos == bos
+    assert same.encode("hi") == [bos, *plain, bos]
+
+
 def test_named_chat_templates(tmp_path: Path, synthetic_spm: SpmFactory) -> None:
     base = Tokenizer.from_gguf_metadata(synthetic_spm())
     templates = [{"name": "default", "template": "D"}, {"name": "tool_use", "template": "T"}]

@@ -524,13 +524,15 @@ class Tokenizer:
         bos, eos = self.bos_token, self.eos_token
         add_bos = add_bos and bos is not None and self.bos_token_id is not None
         add_eos = add_eos and eos is not None and self.eos_token_id is not None
-        single = " ".join([*([f"{bos}:0"] if add_bos else []), "$A:0", *([f"{eos}:0"] if add_eos else [])])
-        pair = " ".join([single, *([f"{bos}:1"] if add_bos else []), "$B:1", *([f"{eos}:1"] if add_eos else [])])
-        special: list[tuple[str, int]] = []
+        # The template names the tokens by the keys BOS and EOS, mapped to their ids and strings below: a
+        # template piece is "name:type_id", which a token holding ":" or a space (<|im:start|>) cannot be.
+        single = " ".join([*(["BOS:0"] if add_bos else []), "$A:0", *(["EOS:0"] if add_eos else [])])
+        pair = " ".join([single, *(["BOS:1"] if add_bos else []), "$B:1", *(["EOS:1"] if add_eos else [])])
+        special: list[dict[str, Any]] = []
         if add_bos and bos is not None and self.bos_token_id is not None:
-            special.append((bos, self.bos_token_id))
-        if add_eos and eos is not None and self.eos_token_id is not None and eos != bos:
-            special.append((eos, self.eos_token_id))
+            special.append({"id": "BOS", "ids": [self.bos_token_id], "tokens": [bos]})
+        if add_eos and eos is not None and self.eos_token_id is not None:
+            special.append({"id": "EOS", "ids": [self.eos_token_id], "tokens": [eos]})
         self.backend.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=special)
 
     def _probe_added_specials(self) -> tuple[bool, bool]:
