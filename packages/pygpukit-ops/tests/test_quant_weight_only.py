@@ -86,6 +86,20 @@ def test_dequantize(rng: np.random.Generator, kind: str) -> None:
     np.testing.assert_allclose(cw.dequantize().to_numpy(), stored(cw), rtol=1e-7)
 
 
+def test_dequantize_and_prefill_on_a_stream(rng: np.random.Generator) -> None:
+    """dequantize(stream=) and the prefill path (more than 8 rows) of linear(stream=) on a side stream: the
+    same values as on the current stream."""
+    cw = quantize_per_channel(rng.standard_normal((40, 64)).astype(np.float32), "int8")
+    x = rng.standard_normal((12, 64)).astype(np.float32)
+    side = gp.Stream()
+    on_side = cw.dequantize(gp.float16, stream=side)
+    side.synchronize()
+    np.testing.assert_array_equal(on_side.to_numpy(), cw.dequantize(gp.float16).to_numpy())
+    got = gp.ops.linear(upload(x), cw, stream=side)
+    side.synchronize()
+    check(got.to_numpy(), x, stored(cw), gp.float32)
+
+
 @pytest.mark.nvrtc
 def test_kernels_compile_without_warnings() -> None:
     assert_compiles("quant/wo_gemv.cu", 2 * 3 * 4, only="__nv_bfloat16")

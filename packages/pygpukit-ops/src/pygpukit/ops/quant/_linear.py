@@ -183,16 +183,15 @@ def linear_paths(x: Any, w: Any, kind: type[Any], noun: str, parts: Sequence[GPU
     """``activation(x @ W.T + b)`` for a quantized weight ``w`` (N, K) and x (..., K): the body of every
     weight-only type's ``linear``. After :func:`linear_prologue` (the first eight arguments), in order:
 
-    - with ``host_prefill``, more than :data:`MAX_ROWS` rows: ``prefill(w, x2, bias, activation, stream)``
-      (on either backend);
+    - more than :data:`MAX_ROWS` rows on the device (with ``host_prefill``, on either backend):
+      ``prefill(w, x2, bias, activation, stream)``, nothing allocated before it;
     - no rows: the empty (..., N) result;
     - the CPU simulation backend: :func:`host_product` with the weight ``host_values(w)``;
-    - more than :data:`MAX_ROWS` rows: ``prefill(w, x2, bias, activation, stream)``;
     - else ``gemv(w, x2, out, bias)``'s kernel launched on ``stream`` (:func:`launch_on`), then the
       activation, if any, applied to ``out`` in place on ``stream``.
     """
     x2, lead, rows, n, code, bias = linear_prologue(x, w, kind, noun, parts, b, activation, stream)
-    if host_prefill and rows > MAX_ROWS:
+    if rows > MAX_ROWS and (host_prefill or is_cuda()):
         return prefill(w, x2, bias, activation, stream).reshape((*lead, n))
     out = empty((rows, n), x.dtype, stream=stream)
     if rows == 0:
@@ -200,8 +199,6 @@ def linear_paths(x: Any, w: Any, kind: type[Any], noun: str, parts: Sequence[GPU
     if not is_cuda():
         host_product(out, x2, host_values(w), bias, code)
         return out.reshape((*lead, n))
-    if rows > MAX_ROWS:
-        return prefill(w, x2, bias, activation, stream).reshape((*lead, n))
     kernel, args, grid = gemv(w, x2, out, bias)
     launch_on(kernel, args, grid, stream)
     if code:

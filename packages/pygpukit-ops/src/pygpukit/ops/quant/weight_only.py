@@ -15,6 +15,7 @@ The CPU simulation backend computes the product in float64 from the stored value
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -81,13 +82,15 @@ class ChannelQuantizedTensor(_linear.WeightOnlyTensor):
         """The weight in float64 on the host (CPU backend): ``scale[:, None] * data``."""
         return _cpu.host(self.data).astype(np.float64) * _cpu.host(self.scale).astype(np.float64)[:, None]
 
-    def dequantize(self, dtype: Any = float32) -> GPUArray:
-        """``scale[:, None] * data`` on the device, in ``dtype`` (float32, float16 or bfloat16)."""
+    def dequantize(self, dtype: Any = float32, *, stream: Stream | None = None) -> GPUArray:
+        """``scale[:, None] * data`` on the device, in ``dtype`` (float32, float16 or bfloat16), on ``stream``
+        (default: the current one)."""
         from .. import elementwise
 
         target = _linear.dequantize_dtype(dtype)
-        wide = elementwise.mul(self.data.astype(float32), self.scale.reshape(self.shape[0], 1))
-        return wide if target == float32 else wide.astype(target)
+        with stream if stream is not None else contextlib.nullcontext():
+            wide = elementwise.mul(self.data.astype(float32), self.scale.reshape(self.shape[0], 1))
+            return wide if target == float32 else wide.astype(target)
 
     def __repr__(self) -> str:
         return f"ChannelQuantizedTensor({self.kind}, shape={self.shape})"
@@ -143,22 +146,13 @@ def _gemv(w: ChannelQuantizedTensor, x2: GPUArray, out: GPUArray, bias: GPUArray
     return _kernel(w.data.dtype, x2.dtype, rows), args, -(-n // 8)
 
 
-def _prefill(w: ChannelQuantizedTensor, x2: GPUArray, bias: GPUArray | None, activation: str | None,
-             stream: Stream | None) -> GPUArray:  # fmt: skip
-    """More than 8 rows: W dequantized to x's dtype (:meth:`ChannelQuantizedTensor.dequantize` takes no
-    stream: on the current one), then the GEMM dispatch on ``stream``."""
-    from ..gemm.api import linear
-
-    return linear(x2, w.dequantize(x2.dtype), bias, activation, stream=stream)
-
-
 def weight_only_linear(x: GPUArray, w: ChannelQuantizedTensor, b: GPUArray | None = None,
                        activation: str | None = None, *, stream: Stream | None = None) -> GPUArray:  # fmt: skip
     """``activation(x @ W.T + b)`` for a :class:`ChannelQuantizedTensor` ``w`` (N, K) and x (..., K)
     of float32, float16 or bfloat16 (``pygpukit.ops.linear`` hands such weights here)."""
     return _linear.linear_paths(x, w, ChannelQuantizedTensor, "a ChannelQuantizedTensor", (w.data, w.scale), b,
-                                activation, stream, host_values=ChannelQuantizedTensor.host_values, prefill=_prefill,
-                                gemv=_gemv)  # fmt: skip
+                                activation, stream, host_values=ChannelQuantizedTensor.host_values,
+                                prefill=_linear.dequantized_prefill, gemv=_gemv)  # fmt: skip
 
 
 def _enumerate() -> Groups:
