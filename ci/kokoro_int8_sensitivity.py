@@ -44,6 +44,9 @@ from kokoro_ort_self_agreement import (  # type: ignore[import-not-found]  # ci/
     Config,
     _cpu,
     _session,
+    case_arguments,
+    publish,
+    selected_cases,
     snr_db,
 )
 from kokoro_reference import FRAMES, PHONEMES, RAW  # type: ignore[import-not-found]
@@ -378,18 +381,10 @@ def table(report: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("model_dir", type=Path)
-    parser.add_argument("--voices", default="", help="comma-separated voices (default: all of voices_ja.npz)")
-    parser.add_argument("--strings", default="", help="comma-separated indices into kokoro_reference.PHONEMES")
-    parser.add_argument("--json", type=Path, help="write the full report here")
+    case_arguments(parser)
     args = parser.parse_args()
-    voices = args.voices.split(",") if args.voices else list(np.load(args.model_dir / "voices_ja.npz").files)
-    strings = [int(s) for s in args.strings.split(",")] if args.strings else list(range(len(PHONEMES)))
-    report = run(args.model_dir, voices, strings)
-    print(f"onnxruntime {report['onnxruntime']}, {report['cpu']} ({report['cpu_count']} CPUs), {report['model']}")
-    print(table(report))
-    if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=1, ensure_ascii=True) + "\n", encoding="utf-8")
+    report = run(args.model_dir, *selected_cases(args))
+    publish(report, [table(report)], args.json)
 
 
 if __name__ == "__main__":

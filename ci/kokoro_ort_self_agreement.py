@@ -219,22 +219,37 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def case_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments every Kokoro onnxruntime measurement takes: the model folder, the cases, the JSON file."""
     parser.add_argument("model_dir", type=Path)
-    parser.add_argument("--model", type=Path, help=f"run this file instead of MODEL_DIR/{MODEL}")
     parser.add_argument("--voices", default="", help="comma-separated voices (default: all of voices_ja.npz)")
     parser.add_argument("--strings", default="", help="comma-separated indices into kokoro_reference.PHONEMES")
     parser.add_argument("--json", type=Path, help="write the full report here")
-    args = parser.parse_args()
+
+
+def selected_cases(args: argparse.Namespace) -> tuple[list[str], list[int]]:
+    """The voices and phoneme-string indices :func:`case_arguments` selected (default: all)."""
     voices = args.voices.split(",") if args.voices else list(np.load(args.model_dir / "voices_ja.npz").files)
     strings = [int(s) for s in args.strings.split(",")] if args.strings else list(range(len(PHONEMES)))
-    report = run(args.model_dir, voices, strings, args.model)
+    return voices, strings
+
+
+def publish(report: dict[str, Any], lines: list[str], json_path: Path | None) -> None:
+    """Print the run's machine line and ``lines``; write ``report`` as JSON to ``json_path`` when given."""
     print(f"onnxruntime {report['onnxruntime']}, {report['cpu']} ({report['cpu_count']} CPUs), {report['model']}")
-    print("nodes of the optimized graph: " + ", ".join(f"{k} {v}" for k, v in report["optimized_graph_nodes"].items()))
-    print(table(report))
-    if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=1, ensure_ascii=True) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+    if json_path is not None:
+        json_path.write_text(json.dumps(report, indent=1, ensure_ascii=True) + "\n", encoding="utf-8")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    case_arguments(parser)
+    parser.add_argument("--model", type=Path, help=f"run this file instead of MODEL_DIR/{MODEL}")
+    args = parser.parse_args()
+    report = run(args.model_dir, *selected_cases(args), args.model)
+    nodes = ", ".join(f"{k} {v}" for k, v in report["optimized_graph_nodes"].items())
+    publish(report, [f"nodes of the optimized graph: {nodes}", table(report)], args.json)
 
 
 if __name__ == "__main__":
