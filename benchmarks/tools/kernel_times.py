@@ -57,21 +57,19 @@ def _cases(torch: Any, names: list[str]) -> dict[str, dict[str, Callable[[], Any
     return found
 
 
+_DEFAULTS: list[tuple[bool, dict[str, int], int, int]] = []
+
+
 def _use_variant(spec: str | None) -> None:
     """Plan pygpukit's FFTs as ``spec`` says from here on: "smem" (fft.cu's fft_smem only) or "reg<E>" with
     optional ":t<threads per block>" and ":s<rows per block of strided launches>" (fft_reg.cu's knobs,
     _fft_plan.reg_*); None: the defaults."""
     from pygpukit.audio import _fft_plan
 
-    defaults = getattr(_use_variant, "defaults", None)
-    if defaults is None:
-        defaults = _use_variant.defaults = (  # type: ignore[attr-defined]
-            _fft_plan.reg_enabled,
-            dict(_fft_plan.reg_elements),
-            _fft_plan.reg_threads,
-            _fft_plan.reg_strided_rows,
-        )
-    enabled, elements, threads, strided = defaults
+    if not _DEFAULTS:  # the planner's own settings, read before the first variant changes them
+        _DEFAULTS.append((_fft_plan.reg_enabled, dict(_fft_plan.reg_elements), _fft_plan.reg_threads,
+                          _fft_plan.reg_strided_rows))  # fmt: skip
+    enabled, elements, threads, strided = _DEFAULTS[0]
     elements = dict(elements)
     for part in (spec or "").split(":"):
         if part == "smem":
