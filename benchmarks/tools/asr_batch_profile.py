@@ -117,7 +117,7 @@ def main() -> int:
     return 0
 
 
-def _kernels(fn: Callable[[], Any], top: int = 15) -> dict[str, Any]:
+def _kernels(fn: Callable[[], Any], top: int = 30) -> dict[str, Any]:
     """The kernels of one call of ``fn`` (graph replays' included) by total device time, from torch's
     profiler (CUPTI sees every kernel of the process)."""
     import torch
