@@ -554,6 +554,31 @@ def test_repeated_call_shapes_reuse_their_plan(dtype: DType) -> None:
             planned = len(attention._PLANS)
             assert planned == 2
         assert len(attention._PLANS) == planned, "a repeated call shape was planned again"
+        assert len(attention._CALLS) == 1  # sdpa_causal's checked call, launched straight from then on
+
+
+@pytest.mark.gpu
+def test_repeated_sdpa_of_views_that_need_copies() -> None:
+    """A call whose operands the kernels cannot read in place (q at an odd address) is copied every
+    time and never becomes a cached call; an aligned call of the same shapes does; each is right."""
+    from pygpukit.core.plans import clear_plan_caches
+    from pygpukit.ops import attention
+
+    dtype = gp.float16
+    rng = np.random.default_rng(12)
+    clear_plan_caches()
+    for _ in range(2):
+        q, k, v = qkv(rng, 2, 19, 33, 4, 2, 64, dtype)
+        wide = np.concatenate([q.reshape(-1), q.reshape(-1)[:1]])
+        q_odd = upload(wide)[1:].reshape(q.shape)  # one element off: not 16-byte aligned
+        np.testing.assert_array_equal(q_odd.to_numpy(), q)
+        close(gp.sdpa(q_odd, upload(k), upload(v)), reference(q, k, v, causal=False), dtype, "odd q")
+        assert len(attention._CALLS) == 0
+    for _ in range(2):
+        q, k, v = qkv(rng, 2, 19, 33, 4, 2, 64, dtype)
+        close(gp.sdpa(upload(q), upload(k), upload(v), scale=0.3), reference(q, k, v, causal=False, scale=0.3),
+              dtype, "aligned")  # fmt: skip
+        assert len(attention._CALLS) == 1
 
 
 def test_public_names() -> None:

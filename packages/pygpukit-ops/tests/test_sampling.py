@@ -174,6 +174,26 @@ def test_greedy_matches_numpy_argmax(dtype: str, batch: int, vocab: int) -> None
     np.testing.assert_array_equal(via_sampler, np.argmax(host.astype(np.float32), axis=1))
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_greedy_repeated_calls(dtype: str) -> None:
+    """A repeated greedy() call of one layout goes through its cached launch (one entry per layout):
+    fresh logits at new addresses, strided rows and another layout each still give NumPy's argmax."""
+    from pygpukit.core.plans import clear_plan_caches
+
+    rng = np.random.default_rng(17)
+    clear_plan_caches()
+    for round_ in range(3):
+        for shape, rows in (((4, 5003), slice(None)), ((6, 3001), slice(1, None, 2))):
+            host = _logits(rng, shape, dtype)
+            got = gp.greedy(_device(host)[rows]).to_numpy()
+            want = np.argmax(host[rows].astype(np.float32), axis=1).astype(np.int32)
+            np.testing.assert_array_equal(got, want, err_msg=f"round {round_}, shape {shape}")
+        assert len(sampling._GREEDY) == 2
+    with pytest.raises(ShapeError):  # a cached layout does not skip the checks of another one
+        gp.greedy(_device(_logits(rng, (4, 5003), dtype)).T)
+
+
 def test_greedy_special_values() -> None:
     host = np.array([[-np.inf] * 5, [1.0, np.nan, 3.0, np.nan, 3.0], [-0.0, 0.0, -0.0, -1.0, -2.0]], np.float32)
     got = gp.greedy(_device(host)).to_numpy()

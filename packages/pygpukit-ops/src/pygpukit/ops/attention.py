@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from pygpukit.core.abi import KernelStruct
-from pygpukit.core.array import GPUArray, empty, from_numpy
+from pygpukit.core.array import GPUArray, allocate, empty, from_numpy
 from pygpukit.core.device import get_device_info
 from pygpukit.core.dtypes import DType, bfloat16, float16, float32, int32
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
@@ -86,6 +86,9 @@ _ARGS = KernelStruct(f"{_NS}AttentionArgs", (_PREFILL_FILE, _DECODE_FILE, _sm90.
 ])  # fmt: skip
 _PARAMS = [_ARGS.param("args")]
 _PLANS: PlanCache[Any] = PlanCache("ops.attention")
+# sdpa / sdpa_causal calls already checked once, by their layouts (out=None, no window): the plan to launch
+# into a fresh result (_attention's fast path).
+_CALLS: PlanCache[Any] = PlanCache("ops.attention.calls")
 
 # Tensor-core prefill tilings per head dimension, (warps, m16 tiles per warp, keys per tile, Q in
 # registers), best first; the first whose shared memory fits the device runs.
@@ -357,14 +360,15 @@ def _plan_rows(q: GPUArray, k: GPUArray, target: GPUArray, k_strides: Sequence[i
 def _launch_rows(q: GPUArray, k: GPUArray, v: GPUArray, out: GPUArray, k_strides: Sequence[int],
                  v_strides: Sequence[int], *, kv_heads: int, kv_capacity: int, causal: bool, window: int,
                  scale: float, lens: GPUArray | None = None, lens_add: int = 0, table: GPUArray | None = None,
-                 block_size: int = 0) -> None:  # fmt: skip
+                 block_size: int = 0) -> _Plan | None:  # fmt: skip
     """The attention kernels over q (batch, seq_q, heads, head_dim) into out, same layout; strided or
-    paged keys. fp16/bf16: flash_prefill; float32: attention_simt. One plan lookup, then the launch."""
+    paged keys. fp16/bf16: flash_prefill; float32: attention_simt. One plan lookup, then the launch.
+    Returns the plan when it wrote ``out`` directly (None: through a temporary and a copy)."""
     target = _result_target(out, q.dtype, [q, k, v])
     key = ("rows", q._dtype, q._shape, q._strides, k._shape, tuple(k_strides), tuple(v_strides), target._strides,
            kv_heads, kv_capacity, causal, window, scale, lens is not None, lens_add,
            None if table is None else table._strides[0], block_size, thread_device(), _sm90.CHOICE.kind)  # fmt: skip
-    plan = _PLANS.get(key)
+    plan: _Plan | None = _PLANS.get(key)
     if plan is None:
         plan = _PLANS.put(key, _plan_rows(q, k, target, k_strides, v_strides, kv_heads=kv_heads,
                                           kv_capacity=kv_capacity, causal=causal, window=window, scale=scale,
@@ -372,6 +376,8 @@ def _launch_rows(q: GPUArray, k: GPUArray, v: GPUArray, out: GPUArray, k_strides
     plan.launch(q, k, v, target, lens, table, None)
     if target is not out:
         out.copy_(target)
+        return None
+    return plan
 
 
 def _bshd(x: GPUArray) -> tuple[int, int, int]:
@@ -422,6 +428,20 @@ def _host64(x: GPUArray) -> np.ndarray[Any, Any]:
 
 # -- prefill, non-causal and cross attention ---------------------------------------------------------
 def _attention(name: str, q: Any, k: Any, v: Any, *, causal: bool, scale: Any, window: Any, out: Any) -> GPUArray:
+    # A repeated call (same layouts, alignment, scale and device, a fresh result) is one lookup, an
+    # allocation and the launch: everything the checks below decide is in the key.
+    key: tuple[Any, ...] | None = None
+    if (out is None and window is None and (scale is None or type(scale) is float) and type(q) is GPUArray
+            and type(k) is GPUArray and type(v) is GPUArray):  # fmt: skip
+        key = (name, causal, scale, q._dtype, k._dtype, v._dtype,
+               q._shape, k._shape, v._shape, q._strides, k._strides, v._strides, q.device_ptr % 16, k.device_ptr % 16,
+               v.device_ptr % 16, q._buffer.device, k._buffer.device, v._buffer.device, thread_device(),
+               _sm90.CHOICE.kind)  # fmt: skip
+        plan = _CALLS.get(key)
+        if plan is not None:
+            result = allocate(q._shape, q._dtype)
+            plan.launch(q, k, v, result, None, None, None)
+            return result
     q, k, v = _array(name, "q", q), _array(name, "k", k), _array(name, "v", v)
     dtype = _check_dtypes(name, q=q, k=k, v=v)
     for what, x in (("q", q), ("k", k), ("v", v)):
@@ -449,9 +469,11 @@ def _attention(name: str, q: Any, k: Any, v: Any, *, causal: bool, scale: Any, w
         values = [_host64(v)[b] for b in range(batch)]
         _cpu.store(result, _cpu_attend(_host64(q), keys, values, causal, window_value, scale_value))
         return result
-    q, k, v = _operand(q, dtype), _operand(k, dtype), _operand(v, dtype)
-    _launch_rows(q, k, v, result, _bshd(k), _bshd(v), kv_heads=kv_heads, kv_capacity=seq_kv, causal=causal,
-                 window=window_value, scale=scale_value)  # fmt: skip
+    operands = _operand(q, dtype), _operand(k, dtype), _operand(v, dtype)
+    plan = _launch_rows(*operands, result, _bshd(operands[1]), _bshd(operands[2]), kv_heads=kv_heads,
+                        kv_capacity=seq_kv, causal=causal, window=window_value, scale=scale_value)  # fmt: skip
+    if key is not None and plan is not None and operands[0] is q and operands[1] is k and operands[2] is v:
+        _CALLS.put(key, plan)  # read in place and written straight into the result: repeatable as it is
     return result
 
 
