@@ -7,10 +7,14 @@
 //       first pass reads the input and the last writes the output straight from registers where the
 //       accesses coalesce; between passes (radix E, the last one L / E^m) the values go through shared
 //       memory once per pass. Shared memory holds one copy of each row (fft_smem holds two), real and
-//       imaginary parts apart, with a word of padding every 16 (bank_pos) so that the radix-16 exchanges
-//       are free of bank conflicts.
+//       imaginary parts apart, each with a word of padding every 2^pad_shift (bank_pos), the rows of a
+//       block row_words apart: the planner picks both (_fft_plan._reg_layout) so that the exchanges of a
+//       warp's rows and positions spread over the banks.
 //
 // The parameters are fft_smem's, less n, npass, radices and tw_pass (compile-time here), plus:
+//   pad_shift   a word of padding after every 2^pad_shift positions of a row part in shared memory.
+//   row_words   words (elements of T) between the shared-memory rows of a block: at least 2 (L + L >>
+//               pad_shift + 1), the real parts first, the imaginary parts L + (L >> pad_shift) + 1 later.
 //   tw          W_L^m, m < L (the passes' twiddles: one small table, cached on chip).
 //   post_lo/hi  a four-step's twiddles W_N^(k i tw_post) as post_lo[q & (2^post_shift - 1)] times
 //               post_hi[q >> post_shift] with post_lo[m] = W_N^m and post_hi[m] = W_N^(m 2^post_shift): two
@@ -32,19 +36,20 @@ namespace audio {
 
 template <int L, int E_, typename T>
 struct RegShape {
-  static constexpr int E = E_;                 // elements per thread
-  static constexpr int TPR = L / E;            // threads per row
-  static constexpr int SPAN = L + L / 16 + 1;  // words of one part of a row in smem
+  static constexpr int E = E_;       // elements per thread
+  static constexpr int TPR = L / E;  // threads per row
 };
 
-// Position p of a row in its shared-memory arrays: one word of padding every 16.
-__device__ __forceinline__ int bank_pos(int p) { return p + (p >> 4); }
-
-// One row in shared memory: real parts at re[bank_pos(p)], imaginary parts at im[bank_pos(p)].
+// One row in shared memory: real parts at re[q], imaginary parts at im[q], q = p + (p >> shift) for
+// position p (a word of padding every 2^shift).
 template <typename T>
 struct SmemRow {
   T* re;
   T* im;
+  int shift;
+  __device__ __forceinline__ SmemRow(T* smem, int row, int row_words, int span, int shift_)
+      : re(smem + row * row_words), im(smem + row * row_words + span), shift(shift_) {}
+  __device__ __forceinline__ int bank_pos(int p) const { return p + (p >> shift); }
   __device__ __forceinline__ Cx<T> operator()(int k) const {
     const int q = bank_pos(k);
     return cx<T>(re[q], im[q]);
@@ -122,7 +127,7 @@ __device__ void fft_reg(const void* __restrict__ in, void* __restrict__ out, con
                         index_t out_elem, int in_len, int out_count, int post_shift, int tw_post,
                         int load_mode, int store_mode, int conj_in, int conj_out, int rows_fast,
                         int thread_rows, double scale, const T* __restrict__ window, index_t x_len,
-                        index_t pad_left, int pad_mode, double power) {
+                        index_t pad_left, int pad_mode, double power, int pad_shift, int row_words) {
   using S = RegShape<L, E, T>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* smem = reinterpret_cast<T*>(smem_raw);
@@ -136,7 +141,8 @@ __device__ void fft_reg(const void* __restrict__ in, void* __restrict__ out, con
   const bool valid = row < rows;
   index_t o = 0, i = 0;
   if (valid) split_row(row, inner, o, i);
-  const SmemRow<T> mine{smem + 2 * S::SPAN * rr, smem + 2 * S::SPAN * rr + S::SPAN};
+  const int span = L + (L >> pad_shift) + 1;  // words of one part of a row
+  const SmemRow<T> mine(smem, rr, row_words, span, pad_shift);
   const bool loads_fast = (rows_fast & 1) != 0;
   const bool stores_fast = (rows_fast & 2) != 0;
   const bool direct_in = loads_fast == (thread_rows != 0);
@@ -165,7 +171,7 @@ __device__ void fft_reg(const void* __restrict__ in, void* __restrict__ out, con
         value = reg_load<T>(load_mode, in, o2, i2, in_outer, in_inner, in_elem, e, L, in_len, tw_edge,
                             conj_in, window, x_len, pad_left, pad_mode);
       }
-      const SmemRow<T> dst{smem + 2 * S::SPAN * r2, smem + 2 * S::SPAN * r2 + S::SPAN};
+      const SmemRow<T> dst(smem, r2, row_words, span, pad_shift);
       dst.set(e, value);
     }
     __syncthreads();
@@ -214,7 +220,7 @@ __device__ void fft_reg(const void* __restrict__ in, void* __restrict__ out, con
     if (row2 < rows) {
       index_t o2, i2;
       split_row(row2, inner, o2, i2);
-      const SmemRow<T> z{smem + 2 * S::SPAN * r2, smem + 2 * S::SPAN * r2 + S::SPAN};
+      const SmemRow<T> z(smem, r2, row_words, span, pad_shift);
       store_value<T>(store_mode, out, o2 * out_outer + i2 * out_inner, out_elem, k, z, L, tw_edge,
                      static_cast<const Cx<T>*>(nullptr), 0, conj_out, s, power);
     }
@@ -232,14 +238,14 @@ __device__ void fft_reg(const void* __restrict__ in, void* __restrict__ out, con
           long long in_elem, long long out_outer, long long out_inner, long long out_elem, int in_len,     \
           int out_count, int post_shift, int tw_post, int load_mode, int store_mode, int conj_in,          \
           int conj_out, int rows_fast, int thread_rows, double scale, const void* window, long long x_len, \
-          long long pad_left, int pad_mode, double power) {                                                \
+          long long pad_left, int pad_mode, double power, int pad_shift, int row_words) {                  \
     using pygpukit::audio::Cx;                                                                             \
     pygpukit::audio::fft_reg<L, E, T>(                                                                     \
         in, out, static_cast<const Cx<T>*>(tw), static_cast<const Cx<T>*>(tw_edge),                        \
         static_cast<const Cx<T>*>(post_lo), static_cast<const Cx<T>*>(post_hi), rows, inner, in_outer,     \
         in_inner, in_elem, out_outer, out_inner, out_elem, in_len, out_count, post_shift, tw_post,         \
         load_mode, store_mode, conj_in, conj_out, rows_fast, thread_rows, scale,                           \
-        static_cast<const T*>(window), x_len, pad_left, pad_mode, power);                                  \
+        static_cast<const T*>(window), x_len, pad_left, pad_mode, power, pad_shift, row_words);            \
   }
 
 #define PYGPUKIT_AUDIO_FFT_REG_ENTRIES(E, L)     \

@@ -60,25 +60,27 @@ def _smem(buffers: dict[Any, Array], args: tuple[Any, ...], launch: Any) -> None
           lambda x: np.fft.fft(x, axis=1), post)  # fmt: skip
 
 
-def _reg_transform(x: Array, elements: int, tw: Array) -> Array:
+def _reg_transform(x: Array, elements: int, tw: Array, shift: int = 4) -> Array:
     """fft_reg.cu's transform of rows ``x`` (rows, L), step by step: thread jt of a row holds positions
     jt + e L / E; each radix-R pass takes butterflies j = jt + i L / E, twiddles them from the W_L table and
     sends the outputs through a padded shared-memory row (NaN where nothing was written, so a read of an
-    unwritten position shows). The R-point DFTs are numpy's (the kernel's own are checked on the GPU)."""
+    unwritten position shows; a word of padding every 2^shift positions). The R-point DFTs are numpy's
+    (the kernel's own are checked on the GPU)."""
     rows, length = x.shape
     per_row = length // elements
     jt = np.arange(per_row)
     e = np.arange(elements)
 
     def bank(p: Array) -> Array:
-        return p + (p >> 4)
+        padded: Array = p + (p >> shift)
+        return padded
 
     v = x[:, jt[:, None] + e[None, :] * per_row]
     ns = 1
     while True:
         radix = min(elements, length // ns)
         group = elements // radix
-        smem = np.full((rows, length + length // 16 + 1), np.nan + 0j)
+        smem = np.full((rows, length + (length >> shift) + 1), np.nan + 0j)
         out = v.copy()
         for i in range(group):
             j = jt + i * per_row
@@ -104,20 +106,22 @@ def _reg_transform(x: Array, elements: int, tw: Array) -> Array:
 def _reg(buffers: dict[Any, Array], args: tuple[Any, ...], launch: Any) -> None:
     (src, dst, tw, edge, post_lo, post_hi, rows, inner, in_outer, in_inner, in_elem, out_outer, out_inner,
      out_elem, in_len, out_count, post_shift, tw_post, load, store, conj_in, conj_out, rows_fast, thread_rows,
-     scale, window, x_len, pad_left, pad_mode, power) = args  # fmt: skip
+     scale, window, x_len, pad_left, pad_mode, power, pad_shift, row_words) = args  # fmt: skip
     elements, n = (int(part) for part in launch.kernel.name.removeprefix("fft_reg").split("_"))
     threads = launch.block
     ry = threads // (n // elements)
     assert threads == ry * (n // elements) <= 1024
     assert launch.grid * ry >= rows
-    assert launch.shared == ry * 2 * (n + n // 16 + 1) * (8 if buffers["dtype"] == float64 else 4)
+    assert 3 <= pad_shift <= 5
+    assert row_words >= 2 * (n + (n >> pad_shift) + 1), "the shared-memory rows of a block overlap"
+    assert launch.shared == ry * row_words * (8 if buffers["dtype"] == float64 else 4)
     assert launch.shared <= _fft_plan._smem_limit()
     direct_store = store in (STORE["kStoreComplex"], STORE["kStoreReal"])
     assert thread_rows == int(bool(rows_fast & (2 if direct_store else 1)))
     mask = (1 << post_shift) - 1
     post = None if not tw_post else (lambda q: buffers[post_lo][q & mask] * buffers[post_hi][q >> post_shift])
     _rows(buffers, SimpleNamespace(**{k: v for k, v in locals().items() if k not in ("buffers", "args", "launch")}),
-          lambda x: _reg_transform(x, elements, buffers[tw]), post)  # fmt: skip
+          lambda x: _reg_transform(x, elements, buffers[tw], pad_shift), post)  # fmt: skip
 
 
 def _rows(buffers: dict[Any, Array], a: Any, transform: Any, post: Any) -> None:
@@ -155,6 +159,65 @@ def _rows(buffers: dict[Any, Array], a: Any, transform: Any, post: Any) -> None:
     if post is not None:
         z = z * post(k[None, :] * (i * a.tw_post)[:, None])
     buffers[a.dst][(outer * a.out_outer + i * a.out_inner)[:, None] + k[None, :] * a.out_elem] = z * a.scale
+
+
+def _wavefronts(length: int, elements: int, wide: bool, thread_rows: bool, ry: int, shift: int,
+                row_words: int) -> float:  # fmt: skip
+    """Mean shared-memory wavefronts per exchange instruction of one fft_reg launch (fft_reg.cu's RegPass
+    writes and reads, every warp of a block): per 32-lane request (float32: 32 banks of words; float64: two
+    16-lane halves over 16 double-word banks), the most distinct addresses that share a bank."""
+    per_row = length // elements
+    threads = np.arange(ry * per_row)
+    rr, jt = (threads % ry, threads // ry) if thread_rows else (threads // per_row, threads % per_row)
+    banks, lanes = (16, 16) if wide else (32, 32)
+    costs = []
+
+    def request(words: Array) -> None:
+        for start in range(0, words.size, lanes):  # a warp, or half a warp for float64 (the last may be short)
+            half = words[start : start + lanes]
+            found: dict[int, set[int]] = {}
+            for w in half.tolist():
+                found.setdefault(w % banks, set()).add(w)
+            costs.append(max(len(v) for v in found.values()))
+
+    ns = 1
+    while ns * min(elements, length // ns) < length:
+        radix = min(elements, length // ns)
+        for i in range(elements // radix):
+            j = jt + i * per_row
+            k = j & (ns - 1)
+            for r in range(radix):
+                p = (j - k) * radix + k + r * ns
+                request(rr * row_words + p + (p >> shift))
+        for e in range(elements):
+            p = jt + e * per_row
+            request(rr * row_words + p + (p >> shift))
+        ns *= radix
+    return float(np.mean(costs))
+
+
+@pytest.mark.parametrize(("length", "elements", "thread_rows", "ry"),
+                         [(1024, 8, 1, 8), (1024, 16, 1, 8), (1024, 8, 0, 1), (2048, 8, 0, 1), (4096, 16, 0, 1),
+                          (512, 8, 1, 4), (256, 16, 1, 3), (128, 8, 0, 8), (64, 8, 1, 16)])  # fmt: skip
+@pytest.mark.parametrize("dtype", [float32, float64])
+def test_reg_layout_spreads_the_exchanges_over_the_banks(
+    length: int, elements: int, thread_rows: int, ry: int, dtype: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """_reg_layout's shared-memory rows cost no more bank conflicts than the layout of before (a word
+    every 16, rows 2 (L + L/16 + 1) apart) for any launch shape, and remove them from the four-step's
+    strided launches (8 rows of 1024 points a block: 2.0 wavefronts an exchange -> 1.0)."""
+    wide = dtype == float64
+    shift, words = _fft_plan._reg_layout(length, elements, dtype, thread_rows, ry)
+    assert words >= 2 * (length + (length >> shift) + 1)
+    new = _wavefronts(length, elements, wide, bool(thread_rows), ry, shift, words)
+    assert _fft_plan._reg_wavefronts(length, elements, wide, thread_rows, ry, shift, words) == new  # planner's model
+    monkeypatch.setattr(_fft_plan, "reg_banks", False)
+    old_shift, old_words = _fft_plan._reg_layout(length, elements, dtype, thread_rows, ry)
+    assert (old_shift, old_words) == (4, 2 * (length + length // 16 + 1))
+    old = _wavefronts(length, elements, wide, bool(thread_rows), ry, old_shift, old_words)
+    assert new <= old, (new, old)
+    if (length, elements, thread_rows, ry) == (1024, 8, 1, 8):
+        assert (old, new) == ((1.1666666666666667, 1.0) if wide else (2.0, 1.0))
 
 
 def _use_reg(monkeypatch: pytest.MonkeyPatch, elements: int, dtype: Any) -> None:

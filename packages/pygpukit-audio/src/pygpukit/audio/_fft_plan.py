@@ -34,6 +34,7 @@ between the passes and one shared-memory copy of it (docs/performance.md times t
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -96,7 +97,7 @@ REG_PARAMS = (
     _Q("in_outer"), _Q("in_inner"), _Q("in_elem"), _Q("out_outer"), _Q("out_inner"), _Q("out_elem"), _I("in_len"),
     _I("out_count"), _I("post_shift"), _I("tw_post"), _I("load_mode"), _I("store_mode"), _I("conj_in"),
     _I("conj_out"), _I("rows_fast"), _I("thread_rows"), _D("scale"), _P("window"), _Q("x_len"), _Q("pad_left"),
-    _I("pad_mode"), _D("power"),
+    _I("pad_mode"), _D("power"), _I("pad_shift"), _I("row_words"),
 )  # fmt: skip
 
 # fft_reg.cu's register-resident kernels: power-of-two lengths in this range, E elements per thread by
@@ -109,6 +110,75 @@ reg_enabled = True
 reg_elements = {"float32": 8, "float64": 8}
 reg_threads = 128  # threads per block of launches over contiguous rows
 reg_strided_rows = 8  # rows per block of launches over strided rows (a four-step's columns)
+reg_banks = True  # False: fft_reg's shared-memory layout of before (a word every 16, rows 2 (L + L/16 + 1) apart)
+
+
+def _reg_wavefronts(length: int, elements: int, wide: bool, thread_rows: int, ry: int, shift: int,
+                    row_words: int) -> float:  # fmt: skip
+    """Mean shared-memory wavefronts per exchange instruction of an fft_reg launch (fft_reg.cu's RegPass:
+    each pass's radix-E writes and the next pass's reads, every warp of a block) under the layout (shift,
+    row_words): per request of 32 lanes (float32, 32 banks of words) or 16 (float64: half a warp, 16
+    double-word banks), the most distinct addresses in one bank."""
+    per_row = length // elements
+    threads = np.arange(ry * per_row)
+    rr, jt = (threads % ry, threads // ry) if thread_rows else (threads // per_row, threads % per_row)
+    lanes = 16 if wide else 32
+    positions = []
+    ns = 1
+    while ns * min(elements, length // ns) < length:
+        radix = min(elements, length // ns)
+        for i in range(elements // radix):
+            j = jt + i * per_row
+            k = j & (ns - 1)
+            positions += [(j - k) * radix + k + r * ns for r in range(radix)]
+        positions += [jt + e * per_row for e in range(elements)]
+        ns *= radix
+    if not positions:
+        return 1.0
+    p = np.stack(positions)  # (instructions, threads)
+    words = rr[None, :] * row_words + p + (p >> shift)
+    pad = -words.shape[1] % lanes  # a short last request: repeat its first address (no extra wavefront)
+    if pad:
+        words = np.concatenate([words, np.repeat(words[:, -lanes + pad :][:, :1], pad, axis=1)], axis=1)
+    requests = np.sort(words.reshape(-1, lanes), axis=1)
+    distinct = np.ones(requests.shape, bool)
+    distinct[:, 1:] = requests[:, 1:] != requests[:, :-1]
+    counts = np.zeros((requests.shape[0], lanes), np.int64)
+    rows_index = np.broadcast_to(np.arange(requests.shape[0])[:, None], requests.shape)
+    np.add.at(counts, (rows_index[distinct], requests[distinct] % lanes), 1)
+    return float(counts.max(axis=1).mean())
+
+
+def _reg_layout(length: int, elements: int, dtype: DType, thread_rows: int, ry: int) -> tuple[int, int]:
+    """(pad_shift, row_words) of an fft_reg launch's shared-memory rows (fft_reg.cu): a word of padding
+    every 2^pad_shift positions, rows row_words elements apart. The candidate with the fewest modelled
+    bank conflicts (:func:`_reg_wavefronts`; ties: less memory) among a word every 8, 16 or 32 positions,
+    each with rows 2 (L + (L >> shift) + 1) apart or that rounded up to the next distance that puts the rows
+    a warp touches in different banks (an odd multiple of banks / p for p rows of a warp side by side,
+    p = the largest power of two <= ry, or of the threads of a row when a warp spans several); the layout
+    of before (a word every 16, rows 2 (L + L/16 + 1) apart) is a candidate too. Float32, 1024 points, 8
+    elements a thread: 8 strided rows a block 2.0 -> 1.0 wavefronts an exchange, contiguous rows 2.0 -> 1.5."""
+    if not reg_banks:
+        return 4, 2 * (length + length // 16 + 1)
+    return _best_reg_layout(length, elements, dtype.itemsize == 8, thread_rows, ry)
+
+
+@functools.lru_cache(maxsize=512)
+def _best_reg_layout(length: int, elements: int, wide: bool, thread_rows: int, ry: int) -> tuple[int, int]:
+    legacy = (4, 2 * (length + length // 16 + 1))
+    banks = 16 if wide else 32
+    per_row = length // elements
+    side = (1 << (ry.bit_length() - 1)) if thread_rows else max(1, banks // per_row) if per_row < banks else 1
+    candidates = [legacy]
+    for shift in (3, 4, 5):
+        span2 = 2 * (length + (length >> shift) + 1)
+        candidates.append((shift, span2))
+        if ry > 1 and side > 1:
+            want = (banks // side) % banks if thread_rows else per_row % banks
+            candidates.append((shift, span2 + (want - span2) % banks))
+    scored = [(_reg_wavefronts(length, elements, wide, thread_rows, ry, s, w), w, s) for s, w in candidates]
+    _, words, shift = min(scored)
+    return shift, words
 
 
 def radices(length: int) -> list[int] | None:
@@ -352,11 +422,15 @@ class _Builder:
         per_row = length // elements  # threads per row
         direct_store = modes.store in (_STORE["kStoreComplex"], _STORE["kStoreReal"])
         thread_rows = int(bool(rows_fast & (2 if direct_store else 1)))
-        row_bytes = 2 * (length + length // 16 + 1) * self.dtype.itemsize
         limit = int(kernel.attributes["max_threads_per_block"])
         ry = reg_strided_rows if thread_rows else max(1, reg_threads // per_row)
-        ry = max(1, min(ry, limit // per_row, _smem_limit() // row_bytes, rows))
-        shared = ry * row_bytes
+        ry = max(1, min(ry, limit // per_row, rows))
+        while True:
+            pad_shift, row_words = _reg_layout(length, elements, self.dtype, thread_rows, ry)
+            shared = ry * row_words * self.dtype.itemsize
+            if ry == 1 or shared <= _smem_limit():
+                break
+            ry -= 1
         if shared > 48 * 1024:
             key = (id(kernel), thread_device())
             if key not in _opted_in:
@@ -373,7 +447,7 @@ class _Builder:
                 post_lo, post_hi, rows, inner, *in_strides, *out_strides, modes.in_len, modes.out_count, shift,
                 tw_post, modes.load, modes.store, modes.conj,
                 modes.conj if modes.conj_out is None else modes.conj_out, rows_fast, thread_rows, modes.scale,
-                *frames, power)  # fmt: skip
+                *frames, power, pad_shift, row_words)  # fmt: skip
         self.launches.append(_Launch(kernel, -(-rows // ry), per_row * ry, shared, args))
 
     def core(self, buffer: str, length: int) -> str:
