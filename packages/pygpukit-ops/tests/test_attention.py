@@ -569,7 +569,7 @@ def test_repeated_sdpa_of_views_that_need_copies() -> None:
     clear_plan_caches()
     for _ in range(2):
         q, k, v = qkv(rng, 2, 19, 33, 4, 2, 64, dtype)
-        wide = np.concatenate([q.reshape(-1), q.reshape(-1)[:1]])
+        wide = np.concatenate([q.reshape(-1)[:1], q.reshape(-1)])
         q_odd = upload(wide)[1:].reshape(q.shape)  # one element off: not 16-byte aligned
         np.testing.assert_array_equal(q_odd.to_numpy(), q)
         close(gp.sdpa(q_odd, upload(k), upload(v)), reference(q, k, v, causal=False), dtype, "odd q")
