@@ -94,7 +94,7 @@ def main() -> int:
     if args.kernels:
         report["kernels"] = {name: _kernels(fn) for name, fn in plain.items()}
     timer = Timer()
-    patches = [(batch, "log_mel_spectrogram"), (longform, "log_mel_spectrogram"), (model, "encode"),
+    patches = [(batch, "log_mel_batch"), (longform, "log_mel_spectrogram"), (model, "encode"),
                (graph_decode.GraphDecoder, "start"), (graph_decode.GraphDecoder, "step")]  # fmt: skip
     saved = [(obj, attr, getattr(obj, attr)) for obj, attr in patches]
     for obj, attr, fn in saved:

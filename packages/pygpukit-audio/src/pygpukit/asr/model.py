@@ -197,7 +197,13 @@ class WhisperModel:
             ck, cv = state.cross[i]
             if capture is not None:
                 capture[i] = q
-            x = add(x, self._linear(sdpa(q, ck, cv).reshape(batch, length, d), p + ".cross_out"))
+            if length == 1:  # one query per row: the split-K decode kernel over (batch, heads, frames, dim) views
+                frames = ck.shape[1]
+                cross = decode_attention(q[:, 0], ck.transpose(0, 2, 1, 3), cv.transpose(0, 2, 1, 3),
+                                         np.full(batch, frames, np.int32))  # fmt: skip
+            else:
+                cross = sdpa(q, ck, cv)
+            x = add(x, self._linear(cross.reshape(batch, length, d), p + ".cross_out"))
             x = self._mlp(x, p)
         state.length = start + length
         return self._ln(x, "dec.ln")

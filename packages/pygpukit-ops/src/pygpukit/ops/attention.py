@@ -285,7 +285,7 @@ def _aligned(x: GPUArray, dtype: DType, seq_axis: int = 1) -> bool:
 
 
 def _operand(x: GPUArray, dtype: DType, seq_axis: int = 1) -> GPUArray:
-    return x if _aligned(x, dtype, seq_axis) else x.contiguous()
+    return x if _aligned(x, dtype, seq_axis) else x.clone()  # (contiguous() keeps a contiguous, misaligned view)
 
 
 class _Plan:
