@@ -3,7 +3,8 @@ the op): the time the Python thread spends per call when the GPU is not the bott
 
 Each case runs ``--calls`` back-to-back calls without synchronizing (small inputs: the GPU finishes
 each kernel faster than the host issues the next), divided by the count; the figure is the median of
-``--repeats`` such rounds (not the best). Run on the GPU machine:
+``--repeats`` such rounds (not the best), pygpukit's and torch's rounds interleaved so that both see
+the same phases of the machine. Run on the GPU machine:
 ``python benchmarks/tools/host_cost.py --markdown --json $OUT/host_cost.json``. Exits 0; a case that
 fails prints its error in the table instead of a figure.
 """
@@ -193,6 +194,33 @@ def host_time(fn: Callable[[], Any], calls: int, repeats: int, sync: Callable[[]
     return statistics.median(rounds) * 1e6
 
 
+def host_times(impls: dict[str, tuple[Callable[[], Any], Callable[[], None]]], calls: int,
+               repeats: int) -> dict[str, float | str]:  # fmt: skip
+    """:func:`host_time` of several implementations of one case, their rounds interleaved (round r of
+    each runs before round r + 1 of any), so that a slow phase of the machine (clock, other processes)
+    falls on all of them alike. An implementation that raises gets its error instead of a figure."""
+    results: dict[str, float | str] = {}
+    live: dict[str, tuple[Callable[[], Any], Callable[[], None]]] = {}
+    for label, (fn, sync) in impls.items():
+        try:
+            for _ in range(20):
+                fn()
+            sync()
+            live[label] = (fn, sync)
+        except Exception as exc:  # a failing case is reported, the others still run
+            results[label] = f"{type(exc).__name__}: {str(exc)[:80]}"
+    rounds: dict[str, list[float]] = {label: [] for label in live}
+    for _ in range(repeats):
+        for label, (fn, sync) in live.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            rounds[label].append((time.perf_counter() - start) / calls)
+            sync()
+    results.update({label: statistics.median(times) * 1e6 for label, times in rounds.items()})
+    return {label: results[label] for label in impls}
+
+
 def print_profile(case: Case, calls: int, top: int) -> None:
     """The ``top`` functions by own time over ``calls`` calls of ``case`` (cProfile's figures are
     inflated by the profiler itself; read them as shares, not as times)."""
@@ -328,14 +356,10 @@ def main(argv: list[str] | None = None) -> int:
         wanted = [w for w in args.only.split(",") if w]
         cases = [c for c in cases if any(w in c.name for w in wanted)]
     for case in cases:
-        for label, fn, sync in (("pygpukit", case.ours, gp.synchronize),
-                                ("torch", case.torch, th.cuda.synchronize if th is not None else None)):  # fmt: skip
-            if fn is None or sync is None:
-                continue
-            try:
-                case.results[label] = host_time(fn, args.calls, args.repeats, sync)
-            except Exception as exc:  # a failing case is reported, the others still run
-                case.results[label] = f"{type(exc).__name__}: {str(exc)[:80]}"
+        impls: dict[str, tuple[Callable[[], Any], Callable[[], None]]] = {"pygpukit": (case.ours, gp.synchronize)}
+        if case.torch is not None and th is not None:
+            impls["torch"] = (case.torch, th.cuda.synchronize)
+        case.results.update(host_times(impls, args.calls, args.repeats))
         if args.profile and isinstance(case.results.get("pygpukit"), float):
             print_profile(case, args.calls, args.profile)
         print(f"{case.name:<26} " + "  ".join(f"{k} {v:.2f} us" if isinstance(v, float) else f"{k} {v}"
