@@ -129,6 +129,9 @@ __device__ void fft_smem(const void* __restrict__ in, void* __restrict__ out, co
   // that the rows of one warp's access fall in different shared-memory banks (_fft_plan._smem_shape).
   const index_t span = 2 * static_cast<index_t>(n) + (rows_fast ? (ry >= 32 ? 1 : 32 / ry) : 0);
 
+  index_t o0, i0;  // the block's first row (each position's row is split from it)
+  split_row(row0, inner, o0, i0);
+
   // Positions q < ry n (ry n fits in an int: it is bounded by the shared memory).
   const bool loads_fast = (rows_fast & 1) != 0;
   for (GridWalk w(tid, nthreads, loads_fast ? ry : n); w.major < (loads_fast ? n : ry); w.next()) {
@@ -137,7 +140,7 @@ __device__ void fft_smem(const void* __restrict__ in, void* __restrict__ out, co
     const index_t row = row0 + rr;
     if (row < rows) {
       index_t o, i;
-      split_row(row, inner, o, i);
+      split_row_after(o0, i0, rr, inner, o, i);
       smem[rr * span + e] =
           load_mode == codes::kLoadFramePairs
               ? load_frame_pair<T>(in, o * in_outer, i * in_inner - pad_left, e, window, x_len, pad_mode)
@@ -161,7 +164,7 @@ __device__ void fft_smem(const void* __restrict__ in, void* __restrict__ out, co
     const index_t row = row0 + rr;
     if (row < rows) {
       index_t o, i;
-      split_row(row, inner, o, i);
+      split_row_after(o0, i0, rr, inner, o, i);
       const ResultRow<T> z{smem + rr * span + result, nullptr};
       store_value<T>(store_mode, out, o * out_outer + i * out_inner, out_elem, k, z, n, tw_edge, tw,
                      i * tw_post, conj_out, s, power);

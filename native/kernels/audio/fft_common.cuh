@@ -339,6 +339,25 @@ __device__ __forceinline__ void split_row(index_t row, index_t inner, index_t& o
   }
 }
 
+// Row row0 + r of a launch (r >= 0, a row of the same block) from row0's split (o0, i0): a few steps,
+// no division (the GridWalk loops below split every position's row this way).
+__device__ __forceinline__ void split_row_after(index_t o0, index_t i0, int r, index_t inner, index_t& outer,
+                                                index_t& in_row) {
+  if (inner == 1) {
+    outer = o0 + r;
+    in_row = 0;
+    return;
+  }
+  index_t i = i0 + r;
+  index_t o = o0;
+  while (i >= inner) {
+    i -= inner;
+    ++o;
+  }
+  outer = o;
+  in_row = i;
+}
+
 // The flat positions q = start, start + step, ... of a (majors x m) grid as (major q / m, minor q % m),
 // stepped without a division per position.
 struct GridWalk {

@@ -141,6 +141,8 @@ __device__ void fft_reg(const void* __restrict__ in, void* __restrict__ out, con
   const bool valid = row < rows;
   index_t o = 0, i = 0;
   if (valid) split_row(row, inner, o, i);
+  index_t o0, i0;  // the block's first row (the GridWalk loops split their rows from it)
+  split_row(row0, inner, o0, i0);
   const int span = L + (L >> pad_shift) + 1;  // words of one part of a row
   const SmemRow<T> mine(smem, rr, row_words, span, pad_shift);
   const bool loads_fast = (rows_fast & 1) != 0;
@@ -167,7 +169,7 @@ __device__ void fft_reg(const void* __restrict__ in, void* __restrict__ out, con
       Cx<T> value = czero<T>();
       if (row2 < rows) {
         index_t o2, i2;
-        split_row(row2, inner, o2, i2);
+        split_row_after(o0, i0, r2, inner, o2, i2);
         value = reg_load<T>(load_mode, in, o2, i2, in_outer, in_inner, in_elem, e, L, in_len, tw_edge,
                             conj_in, window, x_len, pad_left, pad_mode);
       }
@@ -219,7 +221,7 @@ __device__ void fft_reg(const void* __restrict__ in, void* __restrict__ out, con
     const index_t row2 = row0 + r2;
     if (row2 < rows) {
       index_t o2, i2;
-      split_row(row2, inner, o2, i2);
+      split_row_after(o0, i0, r2, inner, o2, i2);
       const SmemRow<T> z(smem, r2, row_words, span, pad_shift);
       store_value<T>(store_mode, out, o2 * out_outer + i2 * out_inner, out_elem, k, z, L, tw_edge,
                      static_cast<const Cx<T>*>(nullptr), 0, conj_out, s, power);
