@@ -6,6 +6,9 @@
 # join it with .bigB's part01 and unpack .bigB/whisper-small.tar.
 #
 #   stage-a         copy .bigA/* to /tmp/m (first of the two calls)
+#   stage-lib       copy .libA/*.whl (ci/librosa_bundle.sh: llvmlite) to /tmp/libw (first of two calls)
+#   with-librosa    install /tmp/libw's and .libB's wheels (librosa and its dependencies) into /tmp/librosa-site
+#                   and put it on PYTHONPATH for the phases after it (audio-bench then times librosa too)
 #   kernels         benchmarks/tools/kernel_times.py: fft, rfft, stft kernels against torch's, and
 #                   pygpukit's under the FFT plan variants of $FFT_VARIANTS (default smem,reg8,reg16)
 #   ncu-fft         Nsight Compute sections of the first FFT launches (fft 2^20's two, stft n_fft 2048's)
@@ -52,6 +55,15 @@ pytest_q=(python3 -m pytest -p no:cacheprovider -q -rfE -o "addopts=--strict-mar
 for phase in "$@"; do
   case "$phase" in
     stage-a) mkdir -p /tmp/m && cp .bigA/* /tmp/m/ && summary+=("stage-a      ok") ;;
+    stage-lib) mkdir -p /tmp/libw && cp .libA/*.whl /tmp/libw/ && summary+=("stage-lib    ok") ;;
+    with-librosa)
+      if python3 -m pip install --quiet --no-deps --no-index --no-compile --target /tmp/librosa-site /tmp/libw/*.whl \
+        .libB/*.whl && PYTHONPATH="/tmp/librosa-site:$PYTHONPATH" python3 -c "import librosa; print('librosa', librosa.__version__)"; then
+        export PYTHONPATH="/tmp/librosa-site:$PYTHONPATH"
+        summary+=("with-librosa ok")
+      else
+        summary+=("with-librosa FAILED"); status=1
+      fi ;;
     kernels)
       run kernels 300 python3 benchmarks/tools/kernel_times.py --variants "${FFT_VARIANTS:-smem,reg8,reg16}" \
         --json "$OUT/kernel_times.json" ;;
