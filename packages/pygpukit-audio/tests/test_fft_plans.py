@@ -165,7 +165,8 @@ def _wavefronts(length: int, elements: int, wide: bool, thread_rows: bool, ry: i
                 row_words: int) -> float:  # fmt: skip
     """Mean shared-memory wavefronts per exchange instruction of one fft_reg launch (fft_reg.cu's RegPass
     writes and reads, every warp of a block): per 32-lane request (float32: 32 banks of words; float64: two
-    16-lane halves over 16 double-word banks), the most distinct addresses that share a bank."""
+    16-lane halves over 16 double-word banks), the most distinct addresses that share a bank. Written apart
+    from the planner's vectorized _reg_wavefronts on purpose (the test compares the two)."""
     per_row = length // elements
     threads = np.arange(ry * per_row)
     rr, jt = (threads % ry, threads // ry) if thread_rows else (threads // per_row, threads % per_row)

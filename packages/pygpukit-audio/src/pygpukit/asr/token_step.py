@@ -79,6 +79,29 @@ __device__ __forceinline__ bool masked(const RowRules& r, int i, unsigned char s
     return r.last_ts >= 0 && i >= r.tsb && i <= r.last_ts;
 }
 
+// f(value, i) for every entry i of a row the rules keep, this thread's entries tid + k BLOCK: UNROLL of them
+// at a time, every load of a group issued before any is used (the row's passes are bound by load latency).
+template <int KIND, typename F>
+__device__ __forceinline__ void visit_kept(const RowRules& r, int tid, int vocab, const void* x, long long offset,
+                                           const unsigned char* suppress, const unsigned char* blank, F&& f) {
+    for (int start = tid; start < vocab; start += BLOCK * UNROLL) {
+        float v[UNROLL];
+        bool keep[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const int i = start + u * BLOCK;
+            const bool in = i < vocab;
+            const unsigned char sup = in ? suppress[i] : 1, blk = in ? blank[i] : 0;
+            v[u] = in ? load<KIND>(x, offset + i) : 0.0f;
+            keep[u] = in && !masked(r, i, sup, blk);
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            if (keep[u]) f(v[u], start + u * BLOCK);
+        }
+    }
+}
+
 // (value, index) maximum with the lower index winning ties, as numpy.argmax.
 __device__ __forceinline__ void better(float& v, int& k, float v2, int k2) {
     if (v2 > v || (v2 == v && k2 >= 0 && (k < 0 || k2 < k))) { v = v2; k = k2; }
@@ -103,26 +126,10 @@ __device__ void greedy_step(const void* logits, long long row_stride, const unsi
     const long long offset = (long long)row * row_stride;
     float mt = NEG_INF, ms = NEG_INF;
     int at = -1, as = -1;
-    // UNROLL entries a thread at a time, every load issued before the first use (ties go to the lower
-    // index whatever the order, so the order of the visits does not matter).
-    for (int start = tid; start < vocab; start += BLOCK * UNROLL) {
-        float v[UNROLL];
-        bool keep[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const int i = start + u * BLOCK;
-            const bool in = i < vocab;
-            const unsigned char sup = in ? suppress[i] : 1, blk = in ? blank[i] : 0;
-            v[u] = in ? load<KIND>(x, offset + i) : 0.0f;
-            keep[u] = in && !masked(r, i, sup, blk);
-        }
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const int i = start + u * BLOCK;
-            if (!keep[u]) continue;
-            if (i < tsb) better(mt, at, v[u], i); else better(ms, as, v[u], i);
-        }
-    }
+    // (Ties go to the lower index whatever the order, so the order of the visits does not matter.)
+    visit_kept<KIND>(r, tid, vocab, x, offset, suppress, blank, [&](float v, int i) {
+        if (i < tsb) better(mt, at, v, i); else better(ms, as, v, i);
+    });
     s_val[0][tid] = mt; s_idx[0][tid] = at; s_val[1][tid] = ms; s_idx[1][tid] = as;
     __syncthreads();
     for (int half = BLOCK / 2; half > 0; half >>= 1) {
@@ -137,25 +144,10 @@ __device__ void greedy_step(const void* logits, long long row_stride, const unsi
     }
     mt = s_val[0][0]; at = s_idx[0][0]; ms = s_val[1][0]; as = s_idx[1][0];
     double st_sum = 0.0, ss_sum = 0.0;
-    for (int start = tid; start < vocab; start += BLOCK * UNROLL) {
-        float v[UNROLL];
-        bool keep[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const int i = start + u * BLOCK;
-            const bool in = i < vocab;
-            const unsigned char sup = in ? suppress[i] : 1, blk = in ? blank[i] : 0;
-            v[u] = in ? load<KIND>(x, offset + i) : 0.0f;
-            keep[u] = in && !masked(r, i, sup, blk);
-        }
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const int i = start + u * BLOCK;
-            if (!keep[u]) continue;
-            // v <= the maximum of its group: exp of a non-positive float32 difference, summed in float64
-            if (i < tsb) st_sum += (double)expf(v[u] - mt); else ss_sum += (double)expf(v[u] - ms);
-        }
-    }
+    // v <= the maximum of its group: exp of a non-positive float32 difference, summed in float64
+    visit_kept<KIND>(r, tid, vocab, x, offset, suppress, blank, [&](float v, int i) {
+        if (i < tsb) st_sum += (double)expf(v - mt); else ss_sum += (double)expf(v - ms);
+    });
     __syncthreads();
     s_sum[0][tid] = st_sum; s_sum[1][tid] = ss_sum;
     __syncthreads();
