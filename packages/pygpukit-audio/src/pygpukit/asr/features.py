@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from pygpukit.core.array import GPUArray, asarray, zeros
-from pygpukit.core.dtypes import float32, float64
+from pygpukit.core.array import GPUArray, arange, asarray, zeros
+from pygpukit.core.dtypes import float32, float64, int64
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 
 __all__ = ["CHUNK_SAMPLES", "HOP_LENGTH", "N_FFT", "N_FRAMES", "SAMPLE_RATE", "log_mel_batch",
@@ -117,18 +117,9 @@ def log_mel_batch(signals: Sequence[Any], n_mels: int = 80, *, padding: int = 0)
     padded = [max(length + padding, half + 1) for length in lengths]  # as log_mel_spectrogram pads
     width = max(padded) + 2 * half
     total = sum(lengths)
-    # Where each position of each row reads the concatenated signals: reflect (numpy's, without repeating
-    # the edge) around the padded signal; positions in the zero padding read index `total`, out of range,
-    # which embedding turns into zeros.
-    ids = np.full((len(xs), width), total, np.int64)
-    offset = 0
-    for row, (length, size) in enumerate(zip(lengths, padded, strict=True)):
-        t = np.arange(-half, size + half)
-        s = np.where(t < 0, -t, np.where(t >= size, 2 * (size - 1) - t, t))
-        ids[row, : t.size] = np.where(s < length, offset + s, total)
-        offset += length
+    ids = _gather_ids(lengths, padded, width, half)
     flat = xs[0] if len(xs) == 1 else concatenate(xs)
-    rows = embedding(flat.astype(float64).reshape(total, 1), asarray(ids)).reshape(len(xs), width)
+    rows = embedding(flat.astype(float64).reshape(total, 1), ids).reshape(len(xs), width)
     mel = melspectrogram(rows, sr=SAMPLE_RATE, n_fft=N_FFT, hop_length=HOP_LENGTH, window="hann", center=False,
                          power=2.0, n_mels=n_mels, fmin=0.0, fmax=SAMPLE_RATE / 2, htk=False,
                          norm="slaney")  # fmt: skip
@@ -141,6 +132,26 @@ def log_mel_batch(signals: Sequence[Any], n_mels: int = 80, *, padding: int = 0)
     if features.dtype != dtype:
         features = features.astype(dtype)
     return [features[row, :, :count] for row, count in enumerate(frames)]
+
+
+def _gather_ids(lengths: list[int], padded: list[int], width: int, half: int) -> GPUArray:
+    """int64 (rows, width) on the device: where each position of each row reads the concatenated signals.
+    Row i is signal i zero-padded to padded[i] samples and reflected (numpy's reflect, without repeating the
+    edge) by ``half`` at both ends; positions in the zero padding or past the row read index sum(lengths),
+    out of range, which embedding turns into zeros. Computed by elementwise ops on (rows, 1) and (1, width)
+    operands: a handful of launches, no host loop (a (16, 160000) table built in NumPy took 10 ms of host
+    time on a 2-core machine, and its upload 15 MB)."""
+    from pygpukit.ops import add, ge, logical_and, lt, mul, neg, sub, where
+
+    def column(values: Any) -> GPUArray:
+        return asarray(np.asarray(values, np.int64).reshape(-1, 1))
+
+    size, length = column(padded), column(lengths)
+    offset = column(np.cumsum([0, *lengths[:-1]]))
+    t = sub(arange(width, dtype=int64), half).reshape(1, width)  # position in the padded signal
+    s = where(lt(t, 0), neg(t), where(ge(t, size), sub(mul(sub(size, 1), 2), t), t))
+    inside = logical_and(lt(s, length), lt(t, add(size, half)))
+    return where(inside, add(offset, s), sum(lengths))
 
 
 def pad_or_trim(features: GPUArray, frames: int = N_FRAMES) -> GPUArray:
