@@ -11,7 +11,8 @@
 #                   and put it on PYTHONPATH for the phases after it (audio-bench then times librosa too)
 #   kernels         benchmarks/tools/kernel_times.py: fft, rfft, stft kernels against torch's, and
 #                   pygpukit's under the FFT plan variants of $FFT_VARIANTS (default smem,reg8,reg16)
-#   ncu-fft         Nsight Compute sections of the first FFT launches (fft 2^20's two, stft n_fft 2048's)
+#   ncu-fft         Nsight Compute sections of the first FFT launches (fft 2^20's two, stft n_fft 2048's);
+#                   NCU_EXTRA adds options (e.g. "--section SourceCounters --print-details all": where warps stall)
 #   initcheck       ci/initcheck_probe.py: initcheck on torch-only and pygpukit-only programs
 #   fft-tests       the gpu-marked tests of test_fft.py and test_gpu_dsp.py (the FFT kernels, stft, mel)
 #   audio-tests     the audio package's gpu-marked tests (the model tests skip without their files)
@@ -71,7 +72,7 @@ for phase in "$@"; do
       run ncu-fft 200 /usr/local/cuda/bin/ncu --clock-control none --kernel-name regex:fft_ --launch-count 4 \
         --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis_Tables \
         --section WarpStateStats --section SchedulerStats --section InstructionStats --section ComputeWorkloadAnalysis \
-        python3 benchmarks/tools/kernel_times.py --plain --cases fft,stft2048 --calls 1 ;;
+        ${NCU_EXTRA:-} python3 benchmarks/tools/kernel_times.py --plain --cases fft,stft2048 --calls 1 ;;
     initcheck) run initcheck 200 python3 ci/initcheck_probe.py --timeout 45 --json "$OUT/initcheck_probe.json" ;;
     quant-tests)
       run quant-tests 300 "${pytest_q[@]}" -m gpu packages/pygpukit-ops/tests/test_quant_weight_only.py \
