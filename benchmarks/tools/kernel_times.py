@@ -122,6 +122,21 @@ def _profile(torch: Any, fn: Callable[[], Any], calls: int) -> dict[str, Any]:
     return {"wall_ms": wall, "device_ms": device, "kernels": rows}
 
 
+def _gpu_state() -> str:
+    """The SM clock, its maximum, the power draw and the temperature right after a case (nvidia-smi), so
+    that runs on different lendings can be told apart by clock: an issue-bound kernel (ours) follows the
+    SM clock, a memory-bound one (cuFFT's) barely does. "" where nvidia-smi is absent."""
+    import subprocess
+
+    try:
+        fields = "clocks.sm,clocks.max.sm,power.draw,temperature.gpu"
+        query = ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"]
+        done = subprocess.run(query, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default="fft,rfft,stft2048,stft400")
@@ -158,8 +173,10 @@ def main(argv: list[str] | None = None) -> int:
         for impl, fn, variant in runs:
             _use_variant(variant)
             found = _profile(torch, fn, args.calls)
+            found["gpu_state"] = _gpu_state()
             results[f"{case} {impl}"] = found
-            print(f"{case:10s} {impl:9s} wall {found['wall_ms']:.4f} ms/call, kernels {found['device_ms']:.4f} ms/call")
+            print(f"{case:10s} {impl:9s} wall {found['wall_ms']:.4f} ms/call, kernels {found['device_ms']:.4f} ms/call"
+                  f"  [{found['gpu_state']}]")  # fmt: skip
             for row in found["kernels"][:8]:
                 print(f"    {row['mean_ms'] * 1e3:9.2f} us x{row['per_call']:.2f}  {row['kernel']}")
     if args.json:
