@@ -64,6 +64,11 @@ def test_incremental_decoding_equals_full_forward() -> None:
         steps.append(model.logits(model.decode(np.array([[t]]), state)).to_numpy()[0])
     assert state.length == len(tokens)
     assert _rel(np.concatenate(steps), expected) <= 1e-4
+    # One-token steps made their decode workspaces (self and cross attention) and the cross lengths once.
+    assert sorted(key[0] for key in state.scratch) == ["cross_lengths", "workspace", "workspace"]
+    kept = dict(state.scratch)
+    model.decode(np.array([[tokens[0]]]), state)
+    assert all(state.scratch[key] is value for key, value in kept.items())
 
 
 def test_batched_rows_and_reorder() -> None:

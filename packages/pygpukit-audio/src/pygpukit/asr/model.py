@@ -10,7 +10,7 @@ cross-attention over the encoder output (its keys and values computed once per 3
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +33,37 @@ _DTYPES = (float32, float16, bfloat16)
 @dataclass
 class DecoderState:
     """The per-window decoding state: the self-attention KV cache, the cross-attention keys/values of each
-    layer ((batch, n_audio_ctx, heads, 64) views) and the number of positions already decoded."""
+    layer ((batch, n_audio_ctx, heads, 64) views) and the number of positions already decoded. ``scratch``
+    holds what one-token steps reuse: the decode-attention workspaces and the cross-attention lengths
+    (made on first use; a workspace serves every layer's call, queued on one stream)."""
 
     cache: Any
     cross: list[tuple[GPUArray, GPUArray]]
     length: int = 0
+    scratch: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     @property
     def batch(self) -> int:
         return int(self.cache.batch)
+
+    def workspace(self, heads: int, head_dim: int, max_len: int) -> Any:
+        """decode_workspace(batch, heads, heads, head_dim, max_len), made once per state (the one
+        decode_attention makes when given none: the same splits, so the same result)."""
+        from pygpukit.ops import decode_workspace
+
+        key = ("workspace", self.batch, heads, head_dim, max_len)
+        found = self.scratch.get(key)
+        if found is None:
+            found = self.scratch[key] = decode_workspace(self.batch, heads, heads, head_dim, max_len)
+        return found
+
+    def cross_lengths(self, frames: int) -> GPUArray:
+        """int32 (batch,) on the device, every value ``frames``: the cross-attention's key count."""
+        key = ("cross_lengths", self.batch, frames)
+        found = self.scratch.get(key)
+        if found is None:
+            found = self.scratch[key] = asarray(np.full(self.batch, frames, np.int32))
+        return found
 
 
 class WhisperModel:
@@ -189,7 +211,8 @@ class WhisperModel:
             if length == 1:
                 q = qkv[:, 0, 0]
                 attn = decode_attention(q if q.is_contiguous else q.contiguous(), kc, vc,
-                                        np.full(batch, start + 1, np.int32))  # fmt: skip
+                                        np.full(batch, start + 1, np.int32),
+                                        workspace=state.workspace(heads, HEAD_DIM, kc.shape[2]))  # fmt: skip
             else:
                 attn = prefill_attention(qkv[:, :, 0], kc, vc, np.full(batch, start, np.int32))
             x = add(x, self._linear(attn.reshape(batch, length, d), p + ".out"))
@@ -200,7 +223,8 @@ class WhisperModel:
             if length == 1:  # one query per row: the split-K decode kernel over (batch, heads, frames, dim) views
                 frames = ck.shape[1]
                 cross = decode_attention(q[:, 0], ck.transpose(0, 2, 1, 3), cv.transpose(0, 2, 1, 3),
-                                         np.full(batch, frames, np.int32))  # fmt: skip
+                                         state.cross_lengths(frames),
+                                         workspace=state.workspace(heads, HEAD_DIM, frames))  # fmt: skip
             else:
                 cross = sdpa(q, ck, cv)
             x = add(x, self._linear(cross.reshape(batch, length, d), p + ".cross_out"))
