@@ -89,11 +89,13 @@ class GraphDecoder:
         self.cross_kv = [zeros((b, c.n_audio_ctx, 2 * d), dt) for _ in range(c.decoder_layers)]
         views = [kv.reshape(b, c.n_audio_ctx, 2, heads, HEAD_DIM) for kv in self.cross_kv]
         self.cross = [(v[:, :, 0], v[:, :, 1]) for v in views]
+        # The window's decoder state (start() runs the prompt through it); its scratch gives the step the
+        # decode workspaces and cross lengths WhisperModel.decode uses for one token, so both match.
+        self.window = DecoderState(self.cache, self.cross, 0)
         # The same keys and values as decode_attention's (batch, heads, frames, dim) caches: views, no copy.
         self.cross_cache = [(k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)) for k, v in self.cross]
-        self.cross_lens = zeros(b, int32)
-        self.cross_lens.copy_(np.full(b, c.n_audio_ctx, np.int32))
-        self.cross_workspace = ops.decode_workspace(b, heads, heads, HEAD_DIM, c.n_audio_ctx)
+        self.cross_lens = self.window.cross_lengths(c.n_audio_ctx)
+        self.cross_workspace = self.window.workspace(heads, HEAD_DIM, c.n_audio_ctx)
         self.tokens = zeros(b, int32)
         self.lengths = zeros(b, int32)
         self.positions = zeros(b, int32)
@@ -117,7 +119,7 @@ class GraphDecoder:
         self.logits = zeros((b, c.n_vocab), dt)
         self.k_cache = [self.cache.k(i) for i in range(c.decoder_layers)]
         self.v_cache = [self.cache.v(i) for i in range(c.decoder_layers)]
-        self.workspace = ops.decode_workspace(b, heads, heads, HEAD_DIM, self.max_len)
+        self.workspace = self.window.workspace(heads, HEAD_DIM, self.max_len)
         self.embed_t = w["dec.embed"].T
 
     # -- the captured step --------------------------------------------------------------------------
@@ -208,8 +210,8 @@ class GraphDecoder:
             self._rules = rules
         for i in range(c.decoder_layers):
             self.cross_kv[i].copy_(model._linear(encoder_out, f"dec.{i}.cross_kv"))
-        state = DecoderState(self.cache, self.cross, 0)
-        hidden = model.decode(np.tile(np.asarray(prompt, np.int64), (b, 1)), state)
+        self.window.length = 0
+        hidden = model.decode(np.tile(np.asarray(prompt, np.int64), (b, 1)), self.window)
         # decoding._log_softmax (float64) on the device: only the no-speech column comes back to the host
         first = model.logits(hidden[:, sot_index : sot_index + 1]).astype(float64)
         no_speech_lp = ops.log_softmax(first, axis=-1)[:, 0, no_speech].to_numpy()

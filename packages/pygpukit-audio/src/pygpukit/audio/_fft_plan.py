@@ -168,13 +168,20 @@ def _best_reg_layout(length: int, elements: int, wide: bool, thread_rows: int, r
     legacy = (4, 2 * (length + length // 16 + 1))
     banks = 16 if wide else 32
     per_row = length // elements
-    side = (1 << (ry.bit_length() - 1)) if thread_rows else max(1, banks // per_row) if per_row < banks else 1
+    # The residue (mod banks) of a row distance that spreads the rows one warp touches: p rows side by side
+    # (consecutive threads on consecutive rows) want banks / p; rows of fewer than `banks` threads each
+    # (a warp spans several) want the row's thread count. None: a warp stays within one row.
+    if ry <= 1:
+        want = None
+    elif thread_rows:
+        want = (banks >> (ry.bit_length() - 1)) % banks
+    else:
+        want = per_row % banks if per_row < banks else None
     candidates = [legacy]
     for shift in (3, 4, 5):
         span2 = 2 * (length + (length >> shift) + 1)
         candidates.append((shift, span2))
-        if ry > 1 and side > 1:
-            want = (banks // side) % banks if thread_rows else per_row % banks
+        if want is not None:
             candidates.append((shift, span2 + (want - span2) % banks))
     scored = [(_reg_wavefronts(length, elements, wide, thread_rows, ry, s, w), w, s) for s, w in candidates]
     _, words, shift = min(scored)
