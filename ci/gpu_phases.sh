@@ -20,6 +20,10 @@
 #   linear-tests    test_matmul.py's linear tests on the GPU (out=, epilogues; not the every-route sweep)
 #   llm-tests       the LLM package's gpu-marked tests (random-weight models; the real-model ones skip)
 #   audio-bench     benchmarks/tools/audio_bench.py (stft, mel, fft, resample against torch)
+#   stage-audio     unpack .bigB/audio-subset.tar (ci/audio_subset.sh: the recordings the librosa tests read)
+#                   into /tmp/m/cache/audio-testdata, for librosa-tests in a later call on the same machine
+#   librosa-tests   the audio tests that compare with librosa (real recordings included), whole files, on the
+#                   CUDA backend; needs with-librosa and stage-audio
 #   asr-profile     benchmarks/tools/asr_batch_profile.py --kernels (batch 16 against one by one)
 #   asr-tests       the ASR tests with the real model (ci/gpu_asr.sh's list)
 #   asr-bench       benchmarks/tools/asr_bench.py
@@ -84,6 +88,18 @@ for phase in "$@"; do
       packages/pygpukit-audio/tests/test_gpu_dsp.py ;;
     audio-tests) run audio-tests 300 "${pytest_q[@]}" -m gpu packages/pygpukit-audio/tests ;;
     audio-bench) run audio-bench 240 python3 benchmarks/tools/audio_bench.py --out "$OUT/audio_bench.json" ;;
+    stage-audio)
+      if mkdir -p /tmp/m/cache/audio-testdata && tar -C /tmp/m/cache/audio-testdata -xf .bigB/audio-subset.tar; then
+        summary+=("stage-audio  ok")
+      else
+        summary+=("stage-audio  FAILED"); status=1
+      fi ;;
+    librosa-tests)
+      PYGPUKIT_CACHE_DIR=/tmp/m/cache PYGPUKIT_REQUIRE_MODELS=1 run librosa-tests 420 "${pytest_q[@]}" \
+        packages/pygpukit-audio/tests/test_librosa_parity.py packages/pygpukit-audio/tests/test_music_librosa.py \
+        packages/pygpukit-audio/tests/test_analysis_onset.py packages/pygpukit-audio/tests/test_analysis_pitch.py \
+        packages/pygpukit-audio/tests/test_analysis_dynamics.py packages/pygpukit-audio/tests/test_phase.py \
+        packages/pygpukit-audio/tests/test_resample.py packages/pygpukit-audio/tests/test_streaming.py ;;
     asr-profile)
       asr_ready || { summary+=("asr-profile  FAILED (model)"); status=1; continue; }
       PYGPUKIT_CACHE_DIR=/tmp/m/cache run asr-profile 240 python3 benchmarks/tools/asr_batch_profile.py \

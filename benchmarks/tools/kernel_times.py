@@ -57,20 +57,20 @@ def _cases(torch: Any, names: list[str]) -> dict[str, dict[str, Callable[[], Any
     return found
 
 
-_DEFAULTS: list[tuple[bool, dict[str, int], int, int, bool]] = []
+_DEFAULTS: list[tuple[bool, dict[str, int], int, int, bool, bool]] = []
 
 
 def _use_variant(spec: str | None) -> None:
     """Plan pygpukit's FFTs as ``spec`` says from here on: "smem" (fft.cu's fft_smem only) or "reg<E>" with
-    optional ":t<threads per block>", ":s<rows per block of strided launches>" and ":legacy" (fft_reg's
-    shared-memory layout of before, reg_banks off) (fft_reg.cu's knobs, _fft_plan.reg_*); None: the
-    defaults."""
+    optional ":t<threads per block>", ":s<rows per block of strided launches>", ":legacy" (fft_reg's
+    shared-memory layout of before, reg_banks off) and ":single" (one shared-memory buffer a block,
+    reg_double off: no _2buf kernels) (fft_reg.cu's knobs, _fft_plan.reg_*); None: the defaults."""
     from pygpukit.audio import _fft_plan
 
     if not _DEFAULTS:  # the planner's own settings, read before the first variant changes them
         _DEFAULTS.append((_fft_plan.reg_enabled, dict(_fft_plan.reg_elements), _fft_plan.reg_threads,
-                          _fft_plan.reg_strided_rows, _fft_plan.reg_banks))  # fmt: skip
-    enabled, elements, threads, strided, banks = _DEFAULTS[0]
+                          _fft_plan.reg_strided_rows, _fft_plan.reg_banks, _fft_plan.reg_double))  # fmt: skip
+    enabled, elements, threads, strided, banks, double = _DEFAULTS[0]
     elements = dict(elements)
     for part in (spec or "").split(":"):
         if part == "smem":
@@ -79,6 +79,8 @@ def _use_variant(spec: str | None) -> None:
             enabled, elements["float32"] = True, int(part[3:])
         elif part == "legacy":
             banks = False
+        elif part == "single":
+            double = False
         elif part.startswith("t"):
             threads = int(part[1:])
         elif part.startswith("s"):
@@ -87,6 +89,7 @@ def _use_variant(spec: str | None) -> None:
             raise SystemExit(f"unknown variant part {part!r} in {spec!r}")
     _fft_plan.reg_enabled, _fft_plan.reg_elements = enabled, elements
     _fft_plan.reg_threads, _fft_plan.reg_strided_rows, _fft_plan.reg_banks = threads, strided, banks
+    _fft_plan.reg_double = double
     _fft_plan._PLANS.clear()
 
 

@@ -1,7 +1,8 @@
 // Register-resident FFTs of power-of-two lengths (pygpukit/audio/_fft_plan.py chooses them over fft.cu's
 // fft_smem where they apply; the transforms, load and store modes and conventions are fft.cu's).
 //
-//   fft_reg<E>_<L>_<f32|f64>, E = 8 or 16, L = 64, 128, ..., 4096: rows of a batch, each transformed by
+//   fft_reg<E>_<L>[_2buf]_<f32|f64>, E = 8 or 16, L = 64, 128, ..., 4096: rows of a batch, each transformed
+//   by
 //       L / E threads that hold E elements apiece in registers (the planner picks E). Thread t of a row
 //       holds the values at positions t + e L / E, e < E, before the first pass and after the last, so the
 //       first pass reads the input and the last writes the output straight from registers where the
@@ -26,6 +27,12 @@
 //               registers and memory; else through shared memory, in the other order (coalesced), as do
 //               the r2c stores (they pair outputs k and L - k of different threads).
 //
+// The _2buf entry points keep two copies of the block's rows in shared memory (the second ry row_words
+// words after the first): the passes alternate between them, so each exchange needs one barrier instead of
+// two (the planner takes them where the shared memory allows without fewer blocks per SM). They are entry
+// points of their own, not a parameter: the second buffer's offsets would cost the one-buffer kernels
+// registers (spills at 64).
+//
 // Defining PYGPUKIT_FFT_REG_LENGTH and PYGPUKIT_FFT_REG_ELEMENTS keeps one (L, E) pair's entry points
 // (pygpukit/audio/_kernels.py compiles each pair alone: all of them take about 30 s); without them the
 // file has every pair (ci/compile_kernels.py).
@@ -40,24 +47,32 @@ struct RegShape {
   static constexpr int TPR = L / E;  // threads per row
 };
 
-// One row in shared memory: real parts at re[q], imaginary parts at im[q], q = p + (p >> shift) for
-// position p (a word of padding every 2^shift).
+// One row in shared memory: real parts at smem[base + q], imaginary parts at smem[base + span + q], q = p +
+// (p >> shift) for position p (a word of padding every 2^shift). Offsets, not pointers: 32-bit arithmetic
+// and one register a row (smem, span and shift are the block's).
 template <typename T>
 struct SmemRow {
-  T* re;
-  T* im;
+  T* smem;
+  int base;
+  int span;
   int shift;
-  __device__ __forceinline__ SmemRow(T* smem, int row, int row_words, int span, int shift_)
-      : re(smem + row * row_words), im(smem + row * row_words + span), shift(shift_) {}
-  __device__ __forceinline__ int bank_pos(int p) const { return p + (p >> shift); }
+  __device__ __forceinline__ SmemRow(T* smem_, int row, int row_words, int span_, int shift_)
+      : smem(smem_), base(row * row_words), span(span_), shift(shift_) {}
+  // The same row of the buffer `words` words on (fft_reg's second buffer: 0 with one).
+  __device__ __forceinline__ SmemRow shifted(int words) const {
+    SmemRow moved = *this;
+    moved.base += words;
+    return moved;
+  }
+  __device__ __forceinline__ int bank_pos(int p) const { return base + p + (p >> shift); }
   __device__ __forceinline__ Cx<T> operator()(int k) const {
     const int q = bank_pos(k);
-    return cx<T>(re[q], im[q]);
+    return cx<T>(smem[q], smem[q + span]);
   }
   __device__ __forceinline__ void set(int k, Cx<T> v) const {
     const int q = bank_pos(k);
-    re[q] = v.re;
-    im[q] = v.im;
+    smem[q] = v.re;
+    smem[q + span] = v.im;
   }
 };
 
@@ -66,14 +81,17 @@ struct SmemRow {
 // i + r E / R; the outputs go to shared memory at (j - j mod NS) R + j mod NS + r NS, and after a barrier
 // each thread reads back positions jt + e L / E for the next pass. The last pass (NS R = L) writes
 // position j + r L / R, which is register i + r E / R: no exchange.
-template <int L, int E_, int NS, typename T>
+template <int L, int E_, int NS, typename T, bool Two>
 struct RegPass {
   using S = RegShape<L, E_, T>;
   static constexpr int E = S::E;
   static constexpr int R = (L / NS) < E ? (L / NS) : E;
 
-  static __device__ __forceinline__ void run(Cx<T> (&v)[S::E], int jt, const SmemRow<T>& row,
-                                             const Cx<T>* __restrict__ tw) {
+  // `row` takes this pass's outputs. Two: the next pass writes row.shifted(flip), the other buffer; else
+  // the same row, and a second barrier keeps those writes after every thread's reads. Returns the row
+  // that may be written after the last pass (with two buffers, not the one the last exchange read).
+  static __device__ __forceinline__ SmemRow<T> run(Cx<T> (&v)[S::E], int jt, const SmemRow<T>& row, int flip,
+                                                   const Cx<T>* __restrict__ tw) {
 #pragma unroll
     for (int i = 0; i < E / R; ++i) {
       const int j = jt + i * S::TPR;
@@ -100,9 +118,14 @@ struct RegPass {
       __syncthreads();
 #pragma unroll
       for (int e = 0; e < E; ++e) v[e] = row(jt + e * S::TPR);
-      __syncthreads();
-      RegPass<L, E, NS * R, T>::run(v, jt, row, tw);
+      if constexpr (Two) {
+        return RegPass<L, E, NS * R, T, Two>::run(v, jt, row.shifted(flip), -flip, tw);
+      } else {
+        __syncthreads();
+        return RegPass<L, E, NS * R, T, Two>::run(v, jt, row, 0, tw);
+      }
     }
+    return row;
   }
 };
 
@@ -119,7 +142,7 @@ __device__ __forceinline__ Cx<T> reg_load(int load_mode, const void* __restrict_
                              conj_in);
 }
 
-template <int L, int E, typename T>
+template <int L, int E, typename T, bool Two>
 __device__ void fft_reg(const void* __restrict__ in, void* __restrict__ out, const Cx<T>* __restrict__ tw,
                         const Cx<T>* __restrict__ tw_edge, const Cx<T>* __restrict__ post_lo,
                         const Cx<T>* __restrict__ post_hi, index_t rows, index_t inner, index_t in_outer,
@@ -144,7 +167,10 @@ __device__ void fft_reg(const void* __restrict__ in, void* __restrict__ out, con
   index_t o0, i0;  // the block's first row (the GridWalk loops split their rows from it)
   split_row(row0, inner, o0, i0);
   const int span = L + (L >> pad_shift) + 1;  // words of one part of a row
+  // Two: a second copy of the block's rows after the first, so that each exchange needs one barrier.
   const SmemRow<T> mine(smem, rr, row_words, span, pad_shift);
+  bool staged_in = false;  // the load went through `mine`: with two buffers the first pass writes the other
+  const int flip = Two ? ry * row_words : 0;  // words from the first buffer to the second
   const bool loads_fast = (rows_fast & 1) != 0;
   const bool stores_fast = (rows_fast & 2) != 0;
   const bool direct_in = loads_fast == (thread_rows != 0);
@@ -152,7 +178,17 @@ __device__ void fft_reg(const void* __restrict__ in, void* __restrict__ out, con
                           stores_fast == (thread_rows != 0);
 
   Cx<T> v[S::E];
-  if (direct_in) {
+  if (direct_in && load_mode == codes::kLoadComplex && in_len >= L) {
+    // The common case (a four-step's columns, plain rows) without load_value's per-element checks: one
+    // pointer stepped by TPR elements.
+    const Cx<T>* src = static_cast<const Cx<T>*>(in) + (o * in_outer + i * in_inner + jt * in_elem);
+    const index_t step = S::TPR * in_elem;
+#pragma unroll
+    for (int e = 0; e < S::E; ++e, src += step) {
+      v[e] = valid ? *src : czero<T>();
+      if (conj_in) v[e].im = -v[e].im;
+    }
+  } else if (direct_in) {
 #pragma unroll
     for (int e = 0; e < S::E; ++e) {
       v[e] = valid ? reg_load<T>(load_mode, in, o, i, in_outer, in_inner, in_elem, jt + e * S::TPR, L, in_len,
@@ -162,57 +198,102 @@ __device__ void fft_reg(const void* __restrict__ in, void* __restrict__ out, con
   } else {
     // The block's rows into shared memory with consecutive threads on consecutive positions of the other
     // kind (rows when the rows are strided columns, elements when they are contiguous), then to registers.
-    for (GridWalk w(tid, nthreads, loads_fast ? ry : L); w.major < (loads_fast ? L : ry); w.next()) {
-      const int r2 = loads_fast ? w.minor : w.major;
-      const int e = loads_fast ? w.major : w.minor;
-      const index_t row2 = row0 + r2;
-      Cx<T> value = czero<T>();
-      if (row2 < rows) {
-        index_t o2, i2;
-        split_row_after(o0, i0, r2, inner, o2, i2);
-        value = reg_load<T>(load_mode, in, o2, i2, in_outer, in_inner, in_elem, e, L, in_len, tw_edge,
-                            conj_in, window, x_len, pad_left, pad_mode);
+    if (load_mode == codes::kLoadComplex && in_len >= L) {
+      // The block has ry L / E threads, so each thread stages exactly E values: all E loads are issued
+      // before the first store to shared memory (the loop below waits for each load in turn).
+      Cx<T> staged[S::E];
+      GridWalk w(tid, nthreads, loads_fast ? ry : L);
+#pragma unroll
+      for (int t = 0; t < S::E; ++t, w.next()) {
+        const int r2 = loads_fast ? w.minor : w.major;
+        const int e = loads_fast ? w.major : w.minor;
+        staged[t] = czero<T>();
+        if (row0 + r2 < rows) {
+          index_t o2, i2;
+          split_row_after(o0, i0, r2, inner, o2, i2);
+          staged[t] = static_cast<const Cx<T>*>(in)[o2 * in_outer + i2 * in_inner + e * in_elem];
+          if (conj_in) staged[t].im = -staged[t].im;
+        }
       }
-      const SmemRow<T> dst(smem, r2, row_words, span, pad_shift);
-      dst.set(e, value);
+      GridWalk z(tid, nthreads, loads_fast ? ry : L);
+#pragma unroll
+      for (int t = 0; t < S::E; ++t, z.next()) {
+        const SmemRow<T> dst(smem, loads_fast ? z.minor : z.major, row_words, span, pad_shift);
+        dst.set(loads_fast ? z.major : z.minor, staged[t]);
+      }
+    } else {
+      for (GridWalk w(tid, nthreads, loads_fast ? ry : L); w.major < (loads_fast ? L : ry); w.next()) {
+        const int r2 = loads_fast ? w.minor : w.major;
+        const int e = loads_fast ? w.major : w.minor;
+        Cx<T> value = czero<T>();
+        if (row0 + r2 < rows) {
+          index_t o2, i2;
+          split_row_after(o0, i0, r2, inner, o2, i2);
+          value = reg_load<T>(load_mode, in, o2, i2, in_outer, in_inner, in_elem, e, L, in_len, tw_edge,
+                              conj_in, window, x_len, pad_left, pad_mode);
+        }
+        const SmemRow<T> dst(smem, r2, row_words, span, pad_shift);
+        dst.set(e, value);
+      }
     }
     __syncthreads();
 #pragma unroll
     for (int e = 0; e < S::E; ++e) v[e] = mine(jt + e * S::TPR);
-    __syncthreads();
+    if constexpr (Two) {
+      staged_in = true;
+    } else {
+      __syncthreads();
+    }
   }
 
-  RegPass<L, E, 1, T>::run(v, jt, mine, tw);
+  const SmemRow<T> spare = RegPass<L, E, 1, T, Two>::run(v, jt, staged_in ? mine.shifted(flip) : mine,
+                                                         staged_in ? -flip : flip, tw);
 
   const T s = static_cast<T>(scale);
   if (direct_out) {
     if (!valid) return;
     const index_t base = o * out_outer + i * out_inner;
-    const index_t post = i * tw_post;
-    const index_t mask = (static_cast<index_t>(1) << post_shift) - 1;
+    if (store_mode == codes::kStoreReal) {
 #pragma unroll
-    for (int e = 0; e < S::E; ++e) {
-      const int k = jt + e * S::TPR;
-      if (k >= out_count) continue;
-      if (store_mode == codes::kStoreReal) {
-        static_cast<T*>(out)[base + k * out_elem] = v[e].re * s;
-        continue;
+      for (int e = 0; e < S::E; ++e) {
+        const int k = jt + e * S::TPR;
+        if (k < out_count) static_cast<T*>(out)[base + k * out_elem] = v[e].re * s;
       }
-      Cx<T> value = v[e];
-      if (conj_out) value.im = -value.im;
-      if (post != 0) {
-        const index_t q = k * post;
-        value = value * (post_lo[q & mask] * post_hi[q >> post_shift]);
+      return;
+    }
+    if (conj_out) {
+#pragma unroll
+      for (int e = 0; e < S::E; ++e) v[e].im = -v[e].im;
+    }
+    const index_t post = i * tw_post;
+    if (post != 0) {
+      // The four-step's twiddles, every table load issued before the first product (the planner's tables
+      // hold W_N^q for every q = k post, k < L, so no position needs a bound check here).
+      const index_t mask = (static_cast<index_t>(1) << post_shift) - 1;
+      Cx<T> lo[S::E], hi[S::E];
+#pragma unroll
+      for (int e = 0; e < S::E; ++e) {
+        const index_t q = static_cast<index_t>(jt + e * S::TPR) * post;
+        lo[e] = post_lo[q & mask];
+        hi[e] = post_hi[q >> post_shift];
       }
-      static_cast<Cx<T>*>(out)[base + k * out_elem] = value * s;
+#pragma unroll
+      for (int e = 0; e < S::E; ++e) v[e] = v[e] * (lo[e] * hi[e]);
+    }
+    Cx<T>* dst = static_cast<Cx<T>*>(out) + (base + jt * out_elem);
+    const index_t step = S::TPR * out_elem;
+#pragma unroll
+    for (int e = 0; e < S::E; ++e, dst += step) {
+      if (jt + e * S::TPR < out_count) *dst = v[e] * s;
     }
     return;
   }
-  // Through shared memory (below the last pass's reads of it: no barrier needed before the writes, as
-  // the last pass writes registers only), then written with consecutive threads on consecutive outputs
-  // of the other kind.
+  // Through shared memory (the buffer the last exchange did not read, or with one buffer below its
+  // second barrier: no barrier needed before the writes, as the last pass writes registers only), then
+  // written with consecutive threads on consecutive outputs of the other kind.
+  T* const out_rows = smem + (spare.base - mine.base);
 #pragma unroll
-  for (int e = 0; e < S::E; ++e) mine.set(jt + e * S::TPR, v[e]);
+  for (int e = 0; e < S::E; ++e) spare.set(jt + e * S::TPR, v[e]);
   __syncthreads();
   const int count = out_count;
   for (GridWalk w(tid, nthreads, stores_fast ? ry : count); w.major < (stores_fast ? count : ry); w.next()) {
@@ -222,7 +303,7 @@ __device__ void fft_reg(const void* __restrict__ in, void* __restrict__ out, con
     if (row2 < rows) {
       index_t o2, i2;
       split_row_after(o0, i0, r2, inner, o2, i2);
-      const SmemRow<T> z(smem, r2, row_words, span, pad_shift);
+      const SmemRow<T> z(out_rows, r2, row_words, span, pad_shift);
       store_value<T>(store_mode, out, o2 * out_outer + i2 * out_inner, out_elem, k, z, L, tw_edge,
                      static_cast<const Cx<T>*>(nullptr), 0, conj_out, s, power);
     }
@@ -232,27 +313,28 @@ __device__ void fft_reg(const void* __restrict__ in, void* __restrict__ out, con
 }  // namespace audio
 }  // namespace pygpukit
 
-#define PYGPUKIT_AUDIO_FFT_REG_ENTRY(E, L, T, SUFFIX)                                                      \
-  extern "C" __global__ void __launch_bounds__(E == 8 && sizeof(T) == 4 ? 1024 : 512)                      \
-      fft_reg##E##_##L##_##SUFFIX(                                                                         \
-          const void* in, void* out, const void* tw, const void* tw_edge, const void* post_lo,             \
-          const void* post_hi, long long rows, long long inner, long long in_outer, long long in_inner,    \
-          long long in_elem, long long out_outer, long long out_inner, long long out_elem, int in_len,     \
-          int out_count, int post_shift, int tw_post, int load_mode, int store_mode, int conj_in,          \
-          int conj_out, int rows_fast, int thread_rows, double scale, const void* window, long long x_len, \
-          long long pad_left, int pad_mode, double power, int pad_shift, int row_words) {                  \
-    using pygpukit::audio::Cx;                                                                             \
-    pygpukit::audio::fft_reg<L, E, T>(                                                                     \
-        in, out, static_cast<const Cx<T>*>(tw), static_cast<const Cx<T>*>(tw_edge),                        \
-        static_cast<const Cx<T>*>(post_lo), static_cast<const Cx<T>*>(post_hi), rows, inner, in_outer,     \
-        in_inner, in_elem, out_outer, out_inner, out_elem, in_len, out_count, post_shift, tw_post,         \
-        load_mode, store_mode, conj_in, conj_out, rows_fast, thread_rows, scale,                           \
-        static_cast<const T*>(window), x_len, pad_left, pad_mode, power, pad_shift, row_words);            \
+#define PYGPUKIT_AUDIO_FFT_REG_ENTRY(E, L, T, NAME, TWO)                                                    \
+  extern "C" __global__ void __launch_bounds__(E == 8 && sizeof(T) == 4 ? 1024 : 512)                       \
+      NAME(const void* in, void* out, const void* tw, const void* tw_edge, const void* post_lo,             \
+           const void* post_hi, long long rows, long long inner, long long in_outer, long long in_inner,    \
+           long long in_elem, long long out_outer, long long out_inner, long long out_elem, int in_len,     \
+           int out_count, int post_shift, int tw_post, int load_mode, int store_mode, int conj_in,          \
+           int conj_out, int rows_fast, int thread_rows, double scale, const void* window, long long x_len, \
+           long long pad_left, int pad_mode, double power, int pad_shift, int row_words) {                  \
+    using pygpukit::audio::Cx;                                                                              \
+    pygpukit::audio::fft_reg<L, E, T, TWO>(                                                                 \
+        in, out, static_cast<const Cx<T>*>(tw), static_cast<const Cx<T>*>(tw_edge),                         \
+        static_cast<const Cx<T>*>(post_lo), static_cast<const Cx<T>*>(post_hi), rows, inner, in_outer,      \
+        in_inner, in_elem, out_outer, out_inner, out_elem, in_len, out_count, post_shift, tw_post,          \
+        load_mode, store_mode, conj_in, conj_out, rows_fast, thread_rows, scale,                            \
+        static_cast<const T*>(window), x_len, pad_left, pad_mode, power, pad_shift, row_words);             \
   }
 
-#define PYGPUKIT_AUDIO_FFT_REG_ENTRIES(E, L)     \
-  PYGPUKIT_AUDIO_FFT_REG_ENTRY(E, L, float, f32) \
-  PYGPUKIT_AUDIO_FFT_REG_ENTRY(E, L, double, f64)
+#define PYGPUKIT_AUDIO_FFT_REG_ENTRIES(E, L)                                   \
+  PYGPUKIT_AUDIO_FFT_REG_ENTRY(E, L, float, fft_reg##E##_##L##_f32, false)     \
+  PYGPUKIT_AUDIO_FFT_REG_ENTRY(E, L, double, fft_reg##E##_##L##_f64, false)    \
+  PYGPUKIT_AUDIO_FFT_REG_ENTRY(E, L, float, fft_reg##E##_##L##_2buf_f32, true) \
+  PYGPUKIT_AUDIO_FFT_REG_ENTRY(E, L, double, fft_reg##E##_##L##_2buf_f64, true)
 
 #if !defined(PYGPUKIT_FFT_REG_LENGTH) || (PYGPUKIT_FFT_REG_LENGTH == 64 && PYGPUKIT_FFT_REG_ELEMENTS == 8)
 PYGPUKIT_AUDIO_FFT_REG_ENTRIES(8, 64)

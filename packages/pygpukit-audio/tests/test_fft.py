@@ -197,26 +197,30 @@ def test_four_step_global_pass_and_pack_paths_on_the_device(dtype: type) -> None
 
 @pytest.fixture
 def reg_elements(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Plans whose fft_reg launches hold ``request.param`` elements per thread (0: fft_smem only)."""
-    saved = (_fft_plan.reg_enabled, _fft_plan.reg_elements)
-    _fft_plan.reg_enabled = request.param > 0
-    _fft_plan.reg_elements = {"float32": request.param or 8, "float64": request.param or 8}
+    """Plans whose fft_reg launches hold ``request.param`` elements per thread (0: fft_smem only; "8:single":
+    8, with one shared-memory buffer a block where the planner would take fft_reg's _2buf kernels)."""
+    saved = (_fft_plan.reg_enabled, _fft_plan.reg_elements, _fft_plan.reg_double)
+    elements, _, single = str(request.param).partition(":")
+    _fft_plan.reg_enabled = int(elements) > 0
+    _fft_plan.reg_elements = {"float32": int(elements) or 8, "float64": int(elements) or 8}
+    _fft_plan.reg_double = single != "single"
     _fft_plan._PLANS.clear()
     try:
         yield
     finally:
-        _fft_plan.reg_enabled, _fft_plan.reg_elements = saved
+        _fft_plan.reg_enabled, _fft_plan.reg_elements, _fft_plan.reg_double = saved
         _fft_plan._PLANS.clear()
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("reg_elements", [8, 16, 0], indirect=True)
+@pytest.mark.parametrize("reg_elements", [8, "8:single", 16, 0], indirect=True)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.usefixtures("reg_elements")
 def test_register_kernels_on_the_device(dtype: type) -> None:
-    """fft_reg.cu with 8 and 16 elements per thread (and without it): its lengths alone (64 to 4096, as the
-    transform or the half of a real one), batches that leave a block's last rows empty, four-step halves
-    (2^16, 2^20: strided columns, the post twiddles), and the STFT's fused framing and r2c store."""
+    """fft_reg.cu with 8 and 16 elements per thread, one or two shared-memory buffers (and without it): its
+    lengths alone (64 to 4096, as the transform or the half of a real one), batches that leave a block's last
+    rows empty, four-step halves (2^16, 2^20: strided columns, the post twiddles), and the STFT's fused
+    framing and r2c store."""
     rng = _rng()
     failures = _sweep([64, 65, 128, 129, 256, 512, 1024, 2048, 4096, 8192], dtype, batch=5)
     for n in (1 << 16, 1 << 20):

@@ -35,10 +35,11 @@ def model_plans(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     budget (4 KiB for float32, 8 KiB for float64) so that short lengths take the long-length paths."""
 
     def fake_kernel(name: str, dtype: Any, params: Any) -> Any:
-        return SimpleNamespace(name=name, attributes={"max_threads_per_block": 1024},
+        return SimpleNamespace(name=name, attributes={"max_threads_per_block": 1024, "num_regs": 40},
                                set_max_dynamic_shared_memory=lambda size: None)  # fmt: skip
 
     monkeypatch.setattr(_fft_plan, "_kernel", fake_kernel)
+    monkeypatch.setattr(_kernels, "sm_limits", lambda: (233472, 2048))  # an H100's SM
     monkeypatch.setattr(_kernels, "grid_for", lambda work, *args, **kwargs: 1)
     _fft_plan._PLANS.clear()
     yield
@@ -107,14 +108,16 @@ def _reg(buffers: dict[Any, Array], args: tuple[Any, ...], launch: Any) -> None:
     (src, dst, tw, edge, post_lo, post_hi, rows, inner, in_outer, in_inner, in_elem, out_outer, out_inner,
      out_elem, in_len, out_count, post_shift, tw_post, load, store, conj_in, conj_out, rows_fast, thread_rows,
      scale, window, x_len, pad_left, pad_mode, power, pad_shift, row_words) = args  # fmt: skip
-    elements, n = (int(part) for part in launch.kernel.name.removeprefix("fft_reg").split("_"))
+    name = launch.kernel.name
+    copies = 2 if name.endswith("_2buf") else 1  # the _2buf kernels: two shared-memory buffers
+    elements, n = (int(part) for part in name.removeprefix("fft_reg").removesuffix("_2buf").split("_"))
     threads = launch.block
     ry = threads // (n // elements)
     assert threads == ry * (n // elements) <= 1024
     assert launch.grid * ry >= rows
     assert 3 <= pad_shift <= 5
     assert row_words >= 2 * (n + (n >> pad_shift) + 1), "the shared-memory rows of a block overlap"
-    assert launch.shared == ry * row_words * (8 if buffers["dtype"] == float64 else 4)
+    assert launch.shared == copies * ry * row_words * (8 if buffers["dtype"] == float64 else 4)
     assert launch.shared <= _fft_plan._smem_limit()
     direct_store = store in (STORE["kStoreComplex"], STORE["kStoreReal"])
     assert thread_rows == int(bool(rows_fast & (2 if direct_store else 1)))
@@ -195,6 +198,23 @@ def _wavefronts(length: int, elements: int, wide: bool, thread_rows: bool, ry: i
             request(rr * row_words + p + (p >> shift))
         ns *= radix
     return float(np.mean(costs))
+
+
+def test_reg_buffers_only_where_no_block_is_lost() -> None:
+    """fft_reg's second shared-memory buffer (one barrier an exchange): taken where the blocks an SM holds
+    by threads and registers still fit its shared memory with twice the bytes, never at a block's cost."""
+    h100 = (233472, 2048)
+    # 2^20's launches: 1024 threads of 64 registers (one block an SM), 8 rows of 1024 float32 (about 70 KB).
+    assert _fft_plan._reg_buffers(8 * 2178 * 4, 1024, 64, *h100) == 2
+    # The STFT's 128-thread blocks of one 1024-point row: 8 blocks an SM by registers; 8 x 2 x 8.7 KB fits.
+    assert _fft_plan._reg_buffers(2178 * 4, 128, 64, *h100) == 2
+    # 32 registers: 16 blocks an SM by threads, and 16 x (2 x 8.7 + 1) KB does not fit 228 KB.
+    assert _fft_plan._reg_buffers(2178 * 4, 128, 32, *h100) == 1
+    # An A100's SM (164 KB) with the 2^20 launch: 2 x 70 KB + 1 KB fits; three 512-thread blocks would not.
+    assert _fft_plan._reg_buffers(8 * 2178 * 4, 1024, 64, 167936, 2048) == 2
+    assert _fft_plan._reg_buffers(4 * 2178 * 4, 512, 40, 167936, 2048) == 1
+    # Unknown registers (0) or the knob off: one buffer.
+    assert _fft_plan._reg_buffers(1024, 128, 0, *h100) == 1
 
 
 @pytest.mark.parametrize(("length", "elements", "thread_rows", "ry"),
@@ -304,6 +324,26 @@ def test_plans_compute_the_dft(dtype: Any, kind: str, n: int, in_row: int, rows:
         want = getattr(np.fft, kind)(x, n=n, axis=-1, norm=norm)
         tol = 2e-6 if dtype == float32 else 1e-12  # the twiddle tables are rounded to the dtype
         np.testing.assert_allclose(got, want, rtol=0, atol=tol * np.abs(want).max())
+
+
+@pytest.mark.usefixtures("model_plans")
+def test_four_step_with_two_buffers_computes_the_dft(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With an H100's shared memory, the float32 four-step of 2^16 takes fft_reg's _2buf kernels (two copies
+    of the rows, twice the bytes) for both launches, wired as the one-buffer kernels are."""
+    dtype = float32
+    monkeypatch.setattr(_fft_plan, "smem_limit_override", 232448)
+    rng = np.random.default_rng()
+    n, rows = 1 << 16, 2
+    x = rng.standard_normal((rows, n)) + 1j * rng.standard_normal((rows, n))
+    plan = _fft_plan.get_plan("fft", n, n, rows, dtype, "backward")
+    assert [launch.kernel.name for launch in plan.launches] == ["fft_reg8_256_2buf"] * 2
+    got = _run_model(plan, x, rows * n, dtype).reshape(rows, n)
+    want = np.fft.fft(x, axis=-1)
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-6 * np.abs(want).max())
+    monkeypatch.setattr(_fft_plan, "reg_double", False)
+    _fft_plan._PLANS.clear()
+    plan = _fft_plan.get_plan("fft", n, n, rows, dtype, "backward")
+    assert [launch.kernel.name for launch in plan.launches] == ["fft_reg8_256"] * 2
 
 
 @pytest.mark.usefixtures("model_plans")

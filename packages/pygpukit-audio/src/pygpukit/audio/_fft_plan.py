@@ -111,6 +111,21 @@ reg_elements = {"float32": 8, "float64": 8}
 reg_threads = 128  # threads per block of launches over contiguous rows
 reg_strided_rows = 8  # rows per block of launches over strided rows (a four-step's columns)
 reg_banks = True  # False: fft_reg's shared-memory layout of before (a word every 16, rows 2 (L + L/16 + 1) apart)
+reg_double = True  # False: one shared-memory buffer a block (two barriers an exchange) even where two would fit
+
+
+def _reg_buffers(shared: int, threads: int, registers: int, per_sm_shared: int, per_sm_threads: int) -> int:
+    """2 when a second shared-memory buffer of ``shared`` bytes (fft_reg.cu's ``_2buf`` kernels: one barrier
+    an exchange instead of two) costs no resident blocks: the blocks an SM holds by threads and registers
+    (``registers`` a thread, allocated in warps of 256-register units) still fit its shared memory
+    (``per_sm_shared``, 1 KiB of it reserved a block) with twice the bytes; else 1."""
+    if not reg_double or registers <= 0:
+        return 1
+    warp_regs = -(-registers * 32 // 256) * 256
+    resident = min(per_sm_threads // threads, 65536 // (warp_regs * -(-threads // 32)), 32)
+    if resident < 1:
+        return 1
+    return 2 if resident * (2 * shared + 1024) <= per_sm_shared else 1
 
 
 def _reg_wavefronts(length: int, elements: int, wide: bool, thread_rows: int, ry: int, shift: int,
@@ -438,6 +453,12 @@ class _Builder:
             if ry == 1 or shared <= _smem_limit():
                 break
             ry -= 1
+        registers = int(kernel.attributes.get("num_regs", 0))
+        fits = reg_double and registers > 0 and 2 * shared <= _smem_limit()
+        if fits and _reg_buffers(shared, per_row * ry, registers, *kern.sm_limits()) == 2:
+            two = _kernel(f"fft_reg{elements}_{length}_2buf", self.dtype, REG_PARAMS)
+            if int(two.attributes["max_threads_per_block"]) >= per_row * ry:
+                kernel, shared = two, 2 * shared
         if shared > 48 * 1024:
             key = (id(kernel), thread_device())
             if key not in _opted_in:

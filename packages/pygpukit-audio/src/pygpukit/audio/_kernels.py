@@ -39,6 +39,7 @@ __all__ = [
     "max_shared_memory",
     "pointer",
     "precompile",
+    "sm_limits",
     "suffix",
 ]
 
@@ -52,7 +53,9 @@ _FORMATS = {"double": "d", "float": "f", "int": "i", "long long": "q", "unsigned
 # files whole; tests/test_kernels.py checks that each listed entry point exists.
 FILES: dict[str, tuple[str, ...]] = {
     "audio/fft.cu": ("fft_smem", "fft_pass", "fft_pack", "fft_unpack", "fft_chirp_mul"),
-    "audio/fft_reg.cu": tuple(f"fft_reg{e}_{1 << bits}" for e in (8, 16) for bits in range(6, 13)),
+    "audio/fft_reg.cu": tuple(
+        f"fft_reg{e}_{1 << bits}{two}" for e in (8, 16) for bits in range(6, 13) for two in ("", "_2buf")
+    ),
     "audio/spectral.cu": (
         "count_nonfinite", "frame_signal", "overlap_add", "spectrum_power", "apply_scale_db", "spectral_moments",
         "frame_rms", "zero_crossings", "preemphasis", "deemphasis", "savgol_delta",
@@ -65,7 +68,7 @@ FILES: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 _FILE_OF = {name: file for file, names in FILES.items() for name in names}
 _SUFFIXES = {"float32": "f32", "float64": "f64"}
-_REG_PAIR = re.compile(r"fft_reg(\d+)_(\d+)")
+_REG_PAIR = re.compile(r"fft_reg(\d+)_(\d+)(?:_2buf)?")
 
 
 def suffix(dtype: DType) -> str:
@@ -102,7 +105,8 @@ def kernel(name: str, dtype: DType, params: tuple[Param, ...]) -> JITKernel:
     if found is not None:  # fft_reg.cu: one (elements, length) pair per program (fft_reg.cu says why)
         elements, length = found.groups()
         source = f"#define PYGPUKIT_FFT_REG_LENGTH {length}\n#define PYGPUKIT_FFT_REG_ELEMENTS {elements}\n{source}"
-        expressions = [f"{name}_{s}" for s in _SUFFIXES.values()]
+        pair = f"fft_reg{elements}_{length}"
+        expressions = [f"{pair}{two}_{s}" for two in ("", "_2buf") for s in _SUFFIXES.values()]
     return JITKernel(
         source,
         entry(name, dtype),
@@ -163,6 +167,7 @@ def enum_values(enum: str) -> dict[str, int]:
 # -- launch sizes -----------------------------------------------------------------------------------------------
 _sm_counts: dict[int, int] = {}
 _shared: dict[int, int] = {}
+_per_sm: dict[int, tuple[int, int]] = {}
 
 
 def grid_for(work: int, per_block: int = BLOCK, per_sm: int = 16) -> int:
@@ -185,6 +190,17 @@ def max_shared_memory() -> int:
     if found is None:
         info = get_device_info(device)
         found = _shared[device] = int(max(info.max_shared_memory_per_block_optin, info.max_shared_memory_per_block))
+    return found
+
+
+def sm_limits() -> tuple[int, int]:
+    """(shared memory bytes, threads) one SM of the current device holds at once."""
+    device = thread_device()
+    found = _per_sm.get(device)
+    if found is None:
+        info = get_device_info(device)
+        found = _per_sm[device] = (int(info.max_shared_memory_per_multiprocessor),
+                                   int(info.max_threads_per_multiprocessor))  # fmt: skip
     return found
 
 
