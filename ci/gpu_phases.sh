@@ -112,7 +112,7 @@ for phase in "$@"; do
         packages/pygpukit-audio/tests/test_asr_graph_decode.py packages/pygpukit-audio/tests/test_asr_hf_parity.py ;;
     asr-bench)
       asr_ready || { summary+=("asr-bench    FAILED (model)"); status=1; continue; }
-      PYGPUKIT_CACHE_DIR=/tmp/m/cache run asr-bench 300 python3 benchmarks/tools/asr_bench.py --model "$model_dir" \
+      PYGPUKIT_CACHE_DIR=/tmp/m/cache run asr-bench 540 python3 benchmarks/tools/asr_bench.py --model "$model_dir" \
         --audio "$audio_dir" --out "$OUT/asr_bench.json" ;;
     *) echo "unknown phase $phase" >&2; status=1 ;;
   esac
