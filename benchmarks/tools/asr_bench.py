@@ -16,11 +16,28 @@ the model's tokenizer.json and its feature extractor from arguments. Writes ``$O
   batch 1 (temperature 0, timestamps on) by pygpukit.asr in ``--dtype`` (float16) with the CUDA-graph
   decode step and with the eager loop, and by transformers' ASR pipeline in float16 with SDPA (30 s chunks,
   batch 1): wall time, real-time factor, speed-up (targets: >= 2x transformers, RTF <= 0.005).
-- ``files16``: 16 files (the ten clips, six of them twice) one by one against ``transcribe_batch`` with
-  batch 16: throughput ratio (target >= 8x).
+- ``files16``: 16 files (the ten clips, six of them twice: 1.1 to 7.1 s, mixed lengths) one by one against
+  ``transcribe_batch`` with batch 16, greedy (temperature 0): throughput ratio ``speedup`` (target >= 8x),
+  ``same_text``, and the decode step bound (below).
+- ``files16_equal``: 16 files of equal length, 30 s each, cut one after another from the long speech of
+  ``long`` (the clips concatenated and repeated), with the same settings and figures as ``files16`` (target
+  >= 8x too). Why both: a batch decodes until its longest transcript ends, so the mixed-length clips are
+  bounded by their longest clip's step count (the short clips' rows idle meanwhile), whereas recordings of
+  about 30 s, each a full window with a transcript of similar length, are what batched transcription
+  serves; the two parts tell a step-count limit apart from the cost of a batched step.
 
-Every timing follows one warm-up call of the same kind. A failing part is recorded as an error in the JSON
-and the others still run.
+The decode step bound: each file's decoder steps, taken from its one-by-one result as the tokens of its
+segments + 1 (the <|endoftext|> step) per decoded 30 s window (``steps_from_segment_tokens``: results do
+not expose the step count; tokens of dropped empty segments and of skipped no-speech windows are not
+seen), and ``step_bound`` = sum of the steps / the largest: the most batching can gain when a batched step
+costs what a single one does. ``transcribe_batch`` batches only the first window of each file (later
+windows of a file that seeks past its first, e.g. one cut mid-sentence at 30 s, run file by file), so
+``step_bound_first_windows_batched`` = sum of the steps / (the largest first-window steps + the later
+windows' steps) is the bound of that path (equal to ``step_bound`` when every file is one window).
+
+Every timing is the median of ``--repeat`` (3) timed calls after one warm-up call of the same kind; the
+JSON keeps each call's time (``runs``, ``one_by_one_runs``, ``batched_runs``) beside the median under the
+keys of one-call reports. A failing part is recorded as an error in the JSON and the others still run.
 """
 
 from __future__ import annotations
@@ -102,39 +119,94 @@ def _time(fn: Any) -> tuple[float, Any]:
     return time.perf_counter() - start, result
 
 
-def ours_long(model: Any, audio: np.ndarray) -> dict[str, Any]:
+def _median_time(fn: Any, repeat: int) -> tuple[float, list[float], Any]:
+    """The median wall time of ``repeat`` calls of ``fn``, each call's time, and the last call's result."""
+    runs: list[float] = []
+    result = None
+    for _ in range(max(1, repeat)):
+        wall, result = _time(fn)
+        runs.append(wall)
+    return float(np.median(runs)), runs, result
+
+
+def _window_steps(result: Any) -> list[int]:
+    """Decoder steps of each decoded 30 s window of a TranscriptionResult, in order: the tokens of the
+    window's segments (segments of one window share ``seek``) + 1 for the <|endoftext|> step. An
+    approximation (the results do not expose the step count): tokens of empty segments that transcribe drops
+    and windows skipped as no speech are not seen; a result without segments counts as one window of 1."""
+    tokens: dict[int, int] = {}
+    for segment in result.segments:
+        tokens[segment.seek] = tokens.get(segment.seek, 0) + len(segment.tokens)
+    return [n + 1 for n in tokens.values()] or [1]
+
+
+def _step_figures(results: list[Any]) -> dict[str, Any]:
+    """Per-file decoder steps (from segment tokens, see _window_steps) and the step bounds of a batch."""
+    windows = [_window_steps(r) for r in results]
+    steps = [sum(w) for w in windows]
+    batch_path = max(w[0] for w in windows) + sum(sum(w[1:]) for w in windows)
+    return {"steps_from_segment_tokens": steps, "windows": [len(w) for w in windows],
+            "step_bound": sum(steps) / max(steps),
+            "step_bound_first_windows_batched": sum(steps) / batch_path}  # fmt: skip
+
+
+def ours_long(model: Any, audio: np.ndarray, repeat: int = 3) -> dict[str, Any]:
     from pygpukit.asr import transcribe
 
     seconds = len(audio) / SR
-    out: dict[str, Any] = {"audio_seconds": seconds}
+    out: dict[str, Any] = {"audio_seconds": seconds, "repeat": repeat}
     for label, flag in (("graph", True), ("eager", False)):
         model.graph_decode = flag
         transcribe(model, audio[: SR * 20], beam_size=1, temperature=0.0)  # warm-up: kernels, plans, the graph
-        wall, result = _time(lambda: transcribe(model, audio, beam_size=1, temperature=0.0))
-        out[label] = {"seconds": wall, "rtf": wall / seconds, "segments": len(result.segments),
+        wall, runs, result = _median_time(lambda: transcribe(model, audio, beam_size=1, temperature=0.0), repeat)
+        out[label] = {"seconds": wall, "runs": runs, "rtf": wall / seconds, "segments": len(result.segments),
                       "words": len(result.text.split()), "text_head": result.text[:160]}  # fmt: skip
         print(f"pygpukit.asr {model.dtype.name} greedy ({label}): {wall:.2f} s for {seconds:.0f} s, RTF "
-              f"{wall / seconds:.5f}", flush=True)  # fmt: skip
+              f"{wall / seconds:.5f} (median of {len(runs)})", flush=True)  # fmt: skip
     model.graph_decode = None
     return out
 
 
-def files16(model: Any, clips: list[np.ndarray]) -> dict[str, Any]:
+def _one_by_one_vs_batch(model: Any, files: list[np.ndarray], repeat: int, label: str) -> dict[str, Any]:
+    """``files`` transcribed one by one (transcribe) and with transcribe_batch(batch_size=16), greedy: the
+    median times, the throughput ratio, whether the texts agree, and the decode steps (_step_figures)."""
     from pygpukit.asr import transcribe, transcribe_batch
 
-    files = (clips + clips[:6])[:16]
     seconds = sum(len(c) for c in files) / SR
     transcribe(model, files[0], beam_size=1, temperature=0.0)
-    single, texts = _time(lambda: [transcribe(model, c, beam_size=1, temperature=0.0).text for c in files])
+    single, single_runs, singles = _median_time(
+        lambda: [transcribe(model, c, beam_size=1, temperature=0.0) for c in files], repeat)  # fmt: skip
     transcribe_batch(model, files, beam_size=1, temperature=0.0, batch_size=16)  # warm-up of the batch-16 shapes
-    batched, results = _time(lambda: transcribe_batch(model, files, beam_size=1, temperature=0.0, batch_size=16))
-    print(f"16 files ({seconds:.0f} s): one by one {single:.2f} s, batch 16 {batched:.2f} s "
-          f"({single / batched:.2f}x)", flush=True)  # fmt: skip
-    return {"audio_seconds": seconds, "one_by_one_seconds": single, "batched_seconds": batched,
-            "speedup": single / batched, "same_text": [r.text for r in results] == texts}  # fmt: skip
+    batched, batched_runs, results = _median_time(
+        lambda: transcribe_batch(model, files, beam_size=1, temperature=0.0, batch_size=16), repeat)  # fmt: skip
+    steps = _step_figures(singles)
+    print(f"{label}: {len(files)} files ({seconds:.0f} s), median of {len(single_runs)}: one by one {single:.3f} s, "
+          f"batch 16 {batched:.3f} s ({single / batched:.2f}x); step bound {steps['step_bound']:.2f}x "
+          f"(first windows batched: {steps['step_bound_first_windows_batched']:.2f}x, "
+          f"{sum(steps['steps_from_segment_tokens'])} steps)", flush=True)  # fmt: skip
+    return {"audio_seconds": seconds, "files": len(files), "repeat": repeat, "one_by_one_seconds": single,
+            "one_by_one_runs": single_runs, "batched_seconds": batched, "batched_runs": batched_runs,
+            "speedup": single / batched, "same_text": [r.text for r in results] == [r.text for r in singles],
+            **steps}  # fmt: skip
 
 
-def transformers_long(model_dir: Path, audio: np.ndarray, device: str) -> dict[str, Any]:
+def files16(model: Any, clips: list[np.ndarray], repeat: int = 3) -> dict[str, Any]:
+    """The ten clips, six of them twice (mixed lengths), one by one against batch 16."""
+    return _one_by_one_vs_batch(model, (clips + clips[:6])[:16], repeat, "files16")
+
+
+def files16_equal(model: Any, audio: np.ndarray, repeat: int = 3, count: int = 16, seconds: float = 30.0
+                  ) -> dict[str, Any]:  # fmt: skip
+    """``count`` files of ``seconds`` each, cut one after another from ``audio`` (the long part's speech,
+    repeated when shorter than count x seconds), one by one against batch 16."""
+    n = round(seconds * SR)
+    if len(audio) < count * n:
+        audio = np.tile(audio, int(np.ceil(count * n / len(audio))))
+    files = [np.ascontiguousarray(audio[i * n : (i + 1) * n]) for i in range(count)]
+    return {"file_seconds": seconds, **_one_by_one_vs_batch(model, files, repeat, "files16_equal")}
+
+
+def transformers_long(model_dir: Path, audio: np.ndarray, device: str, repeat: int = 3) -> dict[str, Any]:
     import torch
     from transformers import GenerationConfig, WhisperFeatureExtractor, WhisperTokenizerFast, pipeline
 
@@ -164,10 +236,11 @@ def transformers_long(model_dir: Path, audio: np.ndarray, device: str) -> dict[s
             torch.cuda.synchronize()
         return result
 
-    wall, result = _time(run)
-    print(f"transformers pipeline {dtype} sdpa: {wall:.2f} s, RTF {wall / seconds:.5f}", flush=True)
-    return {"seconds": wall, "rtf": wall / seconds, "words": len(result["text"].split()),
-            "text_head": result["text"][:160]}  # fmt: skip
+    wall, runs, result = _median_time(run, repeat)
+    print(f"transformers pipeline {dtype} sdpa: {wall:.2f} s, RTF {wall / seconds:.5f} (median of {len(runs)})",
+          flush=True)  # fmt: skip
+    return {"seconds": wall, "runs": runs, "repeat": repeat, "rtf": wall / seconds,
+            "words": len(result["text"].split()), "text_head": result["text"][:160]}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,14 +251,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default="float16")
     p.add_argument("--device", default="cuda", help="transformers' device (cuda; cpu for a local smoke run)")
     p.add_argument("--out", type=Path, default=None, help="default: $OUT/asr_bench.json")
-    p.add_argument("--skip", action="append", default=[], choices=["logits", "long", "files16", "transformers"])
+    p.add_argument("--repeat", type=int, default=3, help="timed calls per timing (after one warm-up); the median")
+    p.add_argument("--skip", action="append", default=[],
+                   choices=["logits", "long", "files16", "files16_equal", "transformers"])  # fmt: skip
     args = p.parse_args(argv)
+    if args.repeat < 1:
+        p.error(f"--repeat must be >= 1, got {args.repeat}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing from the hub, ever
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     out_path = args.out or Path(os.environ.get("OUT", ".")) / "asr_bench.json"
     report: dict[str, Any] = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                              "python": platform.python_version(), "targets": {"logits_rel": 1e-4,
-                              "speedup_vs_transformers": 2.0, "rtf": 0.005, "files16_speedup": 8.0}}  # fmt: skip
+                              "python": platform.python_version(), "repeat": args.repeat, "targets": {
+                              "logits_rel": 1e-4, "speedup_vs_transformers": 2.0, "rtf": 0.005,
+                              "files16_speedup": 8.0, "files16_equal_speedup": 8.0}}  # fmt: skip
     from pygpukit.asr import WhisperModel
     from pygpukit.core import backend
 
@@ -213,16 +291,33 @@ def main(argv: list[str] | None = None) -> int:
 
     part("logits", lambda: logits(args.model, clips, args.device))
     model = WhisperModel.from_pretrained(args.model, dtype=args.dtype)
-    part("long", lambda: ours_long(model, audio))
-    part("files16", lambda: files16(model, clips))
-    part("transformers", lambda: transformers_long(args.model, audio, args.device))
+    part("long", lambda: ours_long(model, audio, args.repeat))
+    part("files16", lambda: files16(model, clips, args.repeat))
+    part("files16_equal", lambda: files16_equal(model, audio, args.repeat))
+    part("transformers", lambda: transformers_long(args.model, audio, args.device, args.repeat))
     long, hf = report.get("long"), report.get("transformers")
+    summary: dict[str, Any] = {"repeat": args.repeat}
+    print(f"summary (every time the median of {args.repeat}):", flush=True)
     if long and hf:
-        report["summary"] = {"speedup_vs_transformers": hf["seconds"] / long["graph"]["seconds"],
-                             "rtf": long["graph"]["rtf"], "graph_vs_eager": long["eager"]["seconds"] /
-                             long["graph"]["seconds"],
-                             "files16_speedup": (report.get("files16") or {}).get("speedup")}  # fmt: skip
-        print(json.dumps(report["summary"]), flush=True)
+        summary.update({"speedup_vs_transformers": hf["seconds"] / long["graph"]["seconds"],
+                        "rtf": long["graph"]["rtf"], "graph_vs_eager": long["eager"]["seconds"] /
+                        long["graph"]["seconds"]})  # fmt: skip
+        print(f"  long: graph {long['graph']['seconds']:.2f} s, RTF {summary['rtf']:.5f}; "
+              f"{summary['speedup_vs_transformers']:.1f}x transformers ({hf['seconds']:.2f} s); "
+              f"graph {summary['graph_vs_eager']:.2f}x eager", flush=True)  # fmt: skip
+    for name in ("files16", "files16_equal"):
+        got = report.get(name)
+        summary[name + "_speedup"] = got["speedup"] if got else None
+        if got:
+            summary[name + "_step_bound"] = got["step_bound"]
+            summary[name + "_step_bound_first_windows_batched"] = got["step_bound_first_windows_batched"]
+            print(f"  {name}: {got['files']} files ({got['audio_seconds']:.0f} s): one by one "
+                  f"{got['one_by_one_seconds']:.3f} s, batch 16 {got['batched_seconds']:.3f} s: "
+                  f"{got['speedup']:.2f}x (target >= 8x); step bound {got['step_bound']:.2f}x (first windows "
+                  f"batched {got['step_bound_first_windows_batched']:.2f}x); same text {got['same_text']}",
+                  flush=True)  # fmt: skip
+    report["summary"] = summary
+    print(json.dumps(summary), flush=True)
     out_path.write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {out_path}")
     return 0
