@@ -26,7 +26,7 @@
 #                   CUDA backend; needs with-librosa and stage-audio
 #   asr-profile     benchmarks/tools/asr_batch_profile.py --kernels (batch 16 against one by one)
 #   asr-tests       the ASR tests with the real model (ci/gpu_asr.sh's list)
-#   asr-bench       benchmarks/tools/asr_bench.py
+#   asr-bench       benchmarks/tools/asr_bench.py (medians of $ASR_REPEAT runs, default 3)
 # A summary line per phase comes last; the exit status is 1 when a phase failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -113,7 +113,7 @@ for phase in "$@"; do
     asr-bench)
       asr_ready || { summary+=("asr-bench    FAILED (model)"); status=1; continue; }
       PYGPUKIT_CACHE_DIR=/tmp/m/cache run asr-bench 540 python3 benchmarks/tools/asr_bench.py --model "$model_dir" \
-        --audio "$audio_dir" --out "$OUT/asr_bench.json" ;;
+        --audio "$audio_dir" --repeat "${ASR_REPEAT:-3}" --out "$OUT/asr_bench.json" ;;
     *) echo "unknown phase $phase" >&2; status=1 ;;
   esac
 done
