@@ -16,6 +16,7 @@
 #   initcheck       ci/initcheck_probe.py: initcheck on torch-only and pygpukit-only programs
 #   fft-tests       the gpu-marked tests of test_fft.py and test_gpu_dsp.py (the FFT kernels, stft, mel)
 #   audio-tests     the audio package's gpu-marked tests (the model tests skip without their files)
+#   graph-tests     the core's gpu-marked graph and memory-pool tests (captures, replays, holds)
 #   quant-tests     the gpu-marked tests of the weight-only, int4, block-FP8 and NVF4 linear
 #   linear-tests    test_matmul.py's linear tests on the GPU (out=, epilogues; not the every-route sweep)
 #   llm-tests       the LLM package's gpu-marked tests (random-weight models; the real-model ones skip)
@@ -87,6 +88,9 @@ for phase in "$@"; do
     fft-tests) run fft-tests 240 "${pytest_q[@]}" -m gpu packages/pygpukit-audio/tests/test_fft.py \
       packages/pygpukit-audio/tests/test_gpu_dsp.py ;;
     audio-tests) run audio-tests 300 "${pytest_q[@]}" -m gpu packages/pygpukit-audio/tests ;;
+    graph-tests) run graph-tests 240 "${pytest_q[@]}" -m gpu packages/pygpukit-core/tests/test_graph.py \
+      packages/pygpukit-core/tests/test_memory_defects.py packages/pygpukit-core/tests/test_reset_device.py \
+      packages/pygpukit-core/tests/test_concurrency.py ;;
     audio-bench) run audio-bench 240 python3 benchmarks/tools/audio_bench.py --out "$OUT/audio_bench.json" ;;
     stage-audio)
       if mkdir -p /tmp/m/cache/audio-testdata && tar -C /tmp/m/cache/audio-testdata -xf .bigB/audio-subset.tar; then

@@ -259,6 +259,7 @@ void bind_runtime(py::module_& m) {
   m.def("function_set_max_dynamic_shared", &function_set_max_dynamic_shared, py::arg("function"),
         py::arg("bytes"));
   m.def("capture_begin", &capture_begin, py::arg("stream"), py::arg("mode") = 0);
+  m.def("release_hold", &release_hold, py::arg("hold"), py::arg("device") = -1);
   m.def("capture_end", &capture_end, py::arg("stream"));
   m.def("graph_instantiate", &graph_instantiate, py::arg("graph"));
   m.def("graph_launch", &graph_launch, py::arg("exec"), py::arg("stream") = 0);

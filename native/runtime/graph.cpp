@@ -13,10 +13,11 @@ namespace {
 CUstream as_stream(std::uint64_t s) { return reinterpret_cast<CUstream>(s); }
 }  // namespace
 
-void capture_begin(std::uint64_t stream, int mode) {
+std::uint64_t capture_begin(std::uint64_t stream, int mode) {
   const int device = ensure_context();
-  // Registered with the allocator (memory.cpp), which then makes no driver call the capture forbids.
-  capture_opened(stream, mode, device, [&] {
+  // Registered with the allocator (memory.cpp), which then makes no driver call the capture forbids
+  // and keeps the blocks this thread frees in the capture's hold.
+  return capture_opened(stream, mode, device, [&] {
     check(driver().cuStreamBeginCapture(as_stream(stream), static_cast<CUstreamCaptureMode>(mode)),
           "cuStreamBeginCapture");
   });

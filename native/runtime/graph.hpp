@@ -5,8 +5,9 @@
 
 namespace pygpukit {
 
-// mode: 0 global, 1 thread-local, 2 relaxed (CUstreamCaptureMode values).
-void capture_begin(std::uint64_t stream, int mode);
+// mode: 0 global, 1 thread-local, 2 relaxed (CUstreamCaptureMode values). Returns the capture's hold
+// (memory.hpp): release_hold it once the graph is destroyed, or at once when the capture fails.
+std::uint64_t capture_begin(std::uint64_t stream, int mode);
 // Ends the capture and returns the captured graph (CUgraph). Throws if the capture was invalidated.
 std::uint64_t capture_end(std::uint64_t stream);
 std::uint64_t graph_instantiate(std::uint64_t graph);

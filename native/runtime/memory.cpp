@@ -45,9 +45,15 @@ struct OpenCapture {
   std::thread::id thread;
   int mode;  // CUstreamCaptureMode
   int device;
+  std::uint64_t hold;  // the pool's hold for the blocks this thread frees meanwhile (memory.hpp)
 };
 std::mutex g_captures_mutex;
 std::unordered_map<std::uint64_t, OpenCapture> g_captures;
+std::atomic<int> g_open_captures{0};  // g_captures.size(), read without the lock on the hot paths
+
+// Holds whose graph went away while some capture was open (ending one synchronizes the context, which
+// a capture in global mode forbids): (device, hold), ended once none is open.
+std::vector<std::pair<int, std::uint64_t>> g_deferred_holds;  // under g_deferred_mutex
 
 // Blocks the pool released while a capture was open: (device, pointer), freed once none is open.
 std::mutex g_deferred_mutex;
@@ -71,6 +77,30 @@ CaptureRule capture_rule_locked() {
   return global_elsewhere ? CaptureRule::kAllocateRelaxed : CaptureRule::kAllocate;
 }
 
+// The hold of the capture this thread has open on `device` (0: none): its frees go there, and its
+// allocations look there first.
+std::uint64_t capturing_hold(int device) {
+  if (g_open_captures.load(std::memory_order_acquire) == 0) return 0;
+  const std::thread::id self = std::this_thread::get_id();
+  std::lock_guard<std::mutex> lock(g_captures_mutex);
+  for (const auto& [stream, capture] : g_captures) {
+    if (capture.thread == self && capture.device == device) return capture.hold;
+  }
+  return 0;
+}
+
+// Ends a hold: waits for the device's work (replays of the graph may still write its blocks), then
+// gives its blocks to their streams' caches. The caller holds g_captures_mutex with no capture open.
+void end_hold_locked(int device, std::uint64_t hold) {
+  const int current = ensure_context();
+  if (device != current) set_device(device);
+  const CUresult rc = driver().cuCtxSynchronize();
+  if (rc == CUDA_SUCCESS) pgk_pool_hold_end(pool_of(device), hold);
+  if (device != current) set_device(current);
+  // On failure the blocks stay held (the context is broken: nothing can reuse them safely).
+  check(rc, "cuCtxSynchronize");
+}
+
 // Release callback: frees one block on the device (or defers it while a capture is open); errors
 // cannot cross the Rust frame, so they are remembered and thrown after the pool call returns.
 struct ReleaseContext {
@@ -85,7 +115,7 @@ void release_block(void* context, std::uint64_t ptr, std::uint64_t /*size*/) {
   if (!g_captures.empty()) {
     std::lock_guard<std::mutex> lock(g_deferred_mutex);
     g_deferred.emplace_back(ctx->device, ptr);
-    g_deferred_count.store(g_deferred.size(), std::memory_order_release);
+    g_deferred_count.fetch_add(1, std::memory_order_release);
     return;
   }
   CUresult rc = driver().cuMemFree(static_cast<CUdeviceptr>(ptr));
@@ -146,15 +176,34 @@ CUresult allocate_relaxed(const DriverApi& api, CUdeviceptr* ptr, std::size_t si
 
 }  // namespace
 
-void capture_opened(std::uint64_t stream, int mode, int device, const std::function<void()>& begin) {
+std::uint64_t capture_opened(std::uint64_t stream, int mode, int device, const std::function<void()>& begin) {
+  PgkPool* pool = pool_of(device);
   std::lock_guard<std::mutex> lock(g_captures_mutex);
   begin();  // throws when the driver refuses: nothing is registered then
-  g_captures[stream] = OpenCapture{std::this_thread::get_id(), mode, device};
+  const std::uint64_t hold = pgk_pool_hold_begin(pool);
+  g_captures[stream] = OpenCapture{std::this_thread::get_id(), mode, device, hold};
+  g_open_captures.store(static_cast<int>(g_captures.size()), std::memory_order_release);
+  return hold;
 }
 
 void capture_closed(std::uint64_t stream) {
   std::lock_guard<std::mutex> lock(g_captures_mutex);
   g_captures.erase(stream);
+  g_open_captures.store(static_cast<int>(g_captures.size()), std::memory_order_release);
+}
+
+void release_hold(std::uint64_t hold, int device) {
+  if (hold == 0) return;
+  if (device < 0) device = ensure_context();
+  if (device >= kMaxDevices || g_pools[device].load(std::memory_order_acquire) == nullptr) return;
+  std::lock_guard<std::mutex> captures(g_captures_mutex);
+  if (!g_captures.empty()) {
+    std::lock_guard<std::mutex> lock(g_deferred_mutex);
+    g_deferred_holds.emplace_back(device, hold);
+    g_deferred_count.fetch_add(1, std::memory_order_release);
+    return;
+  }
+  end_hold_locked(device, hold);
 }
 
 void release_deferred_blocks() {
@@ -163,11 +212,14 @@ void release_deferred_blocks() {
   std::lock_guard<std::mutex> captures(g_captures_mutex);
   if (!g_captures.empty()) return;
   std::vector<std::pair<int, std::uint64_t>> blocks;
+  std::vector<std::pair<int, std::uint64_t>> holds;
   {
     std::lock_guard<std::mutex> lock(g_deferred_mutex);
     blocks.swap(g_deferred);
+    holds.swap(g_deferred_holds);
     g_deferred_count.store(0, std::memory_order_release);
   }
+  for (const auto& [device, hold] : holds) end_hold_locked(device, hold);
   if (blocks.empty()) return;
   const int current = ensure_context();
   CUresult first_error = CUDA_SUCCESS;
@@ -184,6 +236,12 @@ std::uint64_t device_allocate(std::uint64_t nbytes, std::uint64_t stream) {
   const int device = ensure_context();
   if (g_deferred_count.load(std::memory_order_relaxed) != 0) release_deferred_blocks();
   PgkPool* pool = pool_of(device);
+  if (const std::uint64_t hold = capturing_hold(device)) {
+    // A block this capture freed earlier (ordered by the capture stream inside the graph).
+    std::uint64_t ptr = 0;
+    pgk_pool_take_held(pool, nbytes, stream, hold, &ptr);
+    if (ptr != 0) return ptr;
+  }
   const DriverApi& api = driver();
   for (int attempt = 0; attempt < 2; ++attempt) {
     PgkDecision decision{};
@@ -236,7 +294,11 @@ std::uint64_t device_allocate(std::uint64_t nbytes, std::uint64_t stream) {
 
 void device_free(std::uint64_t ptr, int device) {
   if (device < 0) device = device_of(ptr);
-  int32_t rc = pgk_pool_free(pool_of(device), ptr);
+  // Freed during this thread's capture: the graph's replays may write it, so it goes to the capture's
+  // hold, not the stream's cache (where an allocation after the capture would take it).
+  const std::uint64_t hold = capturing_hold(device);
+  int32_t rc =
+      hold != 0 ? pgk_pool_free_held(pool_of(device), ptr, hold) : pgk_pool_free(pool_of(device), ptr);
   if (rc == PGK_UNKNOWN_POINTER) throw InvalidFree("pointer was not allocated by the pygpukit pool");
   if (rc == PGK_DOUBLE_FREE) throw InvalidFree("pointer was already freed (double free)");
   if (rc != PGK_OK) throw RuntimeFailure("memory pool free failed with code " + std::to_string(rc));
@@ -300,11 +362,13 @@ std::pair<std::uint64_t, std::uint64_t> forget_device_memory(int device) {
     for (auto it = g_captures.begin(); it != g_captures.end();) {
       it = it->second.device == device ? g_captures.erase(it) : std::next(it);
     }
+    g_open_captures.store(static_cast<int>(g_captures.size()), std::memory_order_release);
     std::lock_guard<std::mutex> deferred(g_deferred_mutex);
-    g_deferred.erase(std::remove_if(g_deferred.begin(), g_deferred.end(),
-                                    [device](const auto& entry) { return entry.first == device; }),
-                     g_deferred.end());
-    g_deferred_count.store(g_deferred.size(), std::memory_order_release);
+    const auto on_device = [device](const auto& entry) { return entry.first == device; };
+    g_deferred.erase(std::remove_if(g_deferred.begin(), g_deferred.end(), on_device), g_deferred.end());
+    g_deferred_holds.erase(std::remove_if(g_deferred_holds.begin(), g_deferred_holds.end(), on_device),
+                           g_deferred_holds.end());
+    g_deferred_count.store(g_deferred.size() + g_deferred_holds.size(), std::memory_order_release);
   }
   PgkPool* pool = g_pools[device].load(std::memory_order_acquire);
   std::uint64_t blocks = 0, bytes = 0;

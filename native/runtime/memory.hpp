@@ -60,10 +60,17 @@ std::pair<std::uint64_t, std::uint64_t> forget_device_memory(int device);
 //   capture mode (the allocation is that thread's own, not part of the capture);
 // - cached blocks the pool releases are not freed but kept until no capture is open (cuMemFree is
 //   refused on a capturing thread, and a captured graph may use a block its body freed).
+// - a block freed by the capturing thread goes to the capture's hold in the pool (not the stream's
+//   cache): the captured graph may write it at every replay, so only that capture's own allocations
+//   take it again (inside the graph the capture stream orders them) until release_hold.
 // capture_opened runs `begin` (cuStreamBeginCapture) under the registry's lock, so no deferred
-// release runs between the driver's begin and the registration.
-void capture_opened(std::uint64_t stream, int mode, int device, const std::function<void()>& begin);
+// release runs between the driver's begin and the registration; it returns the capture's hold.
+std::uint64_t capture_opened(std::uint64_t stream, int mode, int device, const std::function<void()>& begin);
 void capture_closed(std::uint64_t stream);
+// The graph of a capture went away (or the capture failed): its hold's blocks go to their streams'
+// caches, after the device's work is done (cuCtxSynchronize; deferred while a capture is open).
+// `device` -1: the current one. Hold 0 does nothing.
+void release_hold(std::uint64_t hold, int device);
 // Frees the blocks whose release was deferred by a capture, once none is open (also done by the next
 // allocation and by empty_cache).
 void release_deferred_blocks();

@@ -66,6 +66,13 @@ uint64_t pgk_pool_release_stream(const PgkPool* pool, uint64_t stream, PgkReleas
 int32_t pgk_pool_set_limit(const PgkPool* pool, uint64_t limit, PgkReleaseFn release, void* context);
 int32_t pgk_pool_stats(const PgkPool* pool, PgkStats* out);
 int32_t pgk_pool_is_in_use(const PgkPool* pool, uint64_t ptr);
+/* Holds of CUDA graph captures (crates/pygpukit-pool/src/pool.rs): blocks freed into a hold are handed
+ * out again only by pgk_pool_take_held of that hold and stream (*ptr 0: none fits) until
+ * pgk_pool_hold_end. */
+uint64_t pgk_pool_hold_begin(const PgkPool* pool);
+int32_t pgk_pool_free_held(const PgkPool* pool, uint64_t ptr, uint64_t hold);
+int32_t pgk_pool_take_held(const PgkPool* pool, uint64_t size, uint64_t stream, uint64_t hold, uint64_t* ptr);
+int32_t pgk_pool_hold_end(const PgkPool* pool, uint64_t hold);
 /* Forgets every block and reservation after the device's context was reset (the memory is gone);
  * nothing is reported for release. blocks / bytes (each may be NULL) receive what was forgotten. */
 int32_t pgk_pool_reset(const PgkPool* pool, uint64_t* blocks, uint64_t* bytes);

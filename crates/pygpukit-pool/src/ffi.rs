@@ -70,6 +70,7 @@ fn code(error: &PoolError) -> i32 {
         PoolError::UnknownPointer(_) => PGK_UNKNOWN_POINTER,
         PoolError::DoubleFree(_) => PGK_DOUBLE_FREE,
         PoolError::AlreadyRegistered(_) => PGK_ALREADY_REGISTERED,
+        PoolError::UnknownHold(_) => PGK_INVALID_ARGUMENT,
     }
 }
 
@@ -221,6 +222,56 @@ pub extern "C" fn pgk_pool_abandon(handle: *const PgkPool, size: u64) -> i32 {
 pub extern "C" fn pgk_pool_free(handle: *const PgkPool, ptr: u64) -> i32 {
     match with_pool(handle, |pool| pool.free(ptr)) {
         Some(Ok(())) => PGK_OK,
+        Some(Err(error)) => code(&error),
+        None => PGK_INVALID_ARGUMENT,
+    }
+}
+
+/// Opens a hold (a CUDA graph capture's, see pool.rs); returns its id, 0 for a null pool.
+#[no_mangle]
+pub extern "C" fn pgk_pool_hold_begin(handle: *const PgkPool) -> u64 {
+    with_pool(handle, Pool::hold_begin).unwrap_or(0)
+}
+
+/// Frees an in-use block into `hold` instead of its stream's cache.
+#[no_mangle]
+pub extern "C" fn pgk_pool_free_held(handle: *const PgkPool, ptr: u64, hold: u64) -> i32 {
+    match with_pool(handle, |pool| pool.free_held(ptr, hold)) {
+        Some(Ok(())) => PGK_OK,
+        Some(Err(error)) => code(&error),
+        None => PGK_INVALID_ARGUMENT,
+    }
+}
+
+/// A block of `hold` cached from `stream` for a request of `size` bytes, in use again: `*ptr` receives
+/// it (0 when the hold has none that fits).
+///
+/// # Safety
+/// `ptr` must be valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn pgk_pool_take_held(
+    handle: *const PgkPool,
+    size: u64,
+    stream: u64,
+    hold: u64,
+    ptr: *mut u64,
+) -> i32 {
+    if ptr.is_null() {
+        return PGK_INVALID_ARGUMENT;
+    }
+    let Some(found) = with_pool(handle, |pool| pool.take_held(size, stream, hold)) else {
+        return PGK_INVALID_ARGUMENT;
+    };
+    // SAFETY: non-null, valid per the contract.
+    unsafe { *ptr = found.map_or(0, |(block, _)| block) };
+    PGK_OK
+}
+
+/// Closes `hold`: its blocks go to their streams' caches.
+#[no_mangle]
+pub extern "C" fn pgk_pool_hold_end(handle: *const PgkPool, hold: u64) -> i32 {
+    match with_pool(handle, |pool| pool.hold_end(hold)) {
+        Some(Ok(_)) => PGK_OK,
         Some(Err(error)) => code(&error),
         None => PGK_INVALID_ARGUMENT,
     }

@@ -4,6 +4,12 @@
 //! Free blocks are cached per stream: a block freed on stream S is handed out again only for work on
 //! S, where stream order makes reuse safe without events. Cached blocks are released least recently
 //! freed first when the limit or the driver says memory is short.
+//!
+//! Holds (CUDA graph captures): a block freed while a capture is open on the freeing thread may still
+//! be written by every replay of the captured graph (a temporary of the captured work), so it goes to
+//! the capture's hold instead of the stream's cache. The capture's own later requests take blocks back
+//! from its hold (reuse inside one graph is ordered by the capture stream); nothing else does, and the
+//! LRU release never frees them. Ending the hold (the graph is destroyed) caches them as frees would.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -20,7 +26,11 @@ pub type DevicePtr = u64;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum BlockState {
     InUse,
-    Cached { tick: u64 },
+    Cached {
+        tick: u64,
+    },
+    /// Freed into hold `0` (a graph capture's): not handed out but to that capture, never released.
+    Held(u64),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -64,6 +74,8 @@ pub enum PoolError {
     UnknownPointer(DevicePtr),
     DoubleFree(DevicePtr),
     AlreadyRegistered(DevicePtr),
+    /// A hold id that [`Pool::hold_begin`] did not return or that was already ended.
+    UnknownHold(u64),
 }
 
 impl fmt::Display for PoolError {
@@ -90,6 +102,7 @@ impl fmt::Display for PoolError {
             }
             PoolError::DoubleFree(p) => write!(f, "pointer {p:#x} was already freed"),
             PoolError::AlreadyRegistered(p) => write!(f, "pointer {p:#x} is already registered"),
+            PoolError::UnknownHold(h) => write!(f, "hold {h} is not open"),
         }
     }
 }
@@ -135,6 +148,9 @@ pub struct Pool {
     lru: BTreeMap<u64, DevicePtr>,
     tick: u64,
     stats: Stats,
+    /// hold -> size -> pointers of the blocks freed into it (each in state Held(hold))
+    holds: HashMap<u64, BTreeMap<u64, Vec<DevicePtr>>>,
+    next_hold: u64,
 }
 
 impl Pool {
@@ -419,6 +435,7 @@ impl Pool {
         self.blocks.clear();
         self.free_lists.clear();
         self.lru.clear();
+        self.holds.clear();
         if let Some(budget) = &self.budget {
             budget.release(held);
         }
@@ -429,6 +446,80 @@ impl Pool {
         s.in_use_blocks = 0;
         s.cached_blocks = 0;
         (blocks, held)
+    }
+
+    /// Opens an empty hold (a graph capture's); returns its id (never 0).
+    pub fn hold_begin(&mut self) -> u64 {
+        self.next_hold += 1;
+        self.holds.insert(self.next_hold, BTreeMap::new());
+        self.next_hold
+    }
+
+    /// Frees an in-use block into `hold` instead of its stream's cache: it stays counted in use (the
+    /// captured graph may write it) until [`Pool::hold_end`].
+    pub fn free_held(&mut self, ptr: DevicePtr, hold: u64) -> Result<(), PoolError> {
+        let block = self
+            .blocks
+            .get_mut(&ptr)
+            .ok_or(PoolError::UnknownPointer(ptr))?;
+        if block.state != BlockState::InUse {
+            return Err(PoolError::DoubleFree(ptr));
+        }
+        let Some(sizes) = self.holds.get_mut(&hold) else {
+            return Err(PoolError::UnknownHold(hold));
+        };
+        block.state = BlockState::Held(hold);
+        sizes.entry(block.size).or_default().push(ptr);
+        Ok(())
+    }
+
+    /// A block of `hold` cached from `stream` that serves a request of `size` bytes (the smallest that
+    /// fits, as the caches), in use again; `None` when the hold has none (the caller then asks
+    /// [`Pool::request`]).
+    pub fn take_held(
+        &mut self,
+        size: u64,
+        stream: StreamId,
+        hold: u64,
+    ) -> Option<(DevicePtr, u64)> {
+        let rounded = round_size(size)?;
+        let sizes = self.holds.get_mut(&hold)?;
+        let blocks = &self.blocks;
+        let (block_size, index) = sizes
+            .range(rounded..)
+            .take_while(|(&block_size, _)| fits(block_size, rounded))
+            .find_map(|(&block_size, list)| {
+                list.iter()
+                    .rposition(|p| blocks.get(p).is_some_and(|b| b.stream == stream))
+                    .map(|index| (block_size, index))
+            })?;
+        let list = sizes.get_mut(&block_size)?;
+        let ptr = list.remove(index);
+        if list.is_empty() {
+            sizes.remove(&block_size);
+        }
+        let block = self.blocks.get_mut(&ptr).expect("held pointer is known");
+        block.state = BlockState::InUse;
+        self.stats.requests += 1;
+        self.stats.reuse_hits += 1;
+        Some((ptr, block_size))
+    }
+
+    /// Closes `hold`: its blocks go to their streams' caches, as frees. Returns how many.
+    pub fn hold_end(&mut self, hold: u64) -> Result<u64, PoolError> {
+        let sizes = self
+            .holds
+            .remove(&hold)
+            .ok_or(PoolError::UnknownHold(hold))?;
+        let mut count = 0;
+        for ptr in sizes.into_values().flatten() {
+            if let Some(block) = self.blocks.get_mut(&ptr) {
+                block.state = BlockState::InUse;
+                self.free(ptr)?;
+                count += 1;
+            }
+        }
+        Ok(count)
     }
 
     /// Whether `ptr` is a block this pool handed out and that is still in use.
@@ -457,6 +548,70 @@ mod tests {
                 ptr
             }
         }
+    }
+
+    #[test]
+    fn held_blocks_serve_their_capture_only_until_the_hold_ends() {
+        let mut pool = Pool::new(None);
+        let mut next = 1 << 32;
+        let a = allocate(&mut pool, 1000, 7, &mut next);
+        let hold = pool.hold_begin();
+        assert_ne!(hold, 0);
+        pool.free_held(a, hold).unwrap();
+        // Not in the stream's cache: a request on the stream allocates anew; in use still.
+        assert!(matches!(
+            pool.request(1000, 7).unwrap(),
+            Decision::Allocate { size: 1024, .. }
+        ));
+        pool.abandon(1024);
+        assert_eq!(
+            (pool.stats().in_use_bytes, pool.stats().cached_bytes),
+            (1024, 0)
+        );
+        // Never released by the LRU, and a second free is a double free.
+        assert!(pool.release_cached(None).is_empty());
+        assert_eq!(pool.free(a), Err(PoolError::DoubleFree(a)));
+        assert_eq!(pool.free_held(a, hold), Err(PoolError::DoubleFree(a)));
+        // The capture takes it back (best fit: too small a request does not), and frees it again.
+        assert_eq!(pool.take_held(100, 7, hold), None);
+        assert_eq!(pool.take_held(900, 8, hold), None); // another stream's request
+        assert_eq!(pool.take_held(900, 7, hold), Some((a, 1024)));
+        assert_eq!(pool.take_held(900, 7, hold), None);
+        pool.free_held(a, hold).unwrap();
+        assert_eq!(pool.free_held(a, 99), Err(PoolError::DoubleFree(a)));
+        // Ending the hold caches it on its stream, as a free.
+        assert_eq!(pool.hold_end(hold), Ok(1));
+        assert_eq!(pool.hold_end(hold), Err(PoolError::UnknownHold(hold)));
+        assert_eq!(pool.take_held(900, 7, hold), None);
+        let s = pool.stats();
+        assert_eq!(
+            (s.in_use_bytes, s.cached_bytes, s.cached_blocks),
+            (0, 1024, 1)
+        );
+        assert_eq!(
+            pool.request(900, 7).unwrap(),
+            Decision::Reuse { ptr: a, size: 1024 }
+        );
+    }
+
+    #[test]
+    fn holds_are_separate_and_reset_forgets_them() {
+        let mut pool = Pool::new(None);
+        let mut next = 1 << 32;
+        let a = allocate(&mut pool, 4096, 7, &mut next);
+        let b = allocate(&mut pool, 4096, 7, &mut next);
+        let (h1, h2) = (pool.hold_begin(), pool.hold_begin());
+        assert_ne!(h1, h2);
+        pool.free_held(a, h1).unwrap();
+        pool.free_held(b, h2).unwrap();
+        assert_eq!(pool.take_held(4096, 7, h2), Some((b, 4096)));
+        assert_eq!(pool.take_held(4096, 7, h2), None);
+        let c = allocate(&mut pool, 10, 7, &mut next);
+        assert_eq!(pool.free_held(c, 12345), Err(PoolError::UnknownHold(12345)));
+        assert!(pool.is_in_use(c));
+        pool.reset();
+        assert_eq!(pool.hold_end(h1), Err(PoolError::UnknownHold(h1)));
+        assert_eq!(pool.stats().in_use_bytes, 0);
     }
 
     #[test]

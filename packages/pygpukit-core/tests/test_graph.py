@@ -3,6 +3,8 @@ backend: the recorded calls replay equal to eager runs."""
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -99,6 +101,45 @@ def test_recapture_updates_in_place_and_reset() -> None:
     assert not graph.is_ready
     with pytest.raises(PyGPUkitError, match="nothing captured yet"):
         graph.replay()
+
+
+@pytest.mark.gpu
+def test_temporaries_freed_inside_a_capture_stay_the_graphs() -> None:
+    """A block the captured work allocates and frees (a temporary) is written at every replay, so no
+    array allocated after the capture may get it (the capture's hold in the pool): before, an array
+    allocated on the capture stream after the capture took the temporary's cached block and each replay
+    overwrote it. The capture still reuses its own temporaries (four here, one block), and destroying
+    the graph gives them back to the pool."""
+    n = 4099
+    kernel = gp.jit(AXPBY, "axpby")
+    x, out = gp.full(n, 1.0, gp.float32), gp.zeros(n, gp.float32)
+    grid = (n + 255) // 256
+
+    def body(scale: float) -> None:
+        tmp = gp.full(n, np.nan, gp.float32)
+        kernel(scale, x, 0.0, tmp, n, grid=grid, block=256)  # tmp = scale x
+        kernel(1.0, tmp, 1.0, out, n, grid=grid, block=256)  # out += tmp
+        del tmp
+
+    stream = gp.Stream()
+    with stream:
+        body(0.0)  # warm-up: the kernel compiled, the temporary's block cached for the capture stream
+    stream.synchronize()
+    graph = gp.CudaGraph()
+    with graph.capture(stream):
+        for scale in (1.0, 2.0, 3.0, 4.0):
+            body(scale)
+    in_use = gp.memory_stats()["in_use_bytes"]
+    with stream:
+        after = gp.full(n, -3.0, gp.float32)
+        out.copy_(np.zeros(n, np.float32))
+    graph.replay()
+    graph.synchronize()
+    np.testing.assert_array_equal(out.to_numpy(), np.full(n, 10.0, np.float32))
+    np.testing.assert_array_equal(after.to_numpy(), np.full(n, -3.0, np.float32))
+    del graph
+    gc.collect()
+    assert gp.memory_stats()["in_use_bytes"] < in_use + after.nbytes
 
 
 @pytest.mark.gpu

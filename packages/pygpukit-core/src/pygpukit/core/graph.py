@@ -6,8 +6,11 @@
     graph.replay()                       # runs it; replays are bitwise identical to eager runs
 
 Arrays used inside the graph must be allocated before the capture and kept alive while the graph can
-be replayed: the graph holds their addresses. Capturing again updates the instantiated graph in place
-when the topology is unchanged, else re-instantiates it.
+be replayed: the graph holds their addresses. Temporaries the captured work allocates and frees are
+the runtime's to keep: a block freed while this thread captures goes to the capture's hold in the pool,
+from which only that capture's later allocations take blocks, and returns to the pool when the graph is
+destroyed or captured again. Capturing again updates the instantiated graph in place when the topology
+is unchanged, else re-instantiates it.
 
 On the CPU simulation backend work inside ``capture`` runs eagerly once and the pygpukit calls made
 there are recorded; ``replay`` makes them again, writing into the same output arrays, so replays equal
@@ -56,6 +59,14 @@ def _destroy(native: Any, handles: dict[str, int]) -> None:
                 getattr(native, destroy)(handle)
             except Exception:
                 return
+    # Last: the blocks the capture's own work freed (its temporaries), which every replay may still
+    # write, go back to the pool once the graph is gone (native memory.hpp: release_hold).
+    hold = handles.pop("hold", None)
+    if hold:
+        try:
+            native.release_hold(hold, handles.get("device", -1))
+        except Exception:
+            return
 
 
 class CudaGraph:
@@ -109,7 +120,10 @@ class CudaGraph:
         if native is None:
             yield from self._capture_on_cpu(stream)
             return
-        native.capture_begin(stream.handle, _MODES[mode])
+        # Blocks this thread frees while capturing (the captured work's temporaries) go to the capture's
+        # hold in the pool: kept from every other allocation while the graph can replay, released with
+        # it (native memory.hpp).
+        hold = int(native.capture_begin(stream.handle, _MODES[mode]))
         self._capturing = True
         _capturing_streams.add(stream.handle)
         try:
@@ -123,20 +137,29 @@ class CudaGraph:
                 native.graph_destroy(graph)
             except PyGPUkitError:
                 pass  # the capture was already invalidated by whatever failed
+            native.release_hold(hold, self._device)  # nothing of this capture will run
             raise
         self._capturing = False
         _capturing_streams.discard(stream.handle)
-        graph = int(native.capture_end(stream.handle))
+        try:
+            graph = int(native.capture_end(stream.handle))
+        except BaseException:
+            native.release_hold(hold, self._device)
+            raise
         old = self._handles.pop("graph", None)
         if old:
             native.graph_destroy(old)
         self._handles["graph"] = graph
+        old_hold = self._handles.get("hold")
+        self._handles["hold"] = hold
+        self._handles["device"] = self._device
         exec_handle = self._handles.get("exec")
-        if exec_handle and native.graph_exec_update(exec_handle, graph):
-            return
-        if exec_handle:
-            native.graph_exec_destroy(self._handles.pop("exec"))
-        self._handles["exec"] = int(native.graph_instantiate(graph))
+        if not (exec_handle and native.graph_exec_update(exec_handle, graph)):
+            if exec_handle:
+                native.graph_exec_destroy(self._handles.pop("exec"))
+            self._handles["exec"] = int(native.graph_instantiate(graph))
+        if old_hold:  # the executable now runs the new capture: the old one's temporaries are free
+            native.release_hold(old_hold, self._device)
 
     def _capture_on_cpu(self, stream: Stream) -> Iterator[Stream]:
         """CPU backend: run the block eagerly and record its pygpukit calls (core/_recording.py)."""
