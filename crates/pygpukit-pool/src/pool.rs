@@ -317,13 +317,7 @@ impl Pool {
     /// Returns an in-use block to the cache of its stream.
     pub fn free(&mut self, ptr: DevicePtr) -> Result<(), PoolError> {
         let tick = self.tick;
-        let block = self
-            .blocks
-            .get_mut(&ptr)
-            .ok_or(PoolError::UnknownPointer(ptr))?;
-        if block.state != BlockState::InUse {
-            return Err(PoolError::DoubleFree(ptr));
-        }
+        let block = in_use_block(&mut self.blocks, ptr)?;
         block.state = BlockState::Cached { tick };
         let (size, stream) = (block.size, block.stream);
         self.tick += 1;
@@ -458,13 +452,7 @@ impl Pool {
     /// Frees an in-use block into `hold` instead of its stream's cache: it stays counted in use (the
     /// captured graph may write it) until [`Pool::hold_end`].
     pub fn free_held(&mut self, ptr: DevicePtr, hold: u64) -> Result<(), PoolError> {
-        let block = self
-            .blocks
-            .get_mut(&ptr)
-            .ok_or(PoolError::UnknownPointer(ptr))?;
-        if block.state != BlockState::InUse {
-            return Err(PoolError::DoubleFree(ptr));
-        }
+        let block = in_use_block(&mut self.blocks, ptr)?;
         let Some(sizes) = self.holds.get_mut(&hold) else {
             return Err(PoolError::UnknownHold(hold));
         };
@@ -532,6 +520,18 @@ impl Pool {
             })
         )
     }
+}
+
+/// The in-use block at `ptr`, or why a free of it is refused.
+fn in_use_block(
+    blocks: &mut HashMap<DevicePtr, Block>,
+    ptr: DevicePtr,
+) -> Result<&mut Block, PoolError> {
+    let block = blocks.get_mut(&ptr).ok_or(PoolError::UnknownPointer(ptr))?;
+    if block.state != BlockState::InUse {
+        return Err(PoolError::DoubleFree(ptr));
+    }
+    Ok(block)
 }
 
 #[cfg(test)]
