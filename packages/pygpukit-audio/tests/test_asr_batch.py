@@ -1,5 +1,6 @@
-"""transcribe_batch: the first windows encoded and greedily decoded in one batch, everything else per
-recording as transcribe does; equal results to transcribing one by one."""
+"""transcribe_batch: the recordings' windows encoded and greedily decoded in batches, step by step (each
+row after its own prompt), everything else per recording as transcribe does; equal results to
+transcribing one by one."""
 
 from __future__ import annotations
 
@@ -56,9 +57,10 @@ def test_batch_path(monkeypatch: pytest.MonkeyPatch) -> None:
     batches: list[int] = []
     singles: list[float] = []
 
-    def fake_batch(model: Any, enc: Any, prompt: list[int], rules: Any, **kw: Any) -> list[DecodeResult]:
+    def fake_batch(model: Any, enc: Any, prompts: list[list[int]], rules: Any, **kw: Any) -> list[DecodeResult]:
         batches.append(enc.shape[0])
-        assert prompt == [50360, 32, 104, 105, 50257]  # " hi"
+        assert prompts == [[50360, 32, 104, 105, 50257]] * 3  # " hi", each row's
+        assert kw["sot_index"] == [4] * 3
         # row 1 fails the log-probability threshold and falls back on its own
         return [DecodeResult([50363, 40 + r, 50413], -0.1, -2.0 if r == 1 else -0.1, 0.0, 0.0) for r in range(3)]
 
@@ -92,9 +94,10 @@ def test_beam_search_encodes_in_batches(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_features_computed_once_per_recording(monkeypatch: pytest.MonkeyPatch) -> None:
-    """transcribe_batch hands each recording's features to transcribe: the log-mel front end runs once, for
-    the whole group in one batch, and a recording longer than 30 s still gets its later windows from those
-    features."""
+    """transcribe_batch hands each recording's features to its transcription: the log-mel front end runs
+    once, for the whole group in one batch, and a recording longer than 30 s gets its later windows from
+    those features, encoded and decoded in the batch of that step (here alone: the other one is done),
+    after a prompt of its own first window's text."""
     calls: list[list[int]] = []
     from pygpukit.asr.features import log_mel_batch
     from pygpukit.asr.features import log_mel_spectrogram as real
@@ -105,22 +108,26 @@ def test_features_computed_once_per_recording(monkeypatch: pytest.MonkeyPatch) -
 
     monkeypatch.setattr(batch, "log_mel_batch", counted)
     monkeypatch.setattr(longform, "log_mel_spectrogram", lambda *a, **k: pytest.fail("features computed twice"))
-    monkeypatch.setattr(batch, "decode_batch", lambda model, enc, *a, **k: [
-        DecodeResult([50363, 40 + r, 50413], -0.1, -0.1, 0.0, 0.0) for r in range(enc.shape[0])])  # fmt: skip
     windows: list[float] = []
+    prompts_seen: list[list[list[int]]] = []
 
-    def later_window(model: Any, enc: Any, *a: Any, **k: Any) -> DecodeResult:
-        windows.append(float(np.asarray(enc.to_numpy(), np.float64).mean()))
-        return DecodeResult([50363, 77, 50413], -0.1, -0.1, 0.0, 0.0)
+    def fake_batch(model: Any, enc: Any, prompts: list[list[int]], *a: Any, **k: Any) -> list[DecodeResult]:
+        prompts_seen.append(prompts)
+        if enc.shape[0] == 1:
+            windows.append(float(np.asarray(enc.to_numpy(), np.float64).mean()))
+        return [DecodeResult([50363, 40 + r + 36 * (enc.shape[0] == 1), 50413], -0.1, -0.1, 0.0, 0.0)
+                for r in range(enc.shape[0])]  # fmt: skip
 
-    monkeypatch.setattr(longform, "decode_window", later_window)
+    monkeypatch.setattr(batch, "decode_batch", fake_batch)
+    monkeypatch.setattr(longform, "decode_window", lambda *a, **k: pytest.fail("a window decoded alone"))
     model = _Model()
     rng = np.random.default_rng(3)
     audios = [rng.standard_normal(16000 * n).astype(np.float32) * 0.1 for n in (2, 35)]
     results = batch.transcribe_batch(model, audios, beam_size=1, temperature=0.0)
     assert calls == [[32000, 560000]]
-    assert [r.text for r in results] == ["40", "4177"]  # the 35 s recording: a second window, decoded alone
-    assert model.encoded == [(2, 80, 3000), (80, 3000)]
+    assert [r.text for r in results] == ["40", "4176"]  # the 35 s recording: a second window
+    assert model.encoded == [(2, 80, 3000), (1, 80, 3000)]
+    assert prompts_seen == [[[50257]] * 2, [[50360, 50363, 41, 50413, 50257]]]  # after the first window's text
     # its second window (frames 3000..3500, zero-padded to 3000) is cut from the features computed in the batch
     full = np.asarray(real(audios[1], 80, padding=160).to_numpy(), np.float64)
     assert windows == [pytest.approx(full[:, 3000:3500].sum() / (80 * 3000), rel=1e-6)]
@@ -143,6 +150,38 @@ def test_batch_equals_one_by_one(whisper_tiny: Path, speech_16k: list[Path]) -> 
             assert abs(ours.start - theirs["start"]) <= 0.02
             assert abs(ours.end - theirs["end"]) <= 0.02
             assert [w.word for w in ours.words or ()] == [w[0] for w in theirs["words"]]
+
+
+@pytest.mark.slow
+@pytest.mark.audio_data
+def test_later_windows_batched_after_their_own_prompts(whisper_tiny: Path, speech_16k: list[Path]) -> None:
+    """Two recordings of 34 s (the ten clips in two orders): each has a second window, decoded in one batch
+    after a different prompt per row (its first window's text), through the graph decoder's per-row start
+    (recorded and replayed on the CPU backend): the same segments, tokens and log-probabilities as each
+    recording transcribed alone."""
+    import soundfile as sf
+
+    from pygpukit.asr import WhisperModel, transcribe, transcribe_batch
+
+    model = WhisperModel.from_pretrained(whisper_tiny)
+    root = next(p for p in speech_16k if p.name == "001.wav").parent.parent
+    clips = [
+        sf.read(c, dtype="float32")[0] for c in sorted(root.glob("cards/*.wav")) + sorted(root.glob("librivox/*.wav"))
+    ]
+    audios = [np.concatenate(clips[5:] + clips[:5]), np.concatenate(clips[::-1])]
+    model.graph_decode = True
+    try:
+        alone = [transcribe(model, a, beam_size=1, temperature=0.0) for a in audios]
+        batched = transcribe_batch(model, audios, beam_size=1, temperature=0.0)
+    finally:
+        model.graph_decode = None
+    for ours, theirs in zip(batched, alone, strict=True):
+        assert len({s.seek for s in theirs.segments}) == 2, "two windows"
+        assert ours.text == theirs.text
+        assert [s.tokens for s in ours.segments] == [s.tokens for s in theirs.segments]
+        assert [(s.start, s.end) for s in ours.segments] == [(s.start, s.end) for s in theirs.segments]
+        for a, b in zip(ours.segments, theirs.segments, strict=True):
+            assert a.avg_logprob == pytest.approx(b.avg_logprob, rel=1e-6, abs=1e-7)
 
 
 @pytest.mark.gpu

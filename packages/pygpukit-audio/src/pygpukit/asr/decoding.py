@@ -15,6 +15,7 @@ Whisper generation as faster-whisper calls it, so greedy decoding gives the same
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,8 +23,9 @@ import numpy as np
 
 from pygpukit.core.array import GPUArray
 from pygpukit.core.errors import ArgumentError
+from pygpukit.ops import stack
 
-from .graph_decode import greedy_graph_decode, use_graph
+from .graph_decode import greedy_graph_decode, per_row_prompts, use_graph
 
 __all__ = ["DecodeResult", "TokenRules", "decode_batch", "decode_window"]
 
@@ -185,26 +187,46 @@ def _sample_rows(model: Any, state: Any, logits: Array, rules: TokenRules, tempe
     return seqs, sums
 
 
-def decode_batch(model: Any, encoder_out: GPUArray, prompt: list[int], rules: TokenRules, *, sot_index: int,
-                 no_speech: int, max_length: int | None = None) -> list[DecodeResult]:  # fmt: skip
-    """Greedy decoding of a batch of windows (``encoder_out`` (batch, n_audio_ctx, d)) that share one
-    ``prompt``: one result per window, each as :func:`decode_window` with temperature 0 gives it."""
+def decode_batch(model: Any, encoder_out: GPUArray, prompt: list[int] | Sequence[list[int]], rules: TokenRules, *,
+                 sot_index: int | Sequence[int], no_speech: int,
+                 max_length: int | None = None) -> list[DecodeResult]:  # fmt: skip
+    """Greedy decoding of a batch of windows (``encoder_out`` (batch, n_audio_ctx, d)) after ``prompt``:
+    one result per window, each as :func:`decode_window` with temperature 0 gives it. ``prompt`` and
+    ``sot_index`` may be given per row (a list of prompts and a list of positions): the graph decoder
+    runs them in one batch; the eager loop decodes each group of rows with the same prompt together."""
     ctx = model.config.n_text_ctx
     total = ctx if max_length is None else min(int(max_length), ctx)
-    max_new = min(total // 2, total - (len(prompt) - 1))
-    if max_new < 1:
-        raise ArgumentError(f"the prompt of {len(prompt)} tokens leaves no room in the {ctx}-token context")
     rows = encoder_out.shape[0]
+    prompts, sots = per_row_prompts(prompt, sot_index, rows, "decode_batch")
+    caps = [min(total // 2, total - (len(p) - 1)) for p in prompts]
+    if min(caps) < 1:
+        longest = max(len(p) for p in prompts)
+        raise ArgumentError(f"the prompt of {longest} tokens leaves no room in the {ctx}-token context")
+    shared = all(p == prompts[0] for p in prompts) and len(set(sots)) == 1
     graphed = None
     if use_graph(model):
-        graphed = greedy_graph_decode(model, encoder_out, prompt, rules, sot_index=sot_index, no_speech=no_speech,
-                                      max_new=max_new)  # fmt: skip
+        graphed = greedy_graph_decode(model, encoder_out, prompts if not shared else prompts[0], rules,
+                                      sot_index=sots if not shared else sots[0], no_speech=no_speech,
+                                      max_new=caps if not shared else caps[0])  # fmt: skip
     if graphed is not None:
         seqs, sums, no_speech_probs = graphed
+    elif not shared:  # the eager loop keeps one length for every row: one batch per distinct prompt
+        groups: dict[tuple[tuple[int, ...], int], list[int]] = {}
+        for r, (row_prompt, sot) in enumerate(zip(prompts, sots, strict=True)):
+            groups.setdefault((tuple(row_prompt), sot), []).append(r)
+        found: list[DecodeResult | None] = [None] * rows
+        for (key, sot), members in groups.items():
+            part = encoder_out if len(members) == rows else stack([encoder_out[r] for r in members], axis=0)
+            part_results = decode_batch(model, part, list(key), rules, sot_index=sot, no_speech=no_speech,
+                                        max_length=max_length)  # fmt: skip
+            for r, result in zip(members, part_results, strict=True):
+                found[r] = result
+        return [result for result in found if result is not None]
     else:
-        state = model.new_state(encoder_out, max_len=min(ctx, len(prompt) + max_new))
-        hidden = model.decode(np.tile(np.asarray(prompt, np.int64), (rows, 1)), state)
-        first = np.asarray(model.logits(hidden[:, sot_index : sot_index + 1]).to_numpy(), np.float64)[:, 0]
+        prompt0, max_new = prompts[0], caps[0]
+        state = model.new_state(encoder_out, max_len=min(ctx, len(prompt0) + max_new))
+        hidden = model.decode(np.tile(np.asarray(prompt0, np.int64), (rows, 1)), state)
+        first = np.asarray(model.logits(hidden[:, sots[0] : sots[0] + 1]).to_numpy(), np.float64)[:, 0]
         no_speech_probs = np.exp(_log_softmax(first))[:, no_speech]
         logits = np.asarray(model.logits(hidden[:, -1]).to_numpy(), dtype=np.float64)
         seqs, sums = _sample_rows(model, state, logits, rules, 0.0, max_new, np.random.default_rng(0))

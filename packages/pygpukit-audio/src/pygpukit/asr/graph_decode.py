@@ -26,6 +26,7 @@ inside the capture. Beam search and sampling keep the eager loop of :mod:`pygpuk
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -41,7 +42,7 @@ from .model import DecoderState
 from .token_step import STATE_FIELDS, greedy_rules_step, rules_arrays
 from .weights import HEAD_DIM
 
-__all__ = ["GraphDecoder", "graph_decoder", "greedy_graph_decode", "use_graph"]
+__all__ = ["GraphDecoder", "graph_decoder", "greedy_graph_decode", "per_row_prompts", "use_graph"]
 
 # The CPU backend's CudaGraph records calls into pygpukit made from outside pygpukit; this module opts in
 # (as pygpukit.llm.decode does), so the ops it calls inside a capture are recorded (pygpukit.core._recording).
@@ -121,6 +122,8 @@ class GraphDecoder:
         self.v_cache = [self.cache.v(i) for i in range(c.decoder_layers)]
         self.workspace = self.window.workspace(heads, HEAD_DIM, self.max_len)
         self.embed_t = w["dec.embed"].T
+        self._row_cache: Any = None  # start() with different prompts per row: a one-row KV cache (made once)
+        self._row_scratch: dict[Any, Any] = {}  # and its DecoderState's workspaces
 
     # -- the captured step --------------------------------------------------------------------------
     def _linear(self, x: GPUArray, name: str, out: GPUArray, activation: str | None = None) -> None:
@@ -187,18 +190,23 @@ class GraphDecoder:
         return self.graph.num_nodes
 
     # -- driving ------------------------------------------------------------------------------------
-    def start(self, encoder_out: GPUArray, prompt: list[int], rules: Any, sot_index: int, no_speech: int) -> Array:
+    def start(self, encoder_out: GPUArray, prompt: list[int] | Sequence[list[int]], rules: Any,
+              sot_index: int | Sequence[int], no_speech: int) -> Array:  # fmt: skip
         """Prepare a window: cross keys/values of ``encoder_out`` (batch, n_audio_ctx, d), the ``prompt``
         in the KV cache, the first token of each row chosen (read back with :meth:`read`). Returns the
-        no-speech probability of each row (float64 (batch,))."""
+        no-speech probability of each row (float64 (batch,)). ``prompt`` and ``sot_index`` may be given
+        per row (a list of prompts, of any lengths, and their <|startoftranscript|> positions): each row
+        then runs its own prompt, and the step continues every row at its own position."""
         model, b = self.model, self.batch
         c = model.config
         if tuple(encoder_out.shape) != (b, c.n_audio_ctx, c.d_model):
             raise ShapeError(f"GraphDecoder.start: encoder output must be ({b}, {c.n_audio_ctx}, {c.d_model}), got "
                              f"{encoder_out.shape}")  # fmt: skip
-        if not 1 <= len(prompt) < self.max_len:
-            raise ArgumentError(f"GraphDecoder.start: a prompt of {len(prompt)} tokens does not fit the "
-                                f"{self.max_len}-token context")  # fmt: skip
+        prompts, sots = per_row_prompts(prompt, sot_index, b, "GraphDecoder.start")
+        for row_prompt in prompts:
+            if not 1 <= len(row_prompt) < self.max_len:
+                raise ArgumentError(f"GraphDecoder.start: a prompt of {len(row_prompt)} tokens does not fit the "
+                                    f"{self.max_len}-token context")  # fmt: skip
         if rules != self._rules:
             suppress, blank, params = rules_arrays(rules)
             if suppress.shape[0] != c.n_vocab:
@@ -210,19 +218,45 @@ class GraphDecoder:
             self._rules = rules
         for i in range(c.decoder_layers):
             self.cross_kv[i].copy_(model._linear(encoder_out, f"dec.{i}.cross_kv"))
-        self.window.length = 0
-        hidden = model.decode(np.tile(np.asarray(prompt, np.int64), (b, 1)), self.window)
+        if all(row_prompt == prompts[0] for row_prompt in prompts) and len(set(sots)) == 1:
+            self.window.length = 0
+            hidden = model.decode(np.tile(np.asarray(prompts[0], np.int64), (b, 1)), self.window)
+            first_hidden = hidden[:, sots[0] : sots[0] + 1]
+            last_hidden = hidden[:, -1]
+        else:
+            first_hidden, last_hidden = self._start_rows(prompts, sots)
         # decoding._log_softmax (float64) on the device: only the no-speech column comes back to the host
-        first = model.logits(hidden[:, sot_index : sot_index + 1]).astype(float64)
+        first = model.logits(first_hidden).astype(float64)
         no_speech_lp = ops.log_softmax(first, axis=-1)[:, 0, no_speech].to_numpy()
         no_speech_probs = np.exp(np.asarray(no_speech_lp, np.float64).reshape(b))
         initial = np.tile(np.array([0, -1, -1, -1, 0], np.int32), (b, 1))
         self.state.copy_(initial)
         self.sum_lp.copy_(np.zeros(b, np.float64))
-        self.lengths.copy_(np.full(b, len(prompt), np.int32))
-        greedy_rules_step(model.logits(hidden[:, -1]), self.tokens, self.state, self.sum_lp, self.suppress,
+        self.lengths.copy_(np.array([len(row_prompt) for row_prompt in prompts], np.int32))
+        greedy_rules_step(model.logits(last_hidden), self.tokens, self.state, self.sum_lp, self.suppress,
                           self.blank, self.params)  # fmt: skip
         return no_speech_probs
+
+    def _start_rows(self, prompts: list[list[int]], sots: list[int]) -> tuple[GPUArray, GPUArray]:
+        """Different prompts per row: each row's prompt through WhisperModel.decode alone, with a one-row
+        KV cache whose positions [0, len) are then copied into the row's; returns the hidden states at each
+        row's <|startoftranscript|> (batch, 1, d) and at its last prompt token (batch, d)."""
+        model, c = self.model, self.model.config
+        if self._row_cache is None:
+            self._row_cache = ops.KVCache(c.decoder_layers, 1, c.decoder_heads, self.max_len, HEAD_DIM, model.dtype)
+            self._row_cache.reset(clear=True)  # positions past a prompt are masked, but never garbage
+        firsts, lasts = [], []
+        for r, (row_prompt, sot) in enumerate(zip(prompts, sots, strict=True)):
+            cross = [(k[r : r + 1], v[r : r + 1]) for k, v in self.cross]
+            state = DecoderState(self._row_cache, cross, 0, self._row_scratch)
+            hidden = model.decode(np.asarray([row_prompt], np.int64), state)
+            n = len(row_prompt)
+            for i in range(c.decoder_layers):
+                self.cache.k(i)[r : r + 1, :, :n].copy_(self._row_cache.k(i)[:, :, :n])
+                self.cache.v(i)[r : r + 1, :, :n].copy_(self._row_cache.v(i)[:, :, :n])
+            firsts.append(hidden[:, sot : sot + 1])
+            lasts.append(hidden[:, n - 1])
+        return ops.concatenate(firsts, axis=0), ops.concatenate(lasts, axis=0)
 
     def read(self) -> Array:
         """The tokens chosen by the last step (int32 (batch,), on the host: the step's one synchronization)."""
@@ -249,17 +283,40 @@ def graph_decoder(model: Any, batch: int) -> GraphDecoder:
     return found
 
 
-def greedy_graph_decode(model: Any, encoder_out: GPUArray, prompt: list[int], rules: Any, *, sot_index: int,
-                        no_speech: int, max_new: int) -> tuple[list[list[int]], Array, Array] | None:  # fmt: skip
+def per_row_prompts(prompt: list[int] | Sequence[list[int]], sot_index: int | Sequence[int], rows: int,
+                    what: str) -> tuple[list[list[int]], list[int]]:  # fmt: skip
+    """``prompt`` and ``sot_index`` as one per row: a prompt (list of ints) shared by every row, or a list
+    of ``rows`` prompts; an int, or ``rows`` ints."""
+    items: Sequence[Any] = prompt
+    if items and all(isinstance(t, (int, np.integer)) for t in items):
+        prompts = [[int(t) for t in items]] * rows
+    else:
+        prompts = [[int(t) for t in row] for row in items]
+    sots = [int(sot_index)] * rows if isinstance(sot_index, (int, np.integer)) else [int(v) for v in sot_index]
+    if len(prompts) != rows or len(sots) != rows:
+        raise ArgumentError(f"{what}: {len(prompts)} prompts and {len(sots)} <|startoftranscript|> positions for "
+                            f"{rows} rows")  # fmt: skip
+    return prompts, sots
+
+
+def greedy_graph_decode(model: Any, encoder_out: GPUArray, prompt: list[int] | Sequence[list[int]], rules: Any, *,
+                        sot_index: int | Sequence[int], no_speech: int,
+                        max_new: int | Sequence[int]) -> tuple[list[list[int]], Array, Array] | None:  # fmt: skip
     """Greedy decoding of every row of ``encoder_out`` after ``prompt`` through the graph decoder: the
     tokens of each row (without <|endoftext|>), the sums of their log-probabilities (the end token's
     included) and the no-speech probabilities, as the eager loop of :mod:`pygpukit.asr.decoding` gives
-    them. None when the step cannot be captured and ``model.graph_decode`` is None (automatic): a
-    warning says why, the flag becomes False and the caller decodes eagerly."""
+    them. ``prompt``, ``sot_index`` and ``max_new`` may be given per row (GraphDecoder.start). None when
+    the step cannot be captured and ``model.graph_decode`` is None (automatic): a warning says why, the
+    flag becomes False and the caller decodes eagerly."""
     rows = int(encoder_out.shape[0])
-    if max_new < 1 or len(prompt) + max_new > model.config.n_text_ctx + 1:
-        raise ArgumentError(f"greedy_graph_decode: {max_new} new tokens after a prompt of {len(prompt)} do not fit "
-                            f"the {model.config.n_text_ctx}-token context")  # fmt: skip
+    prompts, sots = per_row_prompts(prompt, sot_index, rows, "greedy_graph_decode")
+    caps = [int(max_new)] * rows if isinstance(max_new, (int, np.integer)) else [int(v) for v in max_new]
+    if len(caps) != rows:
+        raise ArgumentError(f"greedy_graph_decode: {len(caps)} token limits for {rows} rows")
+    for row_prompt, cap in zip(prompts, caps, strict=True):
+        if cap < 1 or len(row_prompt) + cap > model.config.n_text_ctx + 1:
+            raise ArgumentError(f"greedy_graph_decode: {cap} new tokens after a prompt of {len(row_prompt)} do not "
+                                f"fit the {model.config.n_text_ctx}-token context")  # fmt: skip
     try:
         decoder = graph_decoder(model, rows)
     except PyGPUkitError as exc:
@@ -269,12 +326,14 @@ def greedy_graph_decode(model: Any, encoder_out: GPUArray, prompt: list[int], ru
                       "instead (model.graph_decode set to False)", RuntimeWarning, stacklevel=3)  # fmt: skip
         model.graph_decode = False
         return None
-    no_speech_probs = decoder.start(encoder_out, prompt, rules, sot_index, no_speech)
+    no_speech_probs = decoder.start(encoder_out, prompts, rules, sots, no_speech)
     eot = int(rules.eot)
     seqs: list[list[int]] = [[] for _ in range(rows)]
     done = np.zeros(rows, bool)
+    capped: dict[int, float] = {}  # rows stopped at their limit: their sums then (the step goes on adding)
     tokens = decoder.read()
-    for step in range(max_new):
+    for step in range(max(caps)):
+        reached = []
         for r in range(rows):
             if done[r]:
                 continue
@@ -282,7 +341,16 @@ def greedy_graph_decode(model: Any, encoder_out: GPUArray, prompt: list[int], ru
                 done[r] = True
             else:
                 seqs[r].append(int(tokens[r]))
-        if done.all() or step + 1 == max_new:
+                if step + 1 == caps[r]:
+                    done[r] = True
+                    reached.append(r)
+        if done.all():
             break
+        if reached:  # a row at its limit while others go on (different prompt lengths): its sum now
+            sums_now = np.asarray(decoder.sum_lp.to_numpy(), np.float64)
+            capped.update((r, float(sums_now[r])) for r in reached)
         tokens = decoder.step()
-    return seqs, np.asarray(decoder.sum_lp.to_numpy(), np.float64), no_speech_probs
+    sums = np.asarray(decoder.sum_lp.to_numpy(), np.float64)
+    for r, value in capped.items():
+        sums[r] = value
+    return seqs, sums, no_speech_probs

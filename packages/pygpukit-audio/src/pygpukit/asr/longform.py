@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -29,12 +29,15 @@ from .words import Word, add_word_timestamps
 
 __all__ = [
     "DEFAULT_TEMPERATURES",
+    "DecodeRequest",
+    "EncodeRequest",
     "Segment",
     "TranscriptionResult",
     "detect_language",
     "language_probabilities",
     "load_audio",
     "transcribe",
+    "transcription",
 ]
 
 DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
@@ -188,7 +191,7 @@ def transcribe(model: Any, audio: Any, *, language: str | None = None, task: str
                suppress_tokens: Sequence[int] | None = (-1,), without_timestamps: bool = False,
                max_initial_timestamp: float = 1.0, progress: bool | Callable[[float, float], None] = False,
                seed: int = 0, vad_filter: bool = False, vad_options: Any = None,
-               word_timestamps: bool = False, _first: Any = None) -> TranscriptionResult:  # fmt: skip
+               word_timestamps: bool = False) -> TranscriptionResult:  # fmt: skip
     """Transcribe ``audio`` (a path, or 16 kHz samples) with ``model`` (a :class:`WhisperModel` with a
     tokenizer). ``temperature`` is tried in order while a window fails the thresholds; 0 decodes greedily
     (``beam_size`` 1) or by beam search, higher values sample ``best_of`` candidates. ``progress``: True
@@ -196,6 +199,68 @@ def transcribe(model: Any, audio: Any, *, language: str | None = None, task: str
     speech stretches found by energy-based voice activity detection (``vad_options``: a dict of
     :class:`~pygpukit.asr.speech.VadOptions` fields) and maps the timestamps back. ``word_timestamps``
     adds each segment's words with their times (cross-attention alignment, :mod:`pygpukit.asr.words`)."""
+    steps = transcription(model, audio, language=language, task=task, temperature=temperature, beam_size=beam_size,
+                          best_of=best_of, patience=patience, length_penalty=length_penalty,
+                          compression_ratio_threshold=compression_ratio_threshold,
+                          log_prob_threshold=log_prob_threshold, no_speech_threshold=no_speech_threshold,
+                          condition_on_previous_text=condition_on_previous_text,
+                          prompt_reset_on_temperature=prompt_reset_on_temperature, initial_prompt=initial_prompt,
+                          suppress_blank=suppress_blank, suppress_tokens=suppress_tokens,
+                          without_timestamps=without_timestamps, max_initial_timestamp=max_initial_timestamp,
+                          progress=progress, seed=seed, vad_filter=vad_filter, vad_options=vad_options,
+                          word_timestamps=word_timestamps)  # fmt: skip
+    reply: Any = None
+    try:
+        request = next(steps)
+        while True:
+            # the encoder output of a window; None for its decoding: the window decodes itself
+            reply = model.encode(request.window) if isinstance(request, EncodeRequest) else None
+            request = steps.send(reply)
+    except StopIteration as finished:
+        result: TranscriptionResult = finished.value
+        return result
+
+
+@dataclass
+class EncodeRequest:
+    """What :func:`transcription` asks for first at each window: the encoder output (1, n_audio_ctx, d) of
+    ``window`` (n_mels, 3000)."""
+
+    window: GPUArray
+
+
+@dataclass
+class DecodeRequest:
+    """What :func:`transcription` asks for next: the window's greedy decoding at temperature 0 after
+    ``prompt`` (``sot_index``: the <|startoftranscript|> position), or None to let the window decode itself
+    (beam search, sampling, or the caller's choice). ``greedy`` says whether a greedy result may be given
+    (the first temperature is 0 and beam_size is 1)."""
+
+    prompt: list[int]
+    sot_index: int
+    rules: TokenRules
+    greedy: bool
+
+
+def transcription(model: Any, audio: Any, *, features: GPUArray | None = None, language: str | None = None,
+                  task: str = "transcribe", temperature: float | Sequence[float] = DEFAULT_TEMPERATURES,
+                  beam_size: int = 5, best_of: int = 5, patience: float = 1.0, length_penalty: float = 1.0,
+                  compression_ratio_threshold: float | None = 2.4, log_prob_threshold: float | None = -1.0,
+                  no_speech_threshold: float | None = 0.6, condition_on_previous_text: bool = True,
+                  prompt_reset_on_temperature: float = 0.5, initial_prompt: str | Sequence[int] | None = None,
+                  suppress_blank: bool = True, suppress_tokens: Sequence[int] | None = (-1,),
+                  without_timestamps: bool = False, max_initial_timestamp: float = 1.0,
+                  progress: bool | Callable[[float, float], None] = False, seed: int = 0, vad_filter: bool = False,
+                  vad_options: Any = None, word_timestamps: bool = False,
+                  ) -> Generator[EncodeRequest | DecodeRequest, Any, TranscriptionResult]:  # fmt: skip
+    """:func:`transcribe` of one recording as a generator, so that a driver can serve several recordings'
+    windows in batches (:func:`~pygpukit.asr.transcribe_batch`): at each 30 s window it yields an
+    :class:`EncodeRequest` (send the encoder output) and then a :class:`DecodeRequest` (send the greedy
+    :class:`~pygpukit.asr.decoding.DecodeResult` at temperature 0, or None); it returns the
+    :class:`TranscriptionResult`. ``features``: the recording's log-mel features when already computed
+    (``log_mel_spectrogram(samples, n_mels, padding=HOP_LENGTH)``). Whatever the driver sends, the result
+    is transcribe's: a sent result is the one the window would decode first, and the fallback to higher
+    temperatures, the thresholds and the seeking are this generator's."""
     tok = model.tokenizer
     if tok is None:
         raise PyGPUkitError("transcribe: the model has no tokenizer (tokenizer.json beside the weights)")
@@ -217,14 +282,14 @@ def transcribe(model: Any, audio: Any, *, language: str | None = None, task: str
         speech_map = SpeechMap(chunks)
         full_duration = samples.shape[0] / SAMPLE_RATE
         samples = concatenate_chunks(samples, chunks)
-    if _first is not None:  # transcribe_batch: (first window's encoder output, its decoding, the features)
-        features = _first[2]
-    else:
+        features = None  # the features of the speech stretches, not of the recording
+    if features is None:
         features = log_mel_spectrogram(samples, model.config.n_mels, padding=HOP_LENGTH)
     content_frames = features.shape[-1] - 1
     duration = content_frames / FRAMES_PER_SECOND
     tsb = tok.timestamp_begin
     rules = token_rules(model, suppress_tokens, suppress_blank, without_timestamps, max_initial_timestamp)
+    greedy = beam_size == 1 and temps[0] == 0.0
     all_tokens: list[int] = []
     if initial_prompt is not None:
         all_tokens.extend(tok.encode(" " + initial_prompt.strip()) if isinstance(initial_prompt, str)
@@ -240,11 +305,8 @@ def transcribe(model: Any, audio: Any, *, language: str | None = None, task: str
         time_offset = seek / FRAMES_PER_SECOND
         segment_size = min(N_FRAMES, content_frames - seek)
         segment_duration = segment_size / FRAMES_PER_SECOND
-        if seek == 0 and _first is not None:  # transcribe_batch computed the first window in a batch
-            encoder_out, precomputed = _first[0], _first[1]
-        else:
-            window = pad_or_trim(features[:, seek : seek + segment_size].contiguous())
-            encoder_out, precomputed = model.encode(window), None
+        window = pad_or_trim(features[:, seek : seek + segment_size].contiguous())
+        encoder_out = yield EncodeRequest(window)
         if tok.multilingual and language is None:
             language = _detect_language(model, encoder_out)
         previous = all_tokens[prompt_reset_since:]
@@ -253,9 +315,10 @@ def transcribe(model: Any, audio: Any, *, language: str | None = None, task: str
         prompt += tok.sot_sequence(language, task)
         if without_timestamps:
             prompt.append(tok.no_timestamps)
+        precomputed = yield DecodeRequest(prompt, sot_index, rules, greedy)
         result = _with_fallback(model, encoder_out, prompt, rules, sot_index, tok.no_speech, temps, beam_size,
                                 best_of, patience, length_penalty, compression_ratio_threshold, log_prob_threshold,
-                                no_speech_threshold, rng, precomputed)  # fmt: skip
+                                no_speech_threshold, rng, precomputed if greedy else None)  # fmt: skip
         previous_seek = seek
         if (
             no_speech_threshold is not None
