@@ -21,7 +21,7 @@ from pygpukit.asr.token_step import greedy_rules_step, rules_arrays
 from pygpukit.asr.weights import WhisperConfig
 from pygpukit.core.array import from_numpy
 from pygpukit.core.backend import current_backend
-from pygpukit.core.errors import DTypeError, ShapeError
+from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 
 _spec = importlib.util.spec_from_file_location("asr_reference", Path(__file__).with_name("asr_reference.py"))
 assert _spec is not None
@@ -179,6 +179,27 @@ def test_graph_decode_batch_equals_eager(small: WhisperModel) -> None:
         np.testing.assert_allclose(g.sum_logprob, e.sum_logprob, rtol=1e-5)
         assert g.no_speech_prob == pytest.approx(e.no_speech_prob, rel=1e-6)
     assert len({tuple(e.tokens) for e in eager}) > 1, "the rows decode differently"
+
+
+def test_batch_rows_after_their_own_prompts(small: WhisperModel) -> None:
+    """decode_batch with a prompt per row (transcribe_batch's later windows: each row after its recording's
+    previous text, of different lengths): each row as decode_window gives it alone, through the graph
+    decoder's per-row start and through the eager loop's groups of equal prompts."""
+    rules = _rules(True)
+    mel = np.random.default_rng(8).standard_normal((4, 80, 20)).astype(np.float32)
+    enc = small.encode(mel)
+    prompts = [[7, 9, SOT], [SOT], [11, 12, 13, 14, 15, SOT], [7, 9, SOT]]
+    sots = [len(p) - 1 for p in prompts]
+    eager, graph = _both(small, lambda: decode_batch(small, enc, prompts, rules, sot_index=sots, no_speech=NO_SPEECH))
+    for r, (e, g) in enumerate(zip(eager, graph, strict=True)):
+        alone = decode_window(small, enc[r : r + 1], prompts[r], rules, sot_index=sots[r], no_speech=NO_SPEECH)
+        assert g.tokens == e.tokens == alone.tokens
+        np.testing.assert_allclose(g.sum_logprob, alone.sum_logprob, rtol=1e-5)
+        np.testing.assert_allclose(e.sum_logprob, alone.sum_logprob, rtol=1e-5)
+        assert g.no_speech_prob == pytest.approx(alone.no_speech_prob, rel=1e-5)
+    assert len({tuple(e.tokens) for e in eager}) > 1, "the rows decode differently"
+    with pytest.raises(ArgumentError, match="prompts"):
+        decode_batch(small, enc, prompts[:3], rules, sot_index=sots[:3], no_speech=NO_SPEECH)
 
 
 def test_use_graph_default(small: WhisperModel) -> None:
