@@ -17,6 +17,8 @@
 #   fft-tests       the gpu-marked tests of test_fft.py and test_gpu_dsp.py (the FFT kernels, stft, mel)
 #   audio-tests     the audio package's gpu-marked tests (the model tests skip without their files)
 #   graph-tests     the core's gpu-marked graph and memory-pool tests (captures, replays, holds)
+#   asr-unit-tests  the ASR tests that need no model files (random-weight models: graph decode, batching) on
+#                   the CUDA backend
 #   quant-tests     the gpu-marked tests of the weight-only, int4, block-FP8 and NVF4 linear
 #   linear-tests    test_matmul.py's linear tests on the GPU (out=, epilogues; not the every-route sweep)
 #   llm-tests       the LLM package's gpu-marked tests (random-weight models; the real-model ones skip)
@@ -88,6 +90,8 @@ for phase in "$@"; do
     fft-tests) run fft-tests 240 "${pytest_q[@]}" -m gpu packages/pygpukit-audio/tests/test_fft.py \
       packages/pygpukit-audio/tests/test_gpu_dsp.py ;;
     audio-tests) run audio-tests 300 "${pytest_q[@]}" -m gpu packages/pygpukit-audio/tests ;;
+    asr-unit-tests) run asr-unit-tests 240 "${pytest_q[@]}" packages/pygpukit-audio/tests/test_asr_graph_decode.py \
+      packages/pygpukit-audio/tests/test_asr_batch.py packages/pygpukit-audio/tests/test_asr_decoding.py -m "not slow" ;;
     graph-tests) run graph-tests 240 "${pytest_q[@]}" -m gpu packages/pygpukit-core/tests/test_graph.py \
       packages/pygpukit-core/tests/test_memory_defects.py packages/pygpukit-core/tests/test_reset_device.py \
       packages/pygpukit-core/tests/test_concurrency.py ;;
