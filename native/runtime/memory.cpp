@@ -90,8 +90,13 @@ std::uint64_t capturing_hold(int device) {
 }
 
 // Ends a hold: waits for the device's work (replays of the graph may still write its blocks), then
-// gives its blocks to their streams' caches. The caller holds g_captures_mutex with no capture open.
+// gives its blocks to their streams' caches; an empty hold (a capture that freed nothing) just ends.
+// The caller holds g_captures_mutex with no capture open.
 void end_hold_locked(int device, std::uint64_t hold) {
+  if (pgk_pool_hold_size(pool_of(device), hold) == 0) {
+    pgk_pool_hold_end(pool_of(device), hold);
+    return;
+  }
   const int current = ensure_context();
   if (device != current) set_device(device);
   const CUresult rc = driver().cuCtxSynchronize();

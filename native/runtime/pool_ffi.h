@@ -72,6 +72,7 @@ int32_t pgk_pool_is_in_use(const PgkPool* pool, uint64_t ptr);
 uint64_t pgk_pool_hold_begin(const PgkPool* pool);
 int32_t pgk_pool_free_held(const PgkPool* pool, uint64_t ptr, uint64_t hold);
 int32_t pgk_pool_take_held(const PgkPool* pool, uint64_t size, uint64_t stream, uint64_t hold, uint64_t* ptr);
+uint64_t pgk_pool_hold_size(const PgkPool* pool, uint64_t hold);
 int32_t pgk_pool_hold_end(const PgkPool* pool, uint64_t hold);
 /* Forgets every block and reservation after the device's context was reset (the memory is gone);
  * nothing is reported for release. blocks / bytes (each may be NULL) receive what was forgotten. */

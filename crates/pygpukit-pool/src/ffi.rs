@@ -267,6 +267,12 @@ pub unsafe extern "C" fn pgk_pool_take_held(
     PGK_OK
 }
 
+/// How many blocks `hold` keeps (0 for a null pool or a hold that is not open).
+#[no_mangle]
+pub extern "C" fn pgk_pool_hold_size(handle: *const PgkPool, hold: u64) -> u64 {
+    with_pool(handle, |pool| pool.hold_blocks(hold)).unwrap_or(0)
+}
+
 /// Closes `hold`: its blocks go to their streams' caches.
 #[no_mangle]
 pub extern "C" fn pgk_pool_hold_end(handle: *const PgkPool, hold: u64) -> i32 {

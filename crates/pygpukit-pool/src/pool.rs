@@ -493,6 +493,13 @@ impl Pool {
         Some((ptr, block_size))
     }
 
+    /// How many blocks `hold` keeps now (0 for a hold that is not open).
+    pub fn hold_blocks(&self, hold: u64) -> u64 {
+        self.holds.get(&hold).map_or(0, |sizes| {
+            sizes.values().map(|list| list.len() as u64).sum()
+        })
+    }
+
     /// Closes `hold`: its blocks go to their streams' caches, as frees. Returns how many.
     pub fn hold_end(&mut self, hold: u64) -> Result<u64, PoolError> {
         let sizes = self
@@ -577,7 +584,9 @@ mod tests {
         assert_eq!(pool.take_held(900, 8, hold), None); // another stream's request
         assert_eq!(pool.take_held(900, 7, hold), Some((a, 1024)));
         assert_eq!(pool.take_held(900, 7, hold), None);
+        assert_eq!(pool.hold_blocks(hold), 0);
         pool.free_held(a, hold).unwrap();
+        assert_eq!(pool.hold_blocks(hold), 1);
         assert_eq!(pool.free_held(a, 99), Err(PoolError::DoubleFree(a)));
         // Ending the hold caches it on its stream, as a free.
         assert_eq!(pool.hold_end(hold), Ok(1));

@@ -29,6 +29,16 @@ enum Op {
     },
     /// The device's context was reset: all its memory is gone at once.
     Reset,
+    /// A graph capture opens a hold (when none is open), frees into it, takes from it, ends it.
+    HoldBegin,
+    FreeHeld {
+        index: usize,
+    },
+    TakeHeld {
+        size: u64,
+        stream: u64,
+    },
+    HoldEnd,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -39,6 +49,10 @@ fn op() -> impl Strategy<Value = Op> {
         1 => proptest::option::of(1u64..4_000_000).prop_map(|bytes| Op::ReleaseCached { bytes }),
         1 => (0u64..3).prop_map(|stream| Op::ReleaseStream { stream }),
         1 => Just(Op::Reset),
+        1 => Just(Op::HoldBegin),
+        2 => any::<usize>().prop_map(|index| Op::FreeHeld { index }),
+        2 => (1u64..3_000_000, 0u64..3).prop_map(|(size, stream)| Op::TakeHeld { size, stream }),
+        1 => Just(Op::HoldEnd),
     ]
 }
 
@@ -79,6 +93,9 @@ fn run(limit: Option<u64>, ops: Vec<Op>) {
         live: HashMap::new(),
     };
     let mut in_use: Vec<(u64, u64)> = Vec::new(); // (ptr, size) handed out and not freed
+    let mut streams: HashMap<u64, u64> = HashMap::new(); // ptr -> the stream it was registered for
+    let mut hold: Option<u64> = None;
+    let mut held: Vec<(u64, u64)> = Vec::new(); // (ptr, size) freed into the open or ended-not-yet hold
     for op in ops {
         match op {
             Op::Allocate { size, stream } | Op::DeviceRefuses { size, stream } => {
@@ -90,6 +107,10 @@ fn run(limit: Option<u64>, ops: Vec<Op>) {
                             !in_use.iter().any(|&(p, _)| p == ptr),
                             "block {ptr:#x} handed out twice"
                         );
+                        assert!(
+                            !held.iter().any(|&(p, _)| p == ptr),
+                            "held block {ptr:#x} handed out"
+                        );
                         in_use.push((ptr, got));
                     }
                     Ok(Decision::Allocate { size: got, release }) => {
@@ -100,6 +121,7 @@ fn run(limit: Option<u64>, ops: Vec<Op>) {
                         } else {
                             let ptr = device.allocate(got);
                             pool.register(ptr, got, stream).unwrap();
+                            streams.insert(ptr, stream);
                             in_use.push((ptr, got));
                         }
                     }
@@ -114,25 +136,75 @@ fn run(limit: Option<u64>, ops: Vec<Op>) {
                     assert_eq!(pool.free(ptr), Err(PoolError::DoubleFree(ptr)));
                 }
             }
-            Op::ReleaseCached { bytes } => device.release(&pool.release_cached(bytes)),
-            Op::ReleaseStream { stream } => device.release(&pool.release_stream(stream)),
+            Op::ReleaseCached { bytes } => {
+                let released = pool.release_cached(bytes);
+                assert!(released
+                    .iter()
+                    .all(|(p, _)| !held.iter().any(|(h, _)| h == p)));
+                device.release(&released);
+            }
+            Op::ReleaseStream { stream } => {
+                let released = pool.release_stream(stream);
+                assert!(released
+                    .iter()
+                    .all(|(p, _)| !held.iter().any(|(h, _)| h == p)));
+                device.release(&released);
+            }
             Op::Reset => {
                 let blocks = pool.stats().in_use_blocks + pool.stats().cached_blocks;
-                let held = device.reset();
+                let lost = device.reset();
                 assert_eq!(
                     pool.reset(),
-                    (blocks, held),
+                    (blocks, lost),
                     "the pool forgot other blocks than the device lost"
                 );
                 in_use.clear();
+                held.clear();
+                if let Some(h) = hold.take() {
+                    assert_eq!(pool.hold_end(h), Err(PoolError::UnknownHold(h)));
+                }
+            }
+            Op::HoldBegin => {
+                if hold.is_none() {
+                    hold = Some(pool.hold_begin());
+                }
+            }
+            Op::FreeHeld { index } => {
+                if let (Some(h), false) = (hold, in_use.is_empty()) {
+                    let (ptr, size) = in_use.swap_remove(index % in_use.len());
+                    pool.free_held(ptr, h).unwrap();
+                    assert_eq!(pool.free(ptr), Err(PoolError::DoubleFree(ptr)));
+                    held.push((ptr, size));
+                }
+            }
+            Op::TakeHeld { size, stream } => {
+                if let Some(h) = hold {
+                    if let Some((ptr, got)) = pool.take_held(size, stream, h) {
+                        let at = held
+                            .iter()
+                            .position(|&(p, _)| p == ptr)
+                            .expect("taken from the hold");
+                        assert_eq!(held.swap_remove(at), (ptr, got));
+                        assert!(got >= size);
+                        assert_eq!(streams.get(&ptr), Some(&stream), "taken for another stream");
+                        in_use.push((ptr, got));
+                    }
+                }
+            }
+            Op::HoldEnd => {
+                if let Some(h) = hold.take() {
+                    assert_eq!(pool.hold_end(h), Ok(held.len() as u64));
+                    held.clear();
+                }
             }
         }
         let stats = pool.stats();
+        let held_bytes: u64 = held.iter().map(|&(_, s)| s).sum();
         assert_eq!(
             stats.in_use_bytes,
-            in_use.iter().map(|&(_, s)| s).sum::<u64>()
+            in_use.iter().map(|&(_, s)| s).sum::<u64>() + held_bytes
         );
-        assert_eq!(stats.in_use_blocks, in_use.len() as u64);
+        assert_eq!(stats.in_use_blocks, (in_use.len() + held.len()) as u64);
         let held: u64 = device.live.values().sum();
         assert_eq!(
             stats.in_use_bytes + stats.cached_bytes,
@@ -206,6 +278,8 @@ fn run_shared(global: u64, ops: Vec<(usize, Op)>) {
                 );
                 used.clear();
             }
+            // Holds (single-pool property above) change no budget: held blocks stay in use.
+            Op::HoldBegin | Op::FreeHeld { .. } | Op::TakeHeld { .. } | Op::HoldEnd => {}
         }
         let held: u64 = devices.iter().flat_map(|d| d.live.values()).sum();
         assert_eq!(
