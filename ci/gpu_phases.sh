@@ -22,6 +22,8 @@
 #   quant-tests     the gpu-marked tests of the weight-only, int4, block-FP8 and NVF4 linear
 #   linear-tests    test_matmul.py's linear tests on the GPU (out=, epilogues; not the every-route sweep)
 #   llm-tests       the LLM package's gpu-marked tests (random-weight models; the real-model ones skip)
+#   llm-shapes      python -m pygpukit.llm.benchmark on $LLM_SHAPES (default qwen2.5-0.5b) with $LLM_ARGS
+#                   (random-weight models; the compiled torch reference and transformers in the same run)
 #   audio-bench     benchmarks/tools/audio_bench.py (stft, mel, fft, resample against torch)
 #   stage-audio     unpack .bigB/audio-subset.tar (ci/audio_subset.sh: the recordings the librosa tests read)
 #                   into /tmp/m/cache/audio-testdata, for librosa-tests in a later call on the same machine
@@ -86,6 +88,9 @@ for phase in "$@"; do
         packages/pygpukit-ops/tests/test_quant_int4.py packages/pygpukit-ops/tests/test_quant_fp8_block.py \
         packages/pygpukit-ops/tests/test_quant_nvf4.py ;;
     linear-tests) run linear-tests 240 "${pytest_q[@]}" packages/pygpukit-ops/tests/test_matmul.py -k "linear and not every_route" ;;
+    llm-shapes)
+      run llm-shapes "${LLM_LIMIT:-540}" python3 -m pygpukit.llm.benchmark --shapes "${LLM_SHAPES:-qwen2.5-0.5b}" \
+        ${LLM_ARGS:-} --json "$OUT/llm_shapes.json" ;;
     llm-tests) run llm-tests 240 "${pytest_q[@]}" -m gpu packages/pygpukit-llm/tests ;;
     fft-tests) run fft-tests 240 "${pytest_q[@]}" -m gpu packages/pygpukit-audio/tests/test_fft.py \
       packages/pygpukit-audio/tests/test_gpu_dsp.py ;;

@@ -52,6 +52,7 @@ from .safetensors import (  # noqa: E402
     TensorInfo,
     load_safetensors,
 )
+from .shapes import MODEL_SHAPES, random_model  # noqa: E402
 from .tokenizer import StreamDecoder, Tokenizer  # noqa: E402
 
 __version__ = distribution_version("pygpukit-llm") or "0+unknown"
@@ -60,6 +61,7 @@ __all__ = [
     "GPT2_SPEC",
     "LLAMA_SPEC",
     "MIXTRAL_SPEC",
+    "MODEL_SHAPES",
     "MODEL_SPECS",
     "QWEN2_SPEC",
     "QWEN3_MOE_SPEC",
@@ -107,5 +109,6 @@ __all__ = [
     "load_gguf",
     "load_model_from_safetensors",
     "load_safetensors",
+    "random_model",
     "split_thinking",
 ]

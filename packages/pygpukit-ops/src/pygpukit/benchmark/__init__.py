@@ -8,6 +8,11 @@ are importable, and ratios printed (peer time / pygpukit time: above 1 pygpukit 
     python -m pygpukit.benchmark --attention --seq-lens 512,2048
     python -m pygpukit.benchmark --all --fp8 --save run.json
     python -m pygpukit.benchmark --all --compare run.json --threshold 0.05 --fail-on-regression
+    python -m pygpukit.benchmark --llm --shapes qwen2.5-0.5b,qwen2.5-7b --batches 1,8
+
+``--llm`` hands the other arguments to the LLM suite of pygpukit-llm (``python -m
+pygpukit.llm.benchmark``: decode tokens/s at batch sizes, time to first token, random-weight models
+of published shapes, against a torch.compile reference loop and transformers in the same run).
 
 Suites: gemm, gemv, elementwise, reduction, attention (causal prefill ``sdpa_causal`` at each
 ``--seq-lens`` length, against torch's default ``scaled_dot_product_attention``). ``--fp8`` adds the

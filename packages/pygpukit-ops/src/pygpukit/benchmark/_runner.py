@@ -520,7 +520,22 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _llm(argv: list[str]) -> int:
+    """``--llm``: the LLM suite of pygpukit-llm (``python -m pygpukit.llm.benchmark``; the remaining
+    arguments are its own)."""
+    try:
+        from pygpukit.llm.benchmark import main as llm_main
+    except ImportError as exc:
+        print(f"--llm needs the pygpukit-llm distribution ({exc}): pip install pygpukit[llm]", file=sys.stderr)
+        return 2
+    return int(llm_main(argv))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    given = list(argv if argv is not None else sys.argv[1:])
+    if "--llm" in given:
+        given.remove("--llm")
+        return _llm(given)
     args = _parser().parse_args(argv)
     if args.warmup < 0 or args.iterations < 1:
         print("--warmup must be >= 0 and --iterations >= 1", file=sys.stderr)
