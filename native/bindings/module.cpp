@@ -472,6 +472,9 @@ PYBIND11_MODULE(PYGPUKIT_NATIVE_MODULE, m) {
       .def_readwrite("activation", &GemmArgs::activation)
       .def_readwrite("bias", &GemmArgs::bias)
       .def_readwrite("scales", &GemmArgs::scales)
+      .def_readwrite("scale_mode_a", &GemmArgs::scale_mode_a)
+      .def_readwrite("scale_mode_b", &GemmArgs::scale_mode_b)
+      .def_readwrite("d_scale", &GemmArgs::d_scale)
       .def_readwrite("alpha", &GemmArgs::alpha)
       .def_readwrite("beta", &GemmArgs::beta)
       .def_property_readonly("prepared", [](const GemmArgs& g) { return static_cast<bool>(g.plan); });
@@ -479,7 +482,7 @@ PYBIND11_MODULE(PYGPUKIT_NATIVE_MODULE, m) {
         "Choose the cuBLASLt algorithm for args with the alignment of these pointers, without launching; "
         "False when cuBLASLt has none.");
   m.def("gemm", &gemm, py::arg("args"), py::arg("a"), py::arg("b"), py::arg("d"), py::arg("bias"),
-        py::arg("a_scale"), py::arg("b_scale"), py::arg("stream"),
+        py::arg("a_scale"), py::arg("b_scale"), py::arg("stream"), py::arg("d_scale") = 0,
         "cuBLASLt D = alpha * op(A) op(B) + beta * D (+ epilogue) for prepared args (see gemm.hpp).");
   m.def("gemm_plan_count", &gemm_plan_count);
 

@@ -40,7 +40,11 @@ struct HeuristicResult {
 
 // Attribute ids (cublasLtMatmulDescAttributes_t, cublasLtMatrixLayoutAttribute_t, preference).
 constexpr int kDescTransA = 3, kDescTransB = 4, kDescEpilogue = 7, kDescBiasPointer = 8, kDescAScale = 17,
-              kDescBScale = 18, kDescBiasDataType = 26;
+              kDescBScale = 18, kDescDScale = 20, kDescBiasDataType = 26, kDescAScaleMode = 31,
+              kDescBScaleMode = 32;
+// The scale modes GemmArgs takes (cublasLtMatmulMatrixScale_t): SCALAR_32F, OUTER_VEC_32F, VEC128_32F,
+// BLK128x128_32F.
+constexpr int kScaleScalar = 0, kScaleOuterVec = 3, kScaleVec128 = 4, kScaleBlock128 = 5;
 constexpr int kLayoutBatchCount = 5, kLayoutBatchStride = 6;
 constexpr int kPrefMaxWorkspace = 1, kPrefReductionMask = 3, kPrefAlignA = 5, kPrefAlignB = 6,
               kPrefAlignC = 7, kPrefAlignD = 8;
@@ -194,10 +198,21 @@ LtTypes lt_types(const GemmArgs& g) {
   return t;
 }
 
+bool known_scale_mode(int mode) {
+  return mode == kScaleScalar || mode == kScaleOuterVec || mode == kScaleVec128 || mode == kScaleBlock128;
+}
+
 void check_shape(const GemmArgs& g) {
   if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.batch <= 0) {
     throw RuntimeFailure("gemm: empty problem (m=" + std::to_string(g.m) + ", n=" + std::to_string(g.n) +
                          ", k=" + std::to_string(g.k) + ", batch=" + std::to_string(g.batch) + ")");
+  }
+  if (!known_scale_mode(g.scale_mode_a) || !known_scale_mode(g.scale_mode_b)) {
+    throw RuntimeFailure("gemm: scale modes " + std::to_string(g.scale_mode_a) + "/" +
+                         std::to_string(g.scale_mode_b) + " are not among 0, 3, 4 and 5");
+  }
+  if ((g.scale_mode_a != kScaleScalar || g.scale_mode_b != kScaleScalar || g.d_scale) && !g.scales) {
+    throw RuntimeFailure("gemm: scale modes and a D scale need `scales`");
   }
 }
 
@@ -209,13 +224,13 @@ int alignment(std::uint64_t ptr) {
 
 using Key = std::tuple<int, int, int, int, int, int, int, bool, bool, std::int64_t, std::int64_t,
                        std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                       std::int64_t, std::int64_t, int, bool, int, int, int, bool>;
+                       std::int64_t, std::int64_t, int, bool, int, int, int, bool, int, int, bool>;
 
 }  // namespace
 
 struct GemmPlan {
   Desc desc = nullptr;
-  Layout a = nullptr, b = nullptr, d = nullptr;
+  Layout a = nullptr, b = nullptr, c = nullptr, d = nullptr;  // c: D's layout unless D is fp8
   Algo algo{};
   std::size_t workspace = 0;
   std::mutex mutex;  // the descriptor's pointer attributes are set per call
@@ -225,6 +240,7 @@ struct GemmPlan {
     if (a) lt.layout_destroy(a);
     if (b) lt.layout_destroy(b);
     if (d) lt.layout_destroy(d);
+    if (c) lt.layout_destroy(c);
   }
 };
 
@@ -265,9 +281,34 @@ Layout make_layout(const Api& lt, int type, bool trans, std::int64_t rows, std::
 // null when cuBLASLt has no algorithm for it.
 std::shared_ptr<GemmPlan> plan_for(const GemmArgs& g, const LtTypes& t, int device, Handle handle,
                                    int align_a, int align_b, int align_d) {
-  Key key{device,     t.a,    t.b,      t.d,     t.compute, t.scale, t.epilogue,   g.trans_a,  g.trans_b,
-          g.m,        g.n,    g.k,      g.lda,   g.ldb,     g.ldd,   g.batch,      g.stride_a, g.stride_b,
-          g.stride_d, t.bias, g.scales, align_a, align_b,   align_d, g.beta != 0.0};
+  Key key{device,
+          t.a,
+          t.b,
+          t.d,
+          t.compute,
+          t.scale,
+          t.epilogue,
+          g.trans_a,
+          g.trans_b,
+          g.m,
+          g.n,
+          g.k,
+          g.lda,
+          g.ldb,
+          g.ldd,
+          g.batch,
+          g.stride_a,
+          g.stride_b,
+          g.stride_d,
+          t.bias,
+          g.scales,
+          align_a,
+          align_b,
+          align_d,
+          g.beta != 0.0,
+          g.scale_mode_a,
+          g.scale_mode_b,
+          g.d_scale};
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     auto it = g_plans.find(key);
@@ -284,6 +325,15 @@ std::shared_ptr<GemmPlan> plan_for(const GemmArgs& g, const LtTypes& t, int devi
   const std::uint32_t epilogue = static_cast<std::uint32_t>(t.epilogue);
   check_lt(lt, lt.desc_set(plan->desc, kDescEpilogue, &epilogue, sizeof(epilogue)),
            "cublasLtMatmulDescSetAttribute(EPILOGUE)");
+  if (g.scales && (g.scale_mode_a != kScaleScalar || g.scale_mode_b != kScaleScalar)) {
+    const std::int32_t mode_a = g.scale_mode_a, mode_b = g.scale_mode_b;
+    Status s_a = lt.desc_set(plan->desc, kDescAScaleMode, &mode_a, sizeof(mode_a));
+    Status s_b = lt.desc_set(plan->desc, kDescBScaleMode, &mode_b, sizeof(mode_b));
+    // An older cuBLASLt without these attributes (before 12.8/12.9) has no such algorithm.
+    if (s_a == kStatusInvalidValue || s_b == kStatusInvalidValue) return nullptr;
+    check_lt(lt, s_a, "cublasLtMatmulDescSetAttribute(A_SCALE_MODE)");
+    check_lt(lt, s_b, "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)");
+  }
   if (g.bias) {
     const std::int32_t bias_type = t.bias;
     check_lt(lt, lt.desc_set(plan->desc, kDescBiasDataType, &bias_type, sizeof(bias_type)),
@@ -292,6 +342,13 @@ std::shared_ptr<GemmPlan> plan_for(const GemmArgs& g, const LtTypes& t, int devi
   plan->a = make_layout(lt, t.a, g.trans_a, g.m, g.k, g.lda, g.batch, g.stride_a);
   plan->b = make_layout(lt, t.b, g.trans_b, g.k, g.n, g.ldb, g.batch, g.stride_b);
   plan->d = make_layout(lt, t.d, false, g.m, g.n, g.ldd, g.batch, g.stride_d);
+  // An fp8 D takes a 16-bit C (cuBLASLt has no fp8 C); with beta 0 nothing reads it. Only D's layout
+  // is kept for other outputs.
+  if (t.d == kR8FE4M3 || t.d == kR8FE5M2) {
+    if (g.beta != 0.0) throw RuntimeFailure("gemm: an fp8 D cannot also be read as C (beta must be 0)");
+    plan->c = make_layout(lt, kR16BF, false, g.m, g.n, g.ldd, g.batch, g.stride_d);
+  }
+  Layout c_layout = plan->c ? plan->c : plan->d;
 
   Preference pref = nullptr;
   check_lt(lt, lt.pref_create(&pref), "cublasLtMatmulPreferenceCreate");
@@ -306,7 +363,7 @@ std::shared_ptr<GemmPlan> plan_for(const GemmArgs& g, const LtTypes& t, int devi
   lt.pref_set(pref, kPrefAlignD, &aligns[3], sizeof(aligns[3]));
   HeuristicResult result{};
   int found = 0;
-  Status s = lt.heuristic(handle, plan->desc, plan->a, plan->b, plan->d, plan->d, pref, 1, &result, &found);
+  Status s = lt.heuristic(handle, plan->desc, plan->a, plan->b, c_layout, plan->d, pref, 1, &result, &found);
   lt.pref_destroy(pref);
   // No algorithm: the heuristic says so with NOT_SUPPORTED, or INVALID_VALUE for a combination of
   // layouts, types and alignment that no kernel of this cuBLASLt takes (int8 outside its "TN" form).
@@ -356,7 +413,7 @@ bool gemm_prepare(GemmArgs& g, std::uint64_t a, std::uint64_t b, std::uint64_t d
 }
 
 void gemm(const GemmArgs& g, std::uint64_t a, std::uint64_t b, std::uint64_t d, std::uint64_t bias,
-          std::uint64_t a_scale, std::uint64_t b_scale, std::uint64_t stream) {
+          std::uint64_t a_scale, std::uint64_t b_scale, std::uint64_t stream, std::uint64_t d_scale) {
   const int device = ensure_context();
   const Api& lt = api();
   Handle handle;
@@ -383,6 +440,8 @@ void gemm(const GemmArgs& g, std::uint64_t a, std::uint64_t b, std::uint64_t d, 
   if (g.scales && (a_scale == 0 || b_scale == 0)) {
     throw RuntimeFailure("gemm: the plan scales A and B but a scale pointer is missing");
   }
+  if (g.d_scale && d_scale == 0)
+    throw RuntimeFailure("gemm: the plan scales D but no D scale pointer was given");
   // alpha and beta in the scale type
   const bool f64 = g.a_dtype == codes::kF64;
   const bool i32 = g.a_dtype == codes::kI8;
@@ -406,11 +465,16 @@ void gemm(const GemmArgs& g, std::uint64_t a, std::uint64_t b, std::uint64_t d, 
     check_lt(lt, lt.desc_set(plan->desc, kDescBScale, &b_scale, sizeof(b_scale)),
              "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
   }
+  if (g.d_scale) {
+    check_lt(lt, lt.desc_set(plan->desc, kDescDScale, &d_scale, sizeof(d_scale)),
+             "cublasLtMatmulDescSetAttribute(D_SCALE_POINTER)");
+  }
   void* dp = reinterpret_cast<void*>(d);
   check_lt(lt,
            lt.matmul(handle, plan->desc, alpha, reinterpret_cast<const void*>(a), plan->a,
-                     reinterpret_cast<const void*>(b), plan->b, beta, dp, plan->d, dp, plan->d, &plan->algo,
-                     reinterpret_cast<void*>(workspace), kWorkspaceBytes, reinterpret_cast<void*>(stream)),
+                     reinterpret_cast<const void*>(b), plan->b, beta, dp, plan->c ? plan->c : plan->d, dp,
+                     plan->d, &plan->algo, reinterpret_cast<void*>(workspace), kWorkspaceBytes,
+                     reinterpret_cast<void*>(stream)),
            "cublasLtMatmul");
 }
 

@@ -28,9 +28,14 @@ struct GemmArgs {
   std::int64_t m = 0, n = 0, k = 0;
   std::int64_t lda = 0, ldb = 0, ldd = 0;
   std::int64_t batch = 1, stride_a = 0, stride_b = 0, stride_d = 0;
-  int activation = 0;              // codes::Activation: kActNone, kActRelu or kActGeluTanh (cuBLASLt's GELU)
-  bool bias = false;               // add a device vector of m elements (D's rows in column-major terms)
-  bool scales = false;             // fp8: per-tensor float scales of A and B, device scalars given per call
+  int activation = 0;   // codes::Activation: kActNone, kActRelu or kActGeluTanh (cuBLASLt's GELU)
+  bool bias = false;    // add a device vector of m elements (D's rows in column-major terms)
+  bool scales = false;  // fp8: float scales of A and B, device pointers given per call
+  // How A's and B's scales are read (cublasLtMatmulMatrixScale_t): 0 one scalar, 3 a vector along the
+  // non-contracted dimension (OUTER_VEC_32F), 4 one per 128 elements along K (VEC128_32F), 5 one per
+  // 128x128 block (BLK128x128_32F). Meaningful only with `scales`.
+  int scale_mode_a = 0, scale_mode_b = 0;
+  bool d_scale = false;            // fp8 output: D = scale_d * result, a device float32 scalar given per call
   double alpha = 1.0, beta = 0.0;  // beta != 0 reads D as C
 
   // The plan gemm_prepare chose, for the device and pointer alignments it saw (not a user field).
@@ -48,7 +53,7 @@ bool gemm_prepare(GemmArgs& args, std::uint64_t a, std::uint64_t b, std::uint64_
 // Launches the prepared matmul on `stream`. A pointer less aligned than the plan assumed gets the
 // plan of its alignment (cached); CublasLtFailure when cuBLASLt refuses.
 void gemm(const GemmArgs& args, std::uint64_t a, std::uint64_t b, std::uint64_t d, std::uint64_t bias,
-          std::uint64_t a_scale, std::uint64_t b_scale, std::uint64_t stream);
+          std::uint64_t a_scale, std::uint64_t b_scale, std::uint64_t stream, std::uint64_t d_scale = 0);
 
 // Plans in the cache, for statistics and tests.
 std::size_t gemm_plan_count();

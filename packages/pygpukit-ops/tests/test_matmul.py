@@ -307,8 +307,10 @@ def test_scaled_matmul_fp8_semantics() -> None:
     assert _relative_error(got, ref) <= TOLERANCE["bfloat16"]
     with pytest.raises(ShapeError, match="column-major"):
         mm.scaled_matmul(gp.from_numpy(a), gp.from_numpy(w.T.copy()), sa, sb)
-    with pytest.raises(DTypeError, match="float32 GPUArray with one element"):
+    with pytest.raises(ShapeError, match="fit none of the kinds"):
         mm.scaled_matmul(gp.from_numpy(a), gp.from_numpy(w).T, gp.ones(2), sb)
+    with pytest.raises(DTypeError, match="must be a float32 GPUArray"):
+        mm.scaled_matmul(gp.from_numpy(a), gp.from_numpy(w).T, gp.ones(1, "float16"), sb)
     with pytest.raises(DTypeError, match="must be float8"):
         mm.scaled_matmul(gp.ones((32, 64)), gp.from_numpy(w).T, sa, sb)
 

@@ -63,6 +63,9 @@ class NativeGemmArgs(Protocol):
     activation: int
     bias: bool
     scales: bool
+    scale_mode_a: int
+    scale_mode_b: int
+    d_scale: bool
     alpha: float
     beta: float
 
@@ -100,7 +103,16 @@ class NativeModule(Protocol):
     def GemmArgs(self) -> NativeGemmArgs: ...  # noqa: N802 - the native class, constructed without arguments
     def gemm_prepare(self, args: NativeGemmArgs, a: int, b: int, d: int) -> bool: ...
     def gemm(
-        self, args: NativeGemmArgs, a: int, b: int, d: int, bias: int, a_scale: int, b_scale: int, stream: int
+        self,
+        args: NativeGemmArgs,
+        a: int,
+        b: int,
+        d: int,
+        bias: int,
+        a_scale: int,
+        b_scale: int,
+        stream: int,
+        d_scale: int = 0,
     ) -> None: ...
     def gemm_plan_count(self) -> int: ...
 

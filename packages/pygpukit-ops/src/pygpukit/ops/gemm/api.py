@@ -27,7 +27,7 @@ from pygpukit.core.stream import Stream, thread_device
 
 from .. import _route
 from . import cublaslt, host
-from ._base import PLANS, check_activation, device_props
+from ._base import PLANS, check_activation, device_props, row_major_ld
 from .dispatch import DirectPlan, Problem, plan_for
 
 if TYPE_CHECKING:
@@ -227,12 +227,18 @@ def scaled_matmul(
     *,
     out_dtype: Any = "bfloat16",
     bias: GPUArray | None = None,
+    scale_out: GPUArray | None = None,
     stream: Stream | None = None,
 ) -> GPUArray:
     """fp8 GEMM: ``(a * scale_a) @ (b * scale_b)`` with fp32 accumulation, result in ``out_dtype``
-    (bfloat16, float16 or float32). a is (M, K) row-major, b (K, N) must be column-major (the transpose
-    of a contiguous (N, K) weight, as ``w.T``); scales are float32 device scalars (shape () or (1,)).
-    Needs a GPU of compute capability 8.9 or newer and cuBLASLt (there is no built-in fp8 kernel)."""
+    (bfloat16, float16, float32, or float8_e4m3fn: then ``saturate(scale_out * product)``). a is (M, K)
+    row-major, b (K, N) must be column-major (the transpose of a contiguous (N, K) weight, as ``w.T``).
+    The scales are float32 device arrays of one kind for both (:mod:`pygpukit.ops.gemm.scaled`): one
+    scalar each; per channel, (M,) and (N,); or per 128-block, (M, ceil(K/128)) M-major and
+    (ceil(K/128), ceil(N/128)) (HF "fp8" checkpoints; Hopper). Needs a GPU of compute capability 8.9
+    or newer and cuBLASLt (there is no built-in fp8 kernel)."""
+    from . import scaled
+
     _check_pair(a, b, "scaled_matmul")
     for name, x in (("a", a), ("b", b)):
         if not x.dtype.name.startswith("float8"):
@@ -241,15 +247,16 @@ def scaled_matmul(
             raise ShapeError(f"scaled_matmul: {name} must be 2-D, got shape {x.shape}")
     if a.dtype.name == "float8_e5m2" and b.dtype.name == "float8_e5m2":
         raise DTypeError("scaled_matmul: a and b cannot both be float8_e5m2 (cuBLASLt has no such kernel)")
-    for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
-        if not isinstance(s, GPUArray) or s.dtype.name != "float32" or s.size != 1:
-            raise DTypeError(f"scaled_matmul: {name} must be a float32 GPUArray with one element")
-    out_dt = as_dtype(out_dtype)
-    if out_dt.name not in ("bfloat16", "float16", "float32"):
-        raise DTypeError(f"scaled_matmul: out_dtype must be bfloat16, float16 or float32, got {out_dt.name}")
     (m, k), (k2, n) = a.shape, b.shape
     if k != k2:
         raise ShapeError(f"scaled_matmul: shapes {a.shape} and {b.shape} do not align ({k} != {k2})")
+    kind = scaled.scale_kind(a, b, scale_a, scale_b)
+    out_dt = as_dtype(out_dtype)
+    if out_dt.name not in ("bfloat16", "float16", "float32", "float8_e4m3fn", "float8_e5m2"):
+        raise DTypeError(
+            f"scaled_matmul: out_dtype must be bfloat16, float16, float32 or float8_e4m3fn, got {out_dt.name}"
+        )
+    scaled.check_fp8_output(out_dt, kind, scale_out, bias)
     if k % 16 or n % 16:
         raise ShapeError(f"scaled_matmul: K and N must be multiples of 16 for fp8 GEMM, got K={k}, N={n}")
     if a._strides[1] != 1 or b._strides[0] != 1:
@@ -264,26 +271,38 @@ def scaled_matmul(
         cc = device_props(thread_device()).capability
         if cc < (8, 9):
             raise DeviceError(f"scaled_matmul needs compute capability 8.9 or newer (fp8); this GPU is {cc}")
+        if kind == "block" and cc[0] != 9:
+            raise DeviceError(f"scaled_matmul: 128-block scales run on Hopper (compute capability 9.x); this GPU is "
+                              f"{cc}")  # fmt: skip
     d = _array.empty((m, n), out_dt, stream=stream)
     if state.name != "cuda":
-        host.scaled_matmul(a, b, scale_a, scale_b, bias, d)
+        scaled.host_scaled_matmul(a, b, scale_a, scale_b, kind, bias, d, scale_out)
         return d
     if d.size == 0:
         return d
+    if not cublaslt.enabled():
+        raise PyGPUkitError("scaled_matmul needs cuBLASLt (there is no built-in fp8 kernel); it was not found "
+                            "or PYGPUKIT_NO_CUBLASLT=1 turned it off")  # fmt: skip
     key = ("scaled_matmul", a._shape, a._strides, a._dtype, a._buffer.device, b._shape, b._strides, b._dtype,
-           b._buffer.device, out_dt, None if bias is None else (bias._strides, bias._buffer.device))  # fmt: skip
+           b._buffer.device, out_dt, None if bias is None else (bias._strides, bias._buffer.device), kind)  # fmt: skip
     plan = PLANS.get(key)
     if plan is None:
-        if not cublaslt.enabled():
-            raise PyGPUkitError("scaled_matmul needs cuBLASLt (there is no built-in fp8 kernel); it was not found "
-                                "or PYGPUKIT_NO_CUBLASLT=1 turned it off")  # fmt: skip
-        plan = _plan(a, b, d, (), m, n, k, (m, n), bias=bias, scales=True)
+        if kind == "tensor" and not out_dt.name.startswith("float8"):
+            plan = _plan(a, b, d, (), m, n, k, (m, n), bias=bias, scales=True)
+        else:
+            plan = cublaslt.cublaslt_launch(
+                (a.dtype, b.dtype, out_dt), m, n, k, 1, (True, row_major_ld(a) or k, 0), (False, b._strides[1], 0),
+                (a.device_ptr, b.device_ptr, d.device_ptr), bias=None if bias is None else bias.dtype,
+                scale_modes=scaled.MODES[kind], d_scale=scale_out is not None,
+            )  # fmt: skip
         if plan is None:
             raise PyGPUkitError(f"scaled_matmul: cuBLASLt has no fp8 algorithm for {a.dtype.name} {a.shape} @ "
-                                f"{b.dtype.name} {b.shape} -> {out_dt.name} on this device")  # fmt: skip
+                                f"{b.dtype.name} {b.shape} with {kind} scales -> {out_dt.name} on this device "
+                                f"(block scales need cuBLASLt 12.9 or newer)")  # fmt: skip
         PLANS.put(key, plan)
-    plan.launch.run(a.device_ptr, b.device_ptr, d.device_ptr, 0 if bias is None else bias.device_ptr, stream,
-                    scale_a.device_ptr, scale_b.device_ptr)  # fmt: skip
+    launch = plan.launch if isinstance(plan, DirectPlan) else plan
+    launch.run(a.device_ptr, b.device_ptr, d.device_ptr, 0 if bias is None else bias.device_ptr, stream,
+               scale_a.device_ptr, scale_b.device_ptr, 0 if scale_out is None else scale_out.device_ptr)  # fmt: skip
     return d
 
 

@@ -45,10 +45,13 @@ class CublasLtLaunch:
         self.args = args
 
     def run(self, a_ptr: int, b_ptr: int, d_ptr: int, bias_ptr: int, stream: Stream | None,
-            a_scale: int = 0, b_scale: int = 0) -> None:  # fmt: skip
+            a_scale: int = 0, b_scale: int = 0, d_scale: int = 0) -> None:  # fmt: skip
         # Row-major D (m x n) is column-major D^T (n x m) = B^T A^T: cuBLASLt's A is our b, its B our a.
         handle = stream.handle if stream is not None else current_stream().handle
-        self.native.gemm(self.args, b_ptr, a_ptr, d_ptr, bias_ptr, b_scale, a_scale, handle)
+        if d_scale:
+            self.native.gemm(self.args, b_ptr, a_ptr, d_ptr, bias_ptr, b_scale, a_scale, handle, d_scale)
+        else:
+            self.native.gemm(self.args, b_ptr, a_ptr, d_ptr, bias_ptr, b_scale, a_scale, handle)
 
 
 def cublaslt_launch(
@@ -65,6 +68,8 @@ def cublaslt_launch(
     activation: int = 0,
     tf32: bool = False,
     scales: bool = False,
+    scale_modes: tuple[int, int] = (0, 0),
+    d_scale: bool = False,
 ) -> CublasLtLaunch | None:
     """The launch of ``d (count, m, n) row-major = act(a @ b + bias)`` for operands described as
     (row-major?, leading dimension, batch stride) in elements, column-major otherwise, prepared with
@@ -89,7 +94,10 @@ def cublaslt_launch(
     args.activation = activation
     if bias is not None:
         args.bias, args.bias_dtype = True, DTYPE_CODES[bias.name]
-    args.scales = scales
+    args.scales = scales or scale_modes != (0, 0) or d_scale
+    if scale_modes != (0, 0) or d_scale:  # cuBLASLt's A is our b, its B our a
+        args.scale_mode_a, args.scale_mode_b = scale_modes[1], scale_modes[0]
+        args.d_scale = d_scale
     a_ptr, b_ptr, d_ptr = pointers
     if not native.gemm_prepare(args, b_ptr, a_ptr, d_ptr):
         return None

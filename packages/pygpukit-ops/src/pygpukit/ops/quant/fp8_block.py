@@ -12,7 +12,13 @@ float8_e4m3fn with round-to-nearest-even, ml_dtypes' and torch's cast).
   the 1-byte weights with 16-byte loads and each 16-element partial sum scaled by its block's scale,
   float32 accumulation;
 - more rows (prefill): W dequantized to x's dtype on the device (a kernel of the same file), then the
-  GEMM dispatch.
+  GEMM dispatch; or, for a weight made with ``activation_scheme="dynamic"`` (HF's
+  ``quantization_config.activation_scheme``, what DeepSeek-V3 and Qwen3-FP8 checkpoints say), W8A8: x
+  quantized to float8_e4m3fn per row and 128 columns on the device
+  (:func:`pygpukit.ops.quant.quantize_fp8`) and one cuBLASLt GEMM with the 1x128 and 128x128 block
+  scales (:func:`pygpukit.ops.scaled_matmul`), where that runs: (128, 128) blocks, K and N multiples
+  of 16, a Hopper GPU (else the W8A16 path above). It reads half the bytes of a bf16 GEMM and runs on
+  the fp8 tensor cores, at the cost of the activations' e4m3 rounding (relative 2^-4 per element).
 
 The CPU simulation backend computes the product in float64 from the stored values and scales.
 """
@@ -24,19 +30,20 @@ from typing import Any
 
 import numpy as np
 
-from pygpukit.core.array import GPUArray, from_numpy
+from pygpukit.core.array import GPUArray, empty, from_numpy
 from pygpukit.core.dtypes import DType, float8_e4m3fn, float32
-from pygpukit.core.errors import DTypeError, ShapeError
+from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel
 from pygpukit.core.plans import PlanCache
 from pygpukit.core.stream import Stream
 
 from .. import _cpu
 from .._kernels import NAMESPACE, Groups, c_param, code_param, group, pointer, register_enumerator, size_param
-from ..gemm._base import row_major_ld
+from .._layout import is_cuda
+from ..gemm._base import check_activation, row_major_ld
 from . import _linear
 
-__all__ = ["FP8_BLOCK", "BlockFP8Tensor", "block_fp8_linear", "concat_rows", "quantize_block_fp8"]
+__all__ = ["FP8_BLOCK", "BlockFP8Tensor", "block_fp8_linear", "concat_rows", "quantize_block_fp8", "w8a8_supported"]
 
 _FILE = "quant/fp8_block_gemv.cu"
 FP8_BLOCK = (128, 128)
@@ -65,9 +72,10 @@ class BlockFP8Tensor(_linear.WeightOnlyTensor):
     ``scale`` (ceil(N / bn), ceil(K / bk)), ``W[r, c] = data[r, c] * scale[r // bn, c // bk]`` (HF's
     ``weight`` and ``weight_scale_inv``); ``block`` = (bn, bk), (128, 128) by default."""
 
-    __slots__ = ("block", "data", "scale", "shape")
+    __slots__ = ("_scale_t", "activation_scheme", "block", "data", "scale", "shape")
 
-    def __init__(self, data: GPUArray, scale: GPUArray, block: Sequence[int] = FP8_BLOCK) -> None:
+    def __init__(self, data: GPUArray, scale: GPUArray, block: Sequence[int] = FP8_BLOCK, *,
+                 activation_scheme: str | None = None) -> None:  # fmt: skip
         name = "BlockFP8Tensor"
         if not isinstance(data, GPUArray) or not isinstance(scale, GPUArray):
             raise DTypeError(f"{name}: data and scale must be GPUArrays, got {type(data).__name__} and "
@@ -83,8 +91,13 @@ class BlockFP8Tensor(_linear.WeightOnlyTensor):
         if scale.dtype != float32 or scale.shape != grid or not scale.is_contiguous:
             raise ShapeError(f"{name}: scale must be a contiguous float32 {grid} array for {(n, k)} in blocks of "
                              f"{(bn, bk)}, got {scale.dtype} {scale.shape}")  # fmt: skip
+        if activation_scheme not in (None, "dynamic"):
+            raise ArgumentError(f"{name}: activation_scheme must be None (W8A16) or 'dynamic' (W8A8 prefill), "
+                                f"got {activation_scheme!r}")  # fmt: skip
         self.data, self.scale, self.block = data, scale, (bn, bk)
         self.shape = (n, k)
+        self.activation_scheme = activation_scheme
+        self._scale_t: GPUArray | None = None  # scaled_matmul's scale_b, made on first use
 
     def host_values(self) -> Any:
         """The weight in float64 on the host (CPU backend and tests)."""
@@ -168,9 +181,49 @@ def block_fp8_linear(x: GPUArray, w: BlockFP8Tensor, b: GPUArray | None = None, 
                      stream: Stream | None = None) -> GPUArray:  # fmt: skip
     """``activation(x @ W.T + b)`` for a :class:`BlockFP8Tensor` ``w`` (N, K) and x (..., K) of
     float32, float16 or bfloat16 (``pygpukit.ops.linear`` hands such weights here)."""
+    dynamic = w.activation_scheme == "dynamic" if isinstance(w, BlockFP8Tensor) else False
     return _linear.linear_paths(x, w, BlockFP8Tensor, "a BlockFP8Tensor", (w.data, w.scale), b, activation, stream,
-                                host_values=BlockFP8Tensor.host_values, prefill=_linear.dequantized_prefill,
-                                gemv=_gemv)  # fmt: skip
+                                host_values=BlockFP8Tensor.host_values,
+                                prefill=_w8a8_prefill if dynamic else _linear.dequantized_prefill, gemv=_gemv,
+                                host_prefill=dynamic)  # fmt: skip
+
+
+def w8a8_supported(w: BlockFP8Tensor, x: GPUArray) -> bool:
+    """Whether :func:`block_fp8_linear`'s prefill runs W8A8 for this weight and input (else W8A16)."""
+    n, k = w.shape
+    if w.block != (128, 128) or k % 16 or n % 16 or x.dtype.name not in ("float32", "float16", "bfloat16"):
+        return False
+    if not is_cuda():
+        return True
+    from pygpukit.core.stream import thread_device
+
+    from ..gemm._base import device_props
+
+    return device_props(thread_device()).capability[0] == 9
+
+
+def _w8a8_prefill(w: BlockFP8Tensor, x2: GPUArray, bias: GPUArray | None, activation: str | None,
+                  stream: Stream | None) -> GPUArray:  # fmt: skip
+    """W8A8 prefill: x quantized per 1x128 group, one block-scaled cuBLASLt GEMM (W8A16 where it cannot)."""
+    if not w8a8_supported(w, x2):
+        if not is_cuda():
+            out = empty((x2.shape[0], w.shape[0]), x2.dtype)
+            _linear.host_product(out, x2, w.host_values(), bias, check_activation(activation, "linear"))
+            return out
+        return _linear.dequantized_prefill(w, x2, bias, activation, stream)
+    from ..gemm.api import scaled_matmul
+    from ..gemm.scaled import block_weight_scale
+    from .fp8_act import quantize_fp8
+
+    if w._scale_t is None:
+        w._scale_t = block_weight_scale(w.scale)
+    q, sx = quantize_fp8(x2, "block", stream=stream)
+    y = scaled_matmul(q, w.data.T, sx, w._scale_t, out_dtype=x2.dtype, bias=bias, stream=stream)
+    if activation is not None:
+        from .gemv import _activate
+
+        _activate(y, check_activation(activation, "linear"), stream)
+    return y
 
 
 def _enumerate() -> Groups:
@@ -199,4 +252,5 @@ def concat_rows(parts: Sequence[BlockFP8Tensor]) -> BlockFP8Tensor:
 
     data = _shape.concatenate([p.data for p in parts], axis=0)
     scale = _shape.concatenate([p.scale for p in parts], axis=0)
-    return BlockFP8Tensor(data, scale, first.block)
+    schemes = {p.activation_scheme for p in parts}
+    return BlockFP8Tensor(data, scale, first.block, activation_scheme=schemes.pop() if len(schemes) == 1 else None)

@@ -1,0 +1,151 @@
+"""The scales of :func:`pygpukit.ops.scaled_matmul` (fp8 x fp8 through cuBLASLt) beyond one scalar
+each, and its fp8 output.
+
+For ``d = (a * scale_a) @ (b * scale_b)`` with a (M, K) row-major and b (K, N) column-major (``w.T``
+of a contiguous (N, K) weight), the scales come in three kinds, recognised by their shapes:
+
+- ``"tensor"``: one float32 each (shape () or (1,));
+- ``"channel"``: scale_a (M,) one per row of a (per token) and scale_b (N,) one per column of b (per
+  output channel of w): cuBLASLt's OUTER_VEC_32F;
+- ``"block"``: DeepSeek-V3 / HF "fp8" checkpoints' scales: scale_a (M, ceil(K / 128)) one per row and
+  128 elements of K (VEC128_32F), stored M-major: the transpose view ``.T`` of a contiguous
+  (ceil(K / 128), M) array, as :func:`pygpukit.ops.quant.quantize_fp8` makes it; scale_b
+  (ceil(K / 128), ceil(N / 128)) one per 128x128 block of b (BLK128x128_32F), stored as the transpose
+  view of a contiguous (ceil(N / 128), R) array whose first ceil(K / 128) columns are used, R =
+  ceil(K / 128) rounded up to a multiple of 4 (for a weight w (N, K) with scale (ceil(N / 128),
+  ceil(K / 128)): that array's ``.T`` when ceil(K / 128) is a multiple of 4, else a padded copy:
+  :func:`block_weight_scale`).
+
+Both operands take the same kind. An fp8 result (``out_dtype`` float8_e4m3fn) is
+``saturate(scale_out * product)`` with ``scale_out`` a float32 scalar; it takes "tensor" scales and no
+bias. Block scales need a Hopper GPU (compute capability 9.x) and cuBLASLt 12.9 or newer; where
+cuBLASLt has no algorithm the call raises :class:`PyGPUkitError` saying so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from pygpukit.core.array import GPUArray, full
+from pygpukit.core.dtypes import DType
+from pygpukit.core.errors import DTypeError, ShapeError
+
+__all__ = ["BLOCK", "MODES", "block_weight_scale", "host_scaled_matmul", "scale_kind"]
+
+BLOCK = 128
+# cublasLtMatmulMatrixScale_t of each kind for (a, b).
+MODES = {"tensor": (0, 0), "channel": (3, 3), "block": (4, 5)}
+
+
+def _padded_kb(k: int) -> int:
+    kb = -(-k // BLOCK)
+    return -(-kb // 4) * 4
+
+
+def _is_scalar(s: GPUArray) -> bool:
+    return s.size == 1 and s.ndim <= 1
+
+
+def _elements(s: GPUArray) -> tuple[int, ...]:
+    """Strides in elements."""
+    return tuple(st // s.itemsize for st in s.strides)
+
+
+def scale_kind(a: GPUArray, b: GPUArray, scale_a: Any, scale_b: Any) -> str:
+    """ "tensor", "channel" or "block" for these scales of a (M, K) @ b (K, N), or ShapeError/DTypeError
+    naming what does not fit."""
+    for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if not isinstance(s, GPUArray) or s.dtype.name != "float32":
+            raise DTypeError(f"scaled_matmul: {name} must be a float32 GPUArray, got "
+                             f"{getattr(s, 'dtype', type(s).__name__)}")  # fmt: skip
+    (m, k), n = a.shape, b.shape[1]
+    kb = -(-k // BLOCK)
+    if _is_scalar(scale_a) and _is_scalar(scale_b):
+        return "tensor"
+    if scale_a.shape == (m,) and scale_b.shape == (n,):
+        for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
+            if not s.is_contiguous:
+                raise ShapeError(f"scaled_matmul: the per-channel {name} must be contiguous")
+        return "channel"
+    if scale_a.shape == (m, kb) and scale_b.shape == (kb, -(-n // BLOCK)):
+        st_a, st_b = _elements(scale_a), _elements(scale_b)
+        if (m > 1 and st_a[0] != 1) or (kb > 1 and st_a[1] != m):
+            raise ShapeError(
+                f"scaled_matmul: block scale_a (M, ceil(K/128)) = {scale_a.shape} must be stored M-major (strides "
+                f"(1, {m}), the .T of a contiguous ({kb}, {m}) array), got strides {st_a}"
+            )
+        rk = _padded_kb(k)
+        if (kb > 1 and st_b[0] != 1) or (scale_b.shape[1] > 1 and st_b[1] != rk):
+            raise ShapeError(
+                f"scaled_matmul: block scale_b (ceil(K/128), ceil(N/128)) = {scale_b.shape} must be the .T of a "
+                f"contiguous (ceil(N/128), {rk}) array (strides (1, {rk}); block_weight_scale makes it), got strides "
+                f"{st_b}"
+            )
+        return "block"
+    raise ShapeError(
+        f"scaled_matmul: scales {tuple(scale_a.shape)} and {tuple(scale_b.shape)} fit none of the kinds for "
+        f"({m}, {k}) @ ({k}, {n}): one scalar each, ({m},) and ({n},) per channel, or ({m}, {kb}) and "
+        f"({kb}, {-(-n // BLOCK)}) per 128-block"
+    )
+
+
+def block_weight_scale(scale: GPUArray) -> GPUArray:
+    """The scale_b of :func:`scaled_matmul` for ``w.T``, from a weight's block scale (ceil(N / 128),
+    ceil(K / 128)) contiguous float32 (a BlockFP8Tensor's ``scale``, HF's ``weight_scale_inv``):
+    its transpose view when ceil(K / 128) is a multiple of 4, else a copy padded to that."""
+    if scale.dtype.name != "float32" or scale.ndim != 2 or not scale.is_contiguous:
+        raise ShapeError(f"block_weight_scale: scale must be a contiguous 2-D float32 array, got {scale.dtype} "
+                         f"{scale.shape}")  # fmt: skip
+    nb, kb = scale.shape
+    rk = -(-kb // 4) * 4
+    if rk == kb:
+        return scale.T
+    from .. import shape as _shape
+
+    padded = _shape.concatenate([scale, full((nb, rk - kb), 1.0, scale.dtype)], axis=1)
+    return padded[:, :kb].T
+
+
+def _expand(s: np.ndarray[Any, Any], rows: int, cols: int) -> np.ndarray[Any, Any]:
+    return np.repeat(np.repeat(s, BLOCK, axis=0)[:rows], BLOCK, axis=1)[:, :cols]
+
+
+def host_scaled_matmul(a: GPUArray, b: GPUArray, scale_a: GPUArray, scale_b: GPUArray, kind: str,
+                       bias: GPUArray | None, d: GPUArray, scale_out: GPUArray | None) -> None:  # fmt: skip
+    """The CPU simulation: the product in float64 from the stored values and expanded scales."""
+    ha = a.to_numpy().astype(np.float64)
+    hb = b.to_numpy().astype(np.float64)
+    sa = scale_a.to_numpy().astype(np.float64)
+    sb = scale_b.to_numpy().astype(np.float64)
+    k, n = ha.shape[1], hb.shape[1]
+    if kind == "tensor":
+        ha, hb = ha * float(sa.reshape(-1)[0]), hb * float(sb.reshape(-1)[0])
+    elif kind == "channel":
+        ha, hb = ha * sa[:, None], hb * sb[None, :]
+    else:
+        ha = ha * np.repeat(sa, BLOCK, axis=1)[:, :k]
+        hb = hb * _expand(sb, k, n)
+    result = ha @ hb + (bias.to_numpy().astype(np.float64) if bias is not None else 0.0)
+    if scale_out is not None:
+        limit = float(ml_dtypes.finfo(d.dtype.numpy).max)  # type: ignore[no-untyped-call]
+        result = np.clip(result * float(scale_out.to_numpy().reshape(-1)[0]), -limit, limit)
+    d.copy_(np.ascontiguousarray(result.astype(d.dtype.numpy)))
+
+
+def check_fp8_output(out_dt: DType, kind: str, scale_out: Any, bias: GPUArray | None) -> None:
+    """An fp8 result takes one scalar scale_out, "tensor" input scales and no bias."""
+    if not out_dt.name.startswith("float8"):
+        if scale_out is not None:
+            raise DTypeError(f"scaled_matmul: scale_out applies to an fp8 out_dtype, not {out_dt.name}")
+        return
+    if out_dt.name != "float8_e4m3fn":
+        raise DTypeError(f"scaled_matmul: the fp8 out_dtype must be float8_e4m3fn, got {out_dt.name}")
+    if not isinstance(scale_out, GPUArray) or scale_out.dtype.name != "float32" or not _is_scalar(scale_out):
+        raise DTypeError("scaled_matmul: an fp8 out_dtype needs scale_out, a float32 GPUArray with one element")
+    if kind != "tensor":
+        raise ShapeError(f"scaled_matmul: an fp8 result takes per-tensor scales, got {kind} scales")
+    if bias is not None:
+        raise ShapeError("scaled_matmul: an fp8 result takes no bias")
