@@ -20,6 +20,8 @@
 #   asr-unit-tests  the ASR tests that need no model files (random-weight models: graph decode, batching) on
 #                   the CUDA backend
 #   quant-tests     the gpu-marked tests of the weight-only, int4, block-FP8 and NVF4 linear
+#   fp8-tests       scaled_matmul's scale kinds and fp8 output, the fp8 activation quantizer, the block-FP8
+#                   weights (W8A16 GEMV, W8A8 prefill) and the HF fp8 checkpoint test, all on the CUDA backend
 #   linear-tests    test_matmul.py's linear tests on the GPU (out=, epilogues; not the every-route sweep)
 #   llm-tests       the LLM package's gpu-marked tests (random-weight models; the real-model ones skip)
 #   llm-shapes      python -m pygpukit.llm.benchmark on $LLM_SHAPES (default qwen2.5-0.5b) with $LLM_ARGS
@@ -87,6 +89,10 @@ for phase in "$@"; do
       run quant-tests 300 "${pytest_q[@]}" -m gpu packages/pygpukit-ops/tests/test_quant_weight_only.py \
         packages/pygpukit-ops/tests/test_quant_int4.py packages/pygpukit-ops/tests/test_quant_fp8_block.py \
         packages/pygpukit-ops/tests/test_quant_nvf4.py ;;
+    fp8-tests)
+      run fp8-tests 300 "${pytest_q[@]}" packages/pygpukit-ops/tests/test_scaled_matmul_scales.py \
+        $(ls packages/pygpukit-ops/tests/test_quant_fp8_act.py 2>/dev/null) packages/pygpukit-ops/tests/test_quant_fp8_block.py \
+        packages/pygpukit-llm/tests/test_quant_fp8_hf.py packages/pygpukit-ops/tests/test_matmul.py -k "scaled or fp8 or block or channel or quant" ;;
     linear-tests) run linear-tests 240 "${pytest_q[@]}" packages/pygpukit-ops/tests/test_matmul.py -k "linear and not every_route" ;;
     llm-shapes)
       run llm-shapes "${LLM_LIMIT:-540}" python3 -m pygpukit.llm.benchmark --shapes "${LLM_SHAPES:-qwen2.5-0.5b}" \
