@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import pygpukit as gp
 from pygpukit.benchmark import main
 
 FAST = ["--elementwise", "--reduction", "--sizes", "1024", "--iterations", "1", "--warmup", "0", "--no-progress"]
@@ -68,9 +69,12 @@ def test_aliases_select_the_same_cases() -> None:
         "gemv/matmul M=1/bfloat16/4096x4096", "gemv/matmul M=1/bfloat16/3584x18944",
         "gemv/scaled_matmul M=1/fp8/4096x4096", "gemv/scaled_matmul M=1/fp8/3584x18944",
     ]  # fmt: skip
-    assert keys("--fp8", "--sizes", "64,128") == ["gemm/scaled_matmul/fp8/64^3", "gemm/scaled_matmul/fp8/128^3"]
+    assert keys("--fp8", "--sizes", "64,128") == [
+        "gemm/scaled_matmul/fp8/64^3", "gemm/scaled_matmul/fp8/128^3",
+        "gemm/scaled_matmul block 1x128/128x128/fp8/64^3", "gemm/scaled_matmul block 1x128/128x128/fp8/128^3",
+    ]  # fmt: skip
     assert keys("--gemm", "--fp8", "--dtypes", "fp8", "--sizes", "64") == ["gemm/scaled_matmul/fp8/64^3"]
-    assert len(keys("--all", "--fp8", "--quick")) == len(keys("--all", "--quick")) + 1
+    assert len(keys("--all", "--fp8", "--quick")) == len(keys("--all", "--quick")) + 2  # plain and block-scaled
     assert keys("--attention", "--seq-lens", "512,2048", "--dtypes", "fp16") == [
         "attention/sdpa_causal/float16/s512 h32/8 d128", "attention/sdpa_causal/float16/s2048 h32/8 d128",
     ]  # fmt: skip
@@ -88,6 +92,12 @@ def test_attention_runs_and_is_checked(tmp_path: Path, capsys: pytest.CaptureFix
     capsys.readouterr()
 
 
+def hopper_only_dropped() -> bool:
+    from pygpukit.core.backend import backend_state
+
+    return backend_state().name == "cuda" and gp.get_device_capabilities().compute_capability[0] != 9
+
+
 def test_fp8_gemm_runs_and_is_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from pygpukit.benchmark._runner import fp8_problem
 
@@ -100,6 +110,8 @@ def test_fp8_gemm_runs_and_is_checked(tmp_path: Path, capsys: pytest.CaptureFixt
     results = json.loads(saved.read_text())["results"]
     assert [(r["op"], r["dtype"], r["size"], r["check"]) for r in results] == [
         ("scaled_matmul", "fp8", "32^3", "ok"), ("scaled_matmul", "fp8", "64^3", "ok"),
+        *([] if hopper_only_dropped() else [("scaled_matmul block 1x128/128x128", "fp8", "32^3", "ok"),
+                                             ("scaled_matmul block 1x128/128x128", "fp8", "64^3", "ok")]),
     ]  # fmt: skip
     capsys.readouterr()
 

@@ -21,7 +21,7 @@ import pygpukit as gp
 
 from ._runner import Bench, Case, _host, _relative_error, _storage
 
-__all__ = ["ATTENTION_SHAPE", "attention_case", "fp8_gemm_case"]
+__all__ = ["ATTENTION_SHAPE", "attention_case", "fp8_block_gemm_case", "fp8_gemm_case"]
 
 # (batch, query heads, kv heads, head_dim): Llama-3-8B
 ATTENTION_SHAPE = (1, 32, 8, 128)
@@ -127,3 +127,46 @@ def fp8_gemm_case(m: int, k: int, n: int) -> Case:
                     make=make, shape=(m, k, n))  # fmt: skip
     size = f"{n}^3" if m == k == n else f"{m}x{k}x{n}"
     return Case("gemm", "scaled_matmul", "fp8", size, flops=2.0 * m * k * n, make=make, shape=(m, k, n))
+
+
+def fp8_block_gemm_case(m: int, k: int, n: int) -> Case:
+    """(M, K) @ (K, N) in fp8 with 1x128 activation and 128x128 weight block scales (the W8A8 of HF
+    "fp8" checkpoints; cuBLASLt on Hopper), against torch._scaled_mm with per-tensor scales (issue
+    18's target: >= 0.9x)."""
+    from pygpukit.ops.gemm.scaled import block_weight_scale
+
+    def make() -> Bench:
+        rng = np.random.default_rng(m + k + n + 9)
+        a = gp.from_numpy(_host(rng, (m, k))).astype("float8_e4m3fn")
+        w = gp.from_numpy(_host(rng, (n, k)) / math.sqrt(k)).astype("float8_e4m3fn")
+        kb, nb = -(-k // 128), -(-n // 128)
+        sa_host = rng.uniform(0.5, 2.0, (kb, m)).astype(np.float32)  # M-major
+        sw_host = rng.uniform(0.5, 2.0, (nb, kb)).astype(np.float32)
+        sa, sw = gp.from_numpy(sa_host).T, block_weight_scale(gp.from_numpy(sw_host))
+        b = w.T
+
+        def ours() -> gp.GPUArray:
+            return gp.ops.scaled_matmul(a, b, sa, sw, out_dtype="bfloat16")
+
+        def check(result: gp.GPUArray) -> str | None:
+            rows = min(m, 16)
+            xa = a[:rows].to_numpy().astype(np.float64) * np.repeat(sa_host.T[:rows], 128, axis=1)[:, :k]
+            full = np.repeat(np.repeat(sw_host, 128, axis=0)[:n], 128, axis=1)[:, :k]
+            ref = xa @ (w.to_numpy().astype(np.float64) * full).T
+            error = _relative_error(result[:rows].to_numpy(), ref)
+            return None if error <= FP8_TOLERANCE else f"relative error {error:.3g} > {FP8_TOLERANCE:.0e}"
+
+        def torch_run(torch: Any) -> Callable[[], Any] | None:
+            scaled_mm = getattr(torch, "_scaled_mm", None)
+            if scaled_mm is None or not hasattr(torch, "float8_e4m3fn"):
+                return None
+            ta = torch.from_dlpack(a.astype(_storage("bfloat16"))).to(torch.float8_e4m3fn)
+            tw = torch.from_dlpack(w.astype(_storage("bfloat16"))).to(torch.float8_e4m3fn)
+            tone = torch.ones((), dtype=torch.float32, device=ta.device)
+            return lambda: scaled_mm(ta, tw.t(), scale_a=tone, scale_b=tone, out_dtype=torch.bfloat16)
+
+        return Bench(ours, check, torch_run)
+
+    size = f"{n}^3" if m == k == n else f"{m}x{k}x{n}"
+    return Case("gemm", "scaled_matmul block 1x128/128x128", "fp8", size, flops=2.0 * m * k * n, make=make,
+                shape=(m, k, n))  # fmt: skip

@@ -307,7 +307,7 @@ def _suite_dtypes(suite: str, given: list[str] | None, default: list[str], notes
 def select_cases(args: argparse.Namespace, notes: list[str] | None = None) -> list[Case]:
     """The cases the options ask for; ``notes`` collects what was skipped and why. ValueError for a
     malformed --sizes, --dtypes or --seq-lens."""
-    from ._extra_cases import attention_case, fp8_gemm_case
+    from ._extra_cases import attention_case, fp8_block_gemm_case, fp8_gemm_case
 
     notes = [] if notes is None else notes
     fp8 = bool(getattr(args, "fp8", False))
@@ -326,6 +326,8 @@ def select_cases(args: argparse.Namespace, notes: list[str] | None = None) -> li
                 cases.append(fp8_gemm_case(n, n, n) if dtype == "fp8" else _gemm_case(dtype, n))
     if fp8 and not (given and "fp8" in given and "gemm" in suites):  # --fp8: the fp8 GEMM cases too
         cases.extend(fp8_gemm_case(n, n, n) for n in gemm_sizes)
+        # and the block-scaled (W8A8) form: Hopper only (dropped with a note elsewhere)
+        cases.extend(fp8_block_gemm_case(n, n, n) for n in gemm_sizes)
     if "gemv" in suites:
         for dtype in _suite_dtypes("gemv", given, ["bfloat16"], notes):
             for k, n in GEMV_SHAPES[:2] if quick else GEMV_SHAPES:
@@ -554,6 +556,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem is not None:
         notes.append(problem)
         cases = [c for c in cases if c.dtype != "fp8"]
+    if backend_state().name == "cuda" and gp.get_device_capabilities().compute_capability[0] != 9:
+        blocked = [c for c in cases if c.op.startswith("scaled_matmul block")]
+        if blocked:
+            notes.append("the block-scaled fp8 GEMM (1x128/128x128 scales) runs on Hopper only: skipped")
+            cases = [c for c in cases if c not in blocked]
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if not cases:
