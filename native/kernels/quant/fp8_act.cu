@@ -3,16 +3,17 @@
 // dimension ldx (elements) and unit stride along k, to q float8_e4m3fn (rows, k) contiguous (ld k) and
 // float32 scales, at three granularities:
 //
-//   fp8_act_block<T>(x, q, s, rows, k, ldx, vector)
-//       per row m and group g of kGroup = 128 columns (the last one shorter): s[g * rows + m] (M-major:
-//       a contiguous (ceil(k / 128), rows) array, DeepSeek-V3's / HF fp8 "dynamic" activation scales).
+//   fp8_act_block<T>(x, q, s, rows, k, ldx, lds, vector)
+//       per row m and group g of kGroup = 128 columns (the last one shorter): s[g * lds + m] (M-major:
+//       a (ceil(k / 128), lds >= rows) array, DeepSeek-V3's / HF fp8 "dynamic" activation scales).
 //       One warp per (row, group), 4 elements per lane, held in registers between amax and quantize.
 //   fp8_act_row<T>(x, q, s, rows, k, ldx, vector)
 //       per row: s[m]. One block per row: a pass for the amax, a second (re-reading x) to quantize.
-//   fp8_act_amax<T>(x, amax, rows, k, ldx, vector), then fp8_act_tensor<T>(x, q, s, amax, rows, k, ldx, vector)
-//       the whole tensor: the first folds each block's amax into *amax (a float >= 0 as its bits, whose
-//       unsigned order is the float order: atomicMax; the launcher zeroes it first on the same stream);
-//       the second reads it, quantizes, and its first thread writes s[0].
+//   fp8_act_amax<T>(x, amax, rows, k, ldx, vector)
+//   fp8_act_tensor<T>(x, q, s, amax, rows, k, ldx, vector)
+//       the whole tensor, the two in turn: the first folds each block's amax into *amax (a float >= 0
+//       as its bits, whose unsigned order is the float order: atomicMax; the launcher zeroes it first on
+//       the same stream); the second reads it, quantizes, and its first thread writes s[0].
 //
 // Every granularity: amax = max |x| over the group with NaN ignored (fmaxf); scale = amax / 448 rounded
 // to nearest, or exactly 1 where that quotient is 0 (an all-zero group, or one whose amax is so small,
@@ -91,8 +92,8 @@ __device__ __forceinline__ float chunk_amax(const float (&v)[kChunk]) {
 }
 
 // q[c .. c + 3] of the row at qr = e4m3(v / scale), the columns past k left alone.
-__device__ __forceinline__ void store_chunk(__nv_fp8_e4m3* __restrict__ qr, long long c, long long k, int vector,
-                                            const float (&v)[kChunk], float scale) {
+__device__ __forceinline__ void store_chunk(__nv_fp8_e4m3* __restrict__ qr, long long c, long long k,
+                                            int vector, const float (&v)[kChunk], float scale) {
   const __nv_fp8x2_storage_t lo = __nv_cvt_float2_to_fp8x2(
       make_float2(__fdiv_rn(v[0], scale), __fdiv_rn(v[1], scale)), __NV_SATFINITE, __NV_E4M3);
   const __nv_fp8x2_storage_t hi = __nv_cvt_float2_to_fp8x2(
@@ -127,8 +128,8 @@ struct ChunkWalk {
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    fp8_act_block(const T* __restrict__ x, __nv_fp8_e4m3* __restrict__ q, float* __restrict__ s, int rows, int k,
-                  long long ldx, int vector) {
+    fp8_act_block(const T* __restrict__ x, __nv_fp8_e4m3* __restrict__ q, float* __restrict__ s, int rows,
+                  int k, long long ldx, long long lds, int vector) {
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const long long groups = (static_cast<long long>(k) + kGroup - 1) / kGroup;
   const long long total = groups * rows;
@@ -140,15 +141,15 @@ __global__ void __launch_bounds__(kThreads)
     float v[kChunk];
     load_chunk(x + m * ldx, c, k, vector, v);
     const float scale = scale_of(warp_max(chunk_amax(v)));
-    if (lane == 0) s[g * rows + m] = scale;
+    if (lane == 0) s[g * lds + m] = scale;
     store_chunk(q + m * k, c, k, vector, v, scale);
   }
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    fp8_act_row(const T* __restrict__ x, __nv_fp8_e4m3* __restrict__ q, float* __restrict__ s, int rows, int k,
-                long long ldx, int vector) {
+    fp8_act_row(const T* __restrict__ x, __nv_fp8_e4m3* __restrict__ q, float* __restrict__ s, int rows,
+                int k, long long ldx, int vector) {
   __shared__ float scratch[kWarps];
   const long long first = static_cast<long long>(threadIdx.x) * kChunk;
   for (long long m = blockIdx.x; m < rows; m += gridDim.x) {
@@ -182,7 +183,8 @@ __global__ void __launch_bounds__(kThreads)
     local = fmaxf(local, chunk_amax(v));
   }
   const float all = block_max(local, scratch);
-  if (threadIdx.x == 0 && all > 0.0f) atomicMax(amax, __float_as_uint(all));  // all >= 0: bits order as floats
+  // all >= 0, whose bits as unsigned order as the floats do (NaN never gets here: fmaxf drops it).
+  if (threadIdx.x == 0 && all > 0.0f) atomicMax(amax, __float_as_uint(all));
 }
 
 template <typename T>

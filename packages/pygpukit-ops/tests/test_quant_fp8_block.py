@@ -141,3 +141,50 @@ def test_gpu_gemv_every_row_count_and_dtype(rng: np.random.Generator) -> None:
 @pytest.mark.gpu
 def test_gpu_large_unaligned_and_prefill(rng: np.random.Generator) -> None:
     qt.gpu_unaligned_and_prefill(rng, quantize_block_fp8, stored, linear_case)
+
+
+def _w8a8_reference(x: np.ndarray, bw: BlockFP8Tensor, bias: np.ndarray | None) -> np.ndarray:
+    """The W8A8 product from first principles: x quantized per row and 128 columns (scale = amax / 448,
+    e4m3 round to nearest even), times the stored weight, in float64."""
+    rows, k = x.shape
+    xq = np.empty((rows, k), np.float64)
+    for g in range(0, k, 128):
+        part = x[:, g : g + 128].astype(np.float32)
+        amax = np.abs(part).max(axis=1, keepdims=True)
+        scale = np.where(amax > 0, amax / np.float32(448), np.float32(1)).astype(np.float32)
+        q = np.clip(part / scale, -448, 448).astype(ml_dtypes.float8_e4m3fn)
+        xq[:, g : g + 128] = q.astype(np.float64) * scale
+    y = xq @ stored(bw).T
+    return y + bias if bias is not None else y
+
+
+@pytest.mark.parametrize(("rows", "n", "k"), [(9, 128, 128), (33, 256, 384), (70, 400, 1040)])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_w8a8_prefill_of_dynamic_weights(rng: np.random.Generator, rows: int, n: int, k: int, dtype: str) -> None:
+    """activation_scheme="dynamic": the prefill (more than 8 rows) quantizes x per 1x128 group and runs
+    one block-scaled fp8 GEMM; decode rows (up to 8) stay W8A16."""
+    if gp.get_device_capabilities().compute_capability[0] not in (0, 9) and gp.backend_state().name == "cuda":
+        pytest.skip("the W8A8 prefill runs on Hopper (elsewhere it is W8A16, tested above)")
+    bw = quantize_block_fp8(rng.standard_normal((n, k)).astype(np.float32))
+    dyn = BlockFP8Tensor(bw.data, bw.scale, activation_scheme="dynamic")
+    x = rng.standard_normal((rows, k)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    xs = upload(x.astype(ml_dtypes.bfloat16) if dtype == "bfloat16" else x)
+    bs = upload(bias.astype(ml_dtypes.bfloat16) if dtype == "bfloat16" else bias)
+    got = gp.ops.linear(xs, dyn, bs).to_numpy().astype(np.float64)
+    host_x = xs.to_numpy().astype(np.float32)
+    want = _w8a8_reference(host_x, bw, bs.to_numpy().astype(np.float64))
+    # fp32 accumulation of exact fp8 products, one output rounding
+    out_eps = 2.0**-8 if dtype == "bfloat16" else 2.0**-22
+    mag = np.abs(host_x).astype(np.float64) @ np.abs(stored(bw)).T
+    assert np.all(np.abs(got - want) <= out_eps * np.abs(want) + 1e-5 * mag + 1e-6)
+    w8a16 = gp.ops.linear(xs, bw, bs).to_numpy().astype(np.float64)  # same weight, x unquantized
+    assert not np.array_equal(got, w8a16)
+    decode = gp.ops.linear(xs[:8], dyn, bs).to_numpy()
+    assert np.array_equal(decode, gp.ops.linear(xs[:8], bw, bs).to_numpy())
+
+
+def test_dynamic_scheme_is_checked(rng: np.random.Generator) -> None:
+    bw = quantize_block_fp8(rng.standard_normal((128, 128)).astype(np.float32))
+    with pytest.raises(gp.ArgumentError, match="activation_scheme"):
+        BlockFP8Tensor(bw.data, bw.scale, activation_scheme="static")

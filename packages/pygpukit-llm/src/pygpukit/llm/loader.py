@@ -242,10 +242,11 @@ def _int4_settings(directory: Path) -> dict[str, Any] | None:
     return {"packing": "gptq", "group_size": group, "zero_offset": 1 if fmt == "gptq" else 0}
 
 
-def _fp8_block_settings(directory: Path) -> tuple[int, int] | None:
+def _fp8_block_settings(directory: Path) -> tuple[tuple[int, int], str | None] | None:
     """The ``weight_block_size`` of an HF "fp8" checkpoint (config.json's ``quantization_config``
-    with ``quant_method`` "fp8": float8_e4m3fn weights with float32 ``weight_scale_inv`` per block),
-    or None for a checkpoint of another kind."""
+    with ``quant_method`` "fp8": float8_e4m3fn weights with float32 ``weight_scale_inv`` per block)
+    and its ``activation_scheme`` when that is "dynamic" (W8A8 prefill, as transformers runs such a
+    checkpoint), or None for a checkpoint of another kind."""
     path = directory / "config.json"
     if not path.is_file():
         return None
@@ -258,7 +259,8 @@ def _fp8_block_settings(directory: Path) -> tuple[int, int] | None:
     if not (isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block)):
         raise ArgumentError(f"{path}: fp8 checkpoints need weight_block_size [rows, columns] (block scales), "
                             f"got {block!r}")  # fmt: skip
-    return int(block[0]), int(block[1])
+    scheme = qc.get("activation_scheme")
+    return (int(block[0]), int(block[1])), "dynamic" if scheme == "dynamic" else None
 
 
 def _int4_weight(st: Any, base: str, settings: dict[str, Any]) -> Int4Tensor:
@@ -307,7 +309,7 @@ def load_model_from_safetensors(
             return _int4_weight(st, name[: -len("weight")], int4 or {})
         if fp8 is not None and name.endswith(".weight") and name[: -len("weight")] in scaled:
             scale = st.to_gpu(name[: -len("weight")] + "weight_scale_inv", "float32")
-            return BlockFP8Tensor(st.to_gpu(name), scale, fp8)
+            return BlockFP8Tensor(st.to_gpu(name), scale, fp8[0], activation_scheme=fp8[1])
         array: GPUArray = st.to_gpu(name)
         return array if array.dtype == target else array.astype(target)
 

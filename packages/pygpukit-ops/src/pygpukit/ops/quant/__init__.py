@@ -20,6 +20,7 @@ See docs/quantization.md.
 
 from __future__ import annotations
 
+from . import fp8_act as fp8_act
 from . import fp8_block as fp8_block
 from . import gemv as gemv
 from . import int4 as int4
@@ -29,6 +30,7 @@ from . import nvf4 as nvf4
 from . import quantizers as quantizers
 from . import tensor as tensor
 from . import weight_only as weight_only
+from .fp8_act import quantize_fp8
 from .fp8_block import BlockFP8Tensor, quantize_block_fp8
 from .gemv import QUANT_GEMV_MAX_ROWS, quantized_gemv, quantized_linear
 from .int4 import INT4_PACKINGS, ActOrderError, Int4Tensor, quantize_int4
@@ -51,6 +53,7 @@ __all__ = [
     "dequantize",
     "quantize",
     "quantize_block_fp8",
+    "quantize_fp8",
     "quantize_int4",
     "quantize_nvf4",
     "quantize_per_channel",
