@@ -693,6 +693,13 @@ def moe_mlp(
     CUDA graph.
     """
     op = "moe_mlp"
+    if getattr(w_gate_up, "_quantized_experts", False) or getattr(w_down, "_quantized_experts", False):
+        from .quant.experts import quantized_moe_mlp
+
+        if out is not None or workspace is not None or layout != "nk":
+            raise ArgumentError(f"{op}: quantized experts take the 'nk' layout and no out= or workspace=")
+        return quantized_moe_mlp(x, router_logits, w_gate_up, w_down, k, renormalize, activation,  # type: ignore[arg-type]
+                                 scoring=scoring)  # fmt: skip
     x = _array(op, "x", x)
     _float(op, "x", x)
     if x.ndim != 2:

@@ -14,12 +14,16 @@
 - ``fp8_block``: :class:`BlockFP8Tensor` (FP8 e4m3 with 128x128 block scales, HF "fp8" checkpoints) and
   its GEMV (native/kernels/quant/fp8_block_gemv.cu); ``nvf4``: :class:`NVF4Tensor` (e2m1 values, e4m3
   scales per 16, a float32 tensor scale) and its dequantizing GEMV (native/kernels/quant/nvf4_gemv.cu).
+- ``fp8_act``: :func:`quantize_fp8`, dynamic e4m3 quantization of activations (W8A8 with scaled_matmul).
+- ``experts``: :class:`QuantizedExperts` (MoE experts in a GGUF block format) and
+  :func:`quantized_moe_mlp`, what ``pygpukit.ops.moe_mlp`` runs for them.
 
 See docs/quantization.md.
 """
 
 from __future__ import annotations
 
+from . import experts as experts
 from . import fp8_act as fp8_act
 from . import fp8_block as fp8_block
 from . import gemv as gemv
@@ -30,6 +34,7 @@ from . import nvf4 as nvf4
 from . import quantizers as quantizers
 from . import tensor as tensor
 from . import weight_only as weight_only
+from .experts import QuantizedExperts, quantize_experts, quantized_moe_mlp
 from .fp8_act import quantize_fp8
 from .fp8_block import BlockFP8Tensor, quantize_block_fp8
 from .gemv import QUANT_GEMV_MAX_ROWS, quantized_gemv, quantized_linear
@@ -49,14 +54,17 @@ __all__ = [
     "ChannelQuantizedTensor",
     "Int4Tensor",
     "NVF4Tensor",
+    "QuantizedExperts",
     "QuantizedTensor",
     "dequantize",
     "quantize",
     "quantize_block_fp8",
+    "quantize_experts",
     "quantize_fp8",
     "quantize_int4",
     "quantize_nvf4",
     "quantize_per_channel",
     "quantized_gemv",
     "quantized_linear",
+    "quantized_moe_mlp",
 ]

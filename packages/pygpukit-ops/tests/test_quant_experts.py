@@ -1,0 +1,84 @@
+"""MoE experts kept in GGUF block formats (pygpukit.ops.quant.experts): moe_mlp on QuantizedExperts equals
+moe_mlp on the same experts dequantized (the dense grouped path) for decode and prefill token counts,
+every activation and several formats; typed errors. CPU backend in CI, the GPU with -m gpu."""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+import pygpukit as gp
+from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
+from pygpukit.ops.quant import QuantizedExperts, QuantizedTensor, quantize_experts
+
+E, H, I = 4, 256, 256  # noqa: E741 - the usual MoE names
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(request.node.name.encode()))
+
+
+def _experts(rng: np.random.Generator, fmt_up: str, fmt_down: str) -> tuple[QuantizedExperts, QuantizedExperts]:
+    gate_up = (rng.standard_normal((E, 2 * I, H)) * 0.05).astype(np.float32)
+    down = (rng.standard_normal((E, H, I)) * 0.05).astype(np.float32)
+    return quantize_experts(gate_up, fmt_up), quantize_experts(down, fmt_down)
+
+
+def _check(rng: np.random.Generator, tokens: int, k: int, activation: str, fmts: tuple[str, str],
+           renormalize: bool = True) -> None:  # fmt: skip
+    gu, dn = _experts(rng, *fmts)
+    x = gp.from_numpy(rng.standard_normal((tokens, H)).astype(np.float32))
+    logits = gp.from_numpy(rng.standard_normal((tokens, E)).astype(np.float32))
+    got = gp.ops.moe_mlp(x, logits, gu, dn, k, renormalize, activation).to_numpy().astype(np.float64)
+    want = gp.ops.moe_mlp(x, logits, gu.dequantize("float32"), dn.dequantize("float32"), k, renormalize,
+                          activation).to_numpy().astype(np.float64)  # fmt: skip
+    scale = np.abs(want).max()
+    assert got.shape == (tokens, H)
+    assert np.abs(got - want).max() <= 1e-4 * scale + 1e-6
+
+
+@pytest.mark.parametrize("tokens", [1, 3, 8, 37])
+@pytest.mark.parametrize("fmts", [("Q4_K", "Q6_K"), ("Q8_0", "Q4_0")])
+def test_quantized_experts_equal_their_dequantized_block(rng: np.random.Generator, tokens: int,
+                                                         fmts: tuple[str, str]) -> None:  # fmt: skip
+    _check(rng, tokens, 2, "silu", fmts)
+
+
+@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh"])
+def test_other_activations_and_top1(rng: np.random.Generator, activation: str) -> None:
+    _check(rng, 5, 1, activation, ("Q5_1", "Q8_0"), renormalize=False)
+
+
+def test_expert_views_and_stack(rng: np.random.Generator) -> None:
+    gu, _ = _experts(rng, "Q8_0", "Q8_0")
+    assert gu.shape == (E, 2 * I, H)
+    assert gu.format == "Q8_0"
+    whole = gu.dequantize("float32").to_numpy()
+    for e in range(E):
+        part = gu.expert(e)
+        assert isinstance(part, QuantizedTensor)
+        assert np.array_equal(part.dequantize(gp.float32).to_numpy(), whole[e])
+    again = QuantizedExperts.stack([gu.expert(e) for e in range(E)])
+    assert np.array_equal(again.dequantize("float32").to_numpy(), whole)
+    assert again.nbytes == gu.nbytes < 0.55 * (E * 2 * I * H * 2)  # Q8_0: 34 bytes per 32 values
+
+
+def test_bad_input_is_named(rng: np.random.Generator) -> None:
+    gu, dn = _experts(rng, "Q8_0", "Q8_0")
+    x = gp.from_numpy(rng.standard_normal((2, H)).astype(np.float32))
+    logits = gp.from_numpy(rng.standard_normal((2, E)).astype(np.float32))
+    with pytest.raises(ShapeError, match="do not split into 5 experts"):
+        QuantizedExperts(gu.q, 5)
+    with pytest.raises(ArgumentError, match="is not an expert"):
+        gu.expert(E)
+    with pytest.raises(ShapeError, match="do not fit x"):
+        gp.ops.moe_mlp(x, logits, dn, dn, 2)
+    with pytest.raises(DTypeError, match="both w_gate_up and w_down"):
+        gp.ops.moe_mlp(x, logits, gu, dn.dequantize("float32"), 2)
+    with pytest.raises(ArgumentError, match="no out= or workspace="):
+        gp.ops.moe_mlp(x, logits, gu, dn, 2, out=gp.empty((2, H)))
+    with pytest.raises(ShapeError, match="router_logits"):
+        gp.ops.moe_mlp(x, logits[:, :3], gu, dn, 2)
