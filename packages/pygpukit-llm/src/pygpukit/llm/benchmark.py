@@ -14,6 +14,8 @@ warm-up run:
   share of the bandwidth limit: weight bytes x tokens/s (at batch 1) / the device's copy bandwidth
   (``dst.copy_(src)`` of 1 GiB, bytes read + written);
 - ``--engine N``: N requests at once through the continuous-batching :class:`pygpukit.llm.Engine`;
+- ``--quant q4_k`` (any GGUF block format): the linear weights kept packed as random blocks (issue
+  18's 7B Q4_K decode target); the bandwidth share then counts the packed bytes;
 - time to first token and prefill tokens/s for every ``--prompts`` length (batch 1).
 
 Peers (``--peers``, each skipped with a note where torch is missing): ``compiled``, the plain-PyTorch
@@ -196,17 +198,17 @@ def _free() -> None:
 def run_shape(shape: str, *, dtype: str = "bfloat16", batches: Sequence[int] = (1, 8), tokens: int = 128,
               decode_prompt: int = 128, prompts: Sequence[int] = (128, 2048), engine: int = 0, repeats: int = 3,
               peers: Sequence[str] = ("compiled", "transformers"), reference: Path | None = None,
-              num_layers: int | None = None, copy_gbps: float | None = None, seed: int = 0,
+              num_layers: int | None = None, copy_gbps: float | None = None, seed: int = 0, quant: str | None = None,
               log: Callable[[str], None] = print) -> dict[str, Any]:  # fmt: skip
     """Every measurement of one shape (see the module docstring); returns the JSON row."""
     notes: list[str] = []
     rng = np.random.default_rng(seed)
     start = time.perf_counter()
-    model = random_model(shape, dtype, seed=seed, num_layers=num_layers, progress=False)
+    model = random_model(shape, dtype, seed=seed, num_layers=num_layers, quant=quant, progress=False)
     weight_bytes = model.weights.nbytes
     log(f"{shape}: {weight_bytes / 1e9:.2f} GB of {dtype} weights made in {time.perf_counter() - start:.1f} s")
     vocab = model.config.vocab_size
-    row: dict[str, Any] = {"shape": shape, "dtype": dtype, "layers": model.config.num_layers,
+    row: dict[str, Any] = {"shape": shape, "dtype": dtype, "quant": quant, "layers": model.config.num_layers,
                            "weight_bytes": weight_bytes, "backend": model.backend, "copy_gbps": copy_gbps,
                            "decode": [], "prefill": [], "notes": notes}  # fmt: skip
     decode_prompts = {b: _prompts(rng, vocab, b, decode_prompt) for b in batches}
@@ -228,7 +230,9 @@ def run_shape(shape: str, *, dtype: str = "bfloat16", batches: Sequence[int] = (
         row["prefill"].append({"tokens": length, "ours": ours})
         rate = ours["prefill_tokens_per_s"]
         log(f"{shape} prefill {length}: pygpukit {ours['ttft_s'] * 1e3:.2f} ms ({rate:.0f} tok/s)")
-    if "compiled" in peers:
+    if "compiled" in peers and quant is not None:
+        _note(notes, "compiled reference skipped: it runs dense weights, this model is packed")
+    elif "compiled" in peers:
         try:
             module = _load_reference(reference)
             for entry in row["decode"]:
@@ -287,6 +291,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--peers", default="compiled,transformers", help="comma list of compiled, transformers or none")
     p.add_argument("--reference", type=Path, help=f"the compiled reference (default ./{_REFERENCE})")
     p.add_argument("--num-layers", type=int, help="override the depth (quick checks)")
+    p.add_argument("--quant", help="keep the linear weights packed in this GGUF format (random blocks), e.g. q4_k")
     p.add_argument("--json", type=Path, help="write every row here")
     return p
 
@@ -318,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows.append(run_shape(shape, dtype=args.dtype, batches=args.batches, tokens=args.tokens,
                               decode_prompt=args.decode_prompt, prompts=args.prompts, engine=args.engine,
                               repeats=args.repeats, peers=peers, reference=args.reference,
-                              num_layers=args.num_layers, copy_gbps=copy_gbps,
+                              num_layers=args.num_layers, copy_gbps=copy_gbps, quant=args.quant,
                               log=lambda text: print(text, flush=True)))  # fmt: skip
         if args.json:  # after every shape, so a run cut short keeps what it measured
             args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "rows": rows}, indent=1) + "\n")

@@ -18,7 +18,7 @@ import pygpukit.ops as ops
 from pygpukit.core.array import GPUArray, empty, from_numpy
 from pygpukit.core.dtypes import DType, as_dtype
 from pygpukit.core.errors import ArgumentError, PyGPUkitError
-from pygpukit.ops.quant import QUANT_FORMATS, ActOrderError, Int4Tensor, QuantizedTensor
+from pygpukit.ops.quant import QUANT_FORMATS, ActOrderError, Int4Tensor, QuantizedExperts, QuantizedTensor
 from pygpukit.ops.quant.fp8_block import BlockFP8Tensor, concat_rows
 from pygpukit.ops.quant.int4 import concat_out_features
 
@@ -98,6 +98,11 @@ def _stack_rows(parts: Sequence[Any]) -> Any:
         return concat_out_features(parts)
     if isinstance(parts[0], BlockFP8Tensor):  # an HF "fp8" checkpoint's block-scaled weights
         return concat_rows(parts)
+    if isinstance(parts[0], QuantizedTensor):  # GGUF blocks of one format: the raw rows concatenate
+        if len({(p.format, p.shape[1]) for p in parts}) != 1:
+            raise ModelConfigError(f"stacked weights differ in format or K: {[(p.format, p.shape) for p in parts]}")
+        data = ops.concatenate([p.data for p in parts], axis=0)
+        return QuantizedTensor(data, parts[0].format, (sum(p.shape[0] for p in parts), parts[0].shape[1]))
     rows = sum(p.shape[0] for p in parts)
     out = empty((rows, *parts[0].shape[1:]), parts[0].dtype)
     start = 0
@@ -362,6 +367,32 @@ def _gguf_quantized(f: Any, names: Sequence[str], heads: int | None = None) -> Q
     return QuantizedTensor.from_raw(raw, infos[0].qtype, (raw.shape[0], infos[0].shape[1]))
 
 
+def _gguf_experts(f: Any, p: str) -> tuple[QuantizedExperts, QuantizedExperts] | None:
+    """Layer ``p``'s MoE experts kept in their GGUF block formats: gate/up as one QuantizedExperts
+    (E, 2I, H) whose rows are, per expert, its I gate rows then its I up rows (stacked on the host
+    from the mapped bytes, one upload), and down (E, H, I). None when a tensor is missing, gate and
+    up do not share a format of QUANT_FORMATS and a shape, or down's format or shape does not fit
+    (they are dequantized then)."""
+    names = [p + n for n in ("ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight")]
+    if any(n not in f for n in names):
+        return None
+    gate, up, down = (f.info(n) for n in names)
+    if any(i.qtype not in QUANT_FORMATS or len(i.shape) != 3 for i in (gate, up, down)):
+        return None
+    if gate.qtype != up.qtype or gate.shape != up.shape:
+        return None
+    experts, inter, hidden = gate.shape  # NumPy order (the GGUF dims reversed), as src.get returns it
+    if down.shape != (experts, hidden, inter):
+        return None
+    g = np.asarray(f.raw(gate.name)).reshape(experts, inter, -1)  # (E, I, bytes of a row)
+    u = np.asarray(f.raw(up.name)).reshape(experts, inter, -1)
+    rows = np.concatenate((g, u), axis=1)  # expert e: its gate rows, then its up rows
+    gate_up = QuantizedTensor.from_raw(rows, gate.qtype, (experts * 2 * inter, hidden))
+    down_raw = np.asarray(f.raw(down.name)).reshape(experts * hidden, -1)
+    down_q = QuantizedTensor.from_raw(down_raw, down.qtype, (experts * hidden, inter))
+    return QuantizedExperts(gate_up, experts), QuantizedExperts(down_q, experts)
+
+
 def load_gguf(
     path: str | Path, dtype: Any = None, *, progress: bool = True, keep_quantized: bool = True
 ) -> CausalTransformerModel:
@@ -371,7 +402,8 @@ def load_gguf(
     (:class:`pygpukit.ops.QuantizedTensor`) and run through the quantized GEMV/GEMM; every other
     tensor, and every tensor with ``keep_quantized=False``, is uploaded in its block format and
     dequantized on the device. A tied output head (no ``output.weight``) then runs on the embedding's
-    blocks while the token lookup uses its dequantized copy."""
+    blocks while the token lookup uses its dequantized copy. MoE experts whose gate and up share such a
+    format (down in any of them) stay packed as :class:`pygpukit.ops.quant.QuantizedExperts`."""
     from .chat import ChatTemplate
     from .gguf import GGUFFile
     from .tokenizer import Tokenizer
@@ -422,12 +454,17 @@ def load_gguf(
                 layer.q_norm, layer.k_norm = src.get(p + "attn_q_norm.weight"), src.get(p + "attn_k_norm.weight")
             if c.spec.moe or src.has(p + "ffn_gate_inp.weight"):
                 layer.w_router = src.get(p + "ffn_gate_inp.weight")
-                gate, up = src.get(p + "ffn_gate_exps.weight"), src.get(p + "ffn_up_exps.weight")
-                e, i_size, h = gate.shape
-                stacked = empty((e, 2 * i_size, h), model_dtype)
-                stacked[:, :i_size].copy_(gate)
-                stacked[:, i_size:].copy_(up)
-                layer.experts_gate_up, layer.experts_down = stacked, src.get(p + "ffn_down_exps.weight")
+                packed = _gguf_experts(f, p) if keep_quantized else None
+                if packed is not None:  # the experts stay in their blocks
+                    layer.experts_gate_up, layer.experts_down = packed
+                    bar.update(3)
+                else:
+                    gate, up = src.get(p + "ffn_gate_exps.weight"), src.get(p + "ffn_up_exps.weight")
+                    e, i_size, h = gate.shape
+                    stacked = empty((e, 2 * i_size, h), model_dtype)
+                    stacked[:, :i_size].copy_(gate)
+                    stacked[:, i_size:].copy_(up)
+                    layer.experts_gate_up, layer.experts_down = stacked, src.get(p + "ffn_down_exps.weight")
             else:
                 layer.w_gate_up = linear([p + "ffn_gate.weight", p + "ffn_up.weight"])
                 layer.w_down = linear([p + "ffn_down.weight"])

@@ -21,7 +21,7 @@ from pygpukit.core.array import GPUArray, from_numpy, zeros
 from pygpukit.core.backend import backend_state
 from pygpukit.core.dtypes import DType, as_dtype, int32
 from pygpukit.core.errors import ArgumentError, ShapeError
-from pygpukit.ops.quant import ChannelQuantizedTensor, QuantizedTensor
+from pygpukit.ops.quant import ChannelQuantizedTensor, QuantizedExperts, QuantizedTensor
 
 from .config import TransformerConfig
 
@@ -67,8 +67,9 @@ class LayerWeights:
     b_down: GPUArray | None = None
     # Sparse MoE MLP.
     w_router: GPUArray | None = None
-    experts_gate_up: GPUArray | None = None  # (E, 2I, H)
-    experts_down: GPUArray | None = None  # (E, H, I)
+    # Dense (E, ...) arrays, or QuantizedExperts (a GGUF file's experts kept in their block format).
+    experts_gate_up: GPUArray | QuantizedExperts | None = None  # (E, 2I, H)
+    experts_down: GPUArray | QuantizedExperts | None = None  # (E, H, I)
 
 
 @dataclass
@@ -103,7 +104,7 @@ def _device_arrays(value: Any) -> Iterator[GPUArray]:
     """The device arrays a weight consists of (none for anything else)."""
     if isinstance(value, GPUArray):
         yield value
-    elif isinstance(value, QuantizedTensor):
+    elif isinstance(value, (QuantizedTensor, QuantizedExperts)):
         yield value.data
     elif isinstance(value, ChannelQuantizedTensor):
         yield value.data
@@ -264,8 +265,9 @@ class CausalTransformerModel:
             shape = x.shape
             flat = x.reshape(-1, c.hidden_size)
             logits = ops.linear(flat, layer.w_router)
-            out = ops.moe_mlp(flat, logits, layer.experts_gate_up, layer.experts_down, c.num_experts_per_tok,
-                              renormalize=c.norm_topk_prob, activation="silu")  # fmt: skip
+            # moe_mlp hands QuantizedExperts to pygpukit.ops.quant.quantized_moe_mlp
+            out = ops.moe_mlp(flat, logits, layer.experts_gate_up, layer.experts_down,
+                              c.num_experts_per_tok, renormalize=c.norm_topk_prob, activation="silu")  # fmt: skip
             return out.reshape(shape)
         assert layer.w_gate_up is not None
         assert layer.w_down is not None

@@ -123,6 +123,51 @@ def hf_tensor_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+_LINEAR_SUFFIXES = (
+    "q_proj.weight",
+    "k_proj.weight",
+    "v_proj.weight",
+    "o_proj.weight",
+    "gate_proj.weight",
+    "up_proj.weight",
+    "down_proj.weight",
+    "lm_head.weight",
+)
+
+
+class _BlockFiller:
+    """Random GGUF blocks (random quants, small float16 scales) for linear weights kept packed, cut from
+    one uploaded pool of blocks at block-aligned offsets."""
+
+    def __init__(self, fmt: str, rng: np.random.Generator, pool_blocks: int) -> None:
+        from pygpukit.benchmark.quant_gemv import random_weight
+        from pygpukit.ops.gguf import gguf_block_size
+        from pygpukit.ops.quant.tensor import quant_format
+
+        self.format = quant_format("random_model", fmt)
+        self.elems, self.bytes = gguf_block_size(self.format)
+        self.rng = rng
+        self.pool = from_numpy(random_weight(rng, self.format, 1, self.elems * pool_blocks))
+        self.blocks = pool_blocks
+
+    def fill(self, shape: tuple[int, ...]) -> Any:
+        from pygpukit.ops.quant import QuantizedTensor
+
+        n, k = shape
+        if k % self.elems:
+            return None  # this K is not whole blocks of the format: the weight stays dense
+        out = empty((n * k // self.elems * self.bytes,), "uint8")
+        total, start, done = n * k // self.elems, int(self.rng.integers(self.blocks)), 0
+        while done < total:
+            count = min(total - done, self.blocks - start)
+            out[done * self.bytes : (done + count) * self.bytes].copy_(
+                self.pool[start * self.bytes : (start + count) * self.bytes]
+            )
+            done += count
+            start = 0
+        return QuantizedTensor(out, self.format, (n, k))
+
+
 class _Filler:
     """Random device tensors cut from one uploaded pool of normal values."""
 
@@ -159,12 +204,16 @@ def random_model(
     std: float = 0.02,
     pool_size: int = (1 << 24) + 7,
     num_layers: int | None = None,
+    quant: str | None = None,
     progress: bool = True,
 ) -> CausalTransformerModel:
     """A model of ``config`` (a :data:`MODEL_SHAPES` name, an HF config mapping or a
     :class:`TransformerConfig`) with random weights made on the device (see the module docstring);
-    ``num_layers`` overrides the depth (e.g. a quick test of a 7B-wide model). No tokenizer: prompts
-    are token ids."""
+    ``num_layers`` overrides the depth (e.g. a quick test of a 7B-wide model). ``quant`` (a GGUF block
+    format, e.g. ``"q4_k"``) keeps the linear weights (Q, K, V, O, gate/up, down, an untied head) as
+    :class:`pygpukit.ops.quant.QuantizedTensor` of random blocks (random quants, small float16 scales)
+    made on the device, for speed measurements of packed models (a 7B Q4_K model without its 15 GB
+    dense form); weights whose K is not whole blocks stay dense. No tokenizer: prompts are token ids."""
     cfg = _config(config)
     if num_layers is not None:
         if not isinstance(num_layers, int) or isinstance(num_layers, bool) or num_layers <= 0:
@@ -177,8 +226,13 @@ def random_model(
     model_dtype = _model_dtype(dtype, "bfloat16")
     shapes = hf_tensor_shapes(cfg)
     filler = _Filler(model_dtype, seed, std, pool_size)
+    blocks = _BlockFiller(quant, filler.rng, 1 << 16) if quant is not None else None
 
-    def fetch(name: str, target: DType) -> GPUArray:
+    def fetch(name: str, target: DType) -> Any:
+        if blocks is not None and name.endswith(_LINEAR_SUFFIXES):
+            packed = blocks.fill(shapes[name])
+            if packed is not None:
+                return packed
         around_one = name.endswith(("norm.weight", "layernorm.weight"))
         array = filler.fill(shapes[name], around_one)
         return array if target == model_dtype else array.astype(target)

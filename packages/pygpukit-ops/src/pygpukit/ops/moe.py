@@ -27,7 +27,7 @@ import functools
 import math
 import threading
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -41,6 +41,9 @@ from pygpukit.core.jit import JITKernel, Param
 from . import _cpu
 from ._kernels import Groups, code_param, grid_for, group, pointer, register_enumerator, size_param
 from ._layout import check_devices, is_cuda
+
+if TYPE_CHECKING:
+    from .quant.experts import QuantizedExperts
 
 __all__ = [
     "MOE_MAX_EXPERTS",
@@ -668,8 +671,8 @@ def _expert_weights(op: str, name: str, value: Any, shape: tuple[int, int, int],
 def moe_mlp(
     x: GPUArray,
     router_logits: GPUArray,
-    w_gate_up: GPUArray | Sequence[GPUArray],
-    w_down: GPUArray,
+    w_gate_up: GPUArray | Sequence[GPUArray] | QuantizedExperts,
+    w_down: GPUArray | QuantizedExperts,
     k: int,
     renormalize: bool = False,
     activation: Literal["silu", "gelu_tanh", "gelu"] = "silu",
@@ -709,7 +712,7 @@ def moe_mlp(
     if logits.ndim != 2 or logits.shape[0] != tokens:
         raise ShapeError(f"{op}: router_logits must be ({tokens}, experts) for x {x.shape}, got {logits.shape}")
     experts = logits.shape[1]
-    w_down = _array(op, "w_down", w_down)
+    w_down = _array(op, "w_down", w_down)  # dense from here on
     if w_down.ndim != 3:
         raise ShapeError(f"{op}: w_down must be 3-D (experts, hidden, intermediate), got shape {w_down.shape}")
     inter = w_down.shape[2] if layout == "nk" else w_down.shape[1]
