@@ -158,3 +158,31 @@ def test_gguf_moe_mixed_gate_up_formats_load_dense(tmp_path: Path) -> None:
     got = native.forward(IDS).to_numpy().astype(np.float64)
     want = dense.forward(IDS).to_numpy().astype(np.float64)
     assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+
+
+def test_load_quantize_turns_dense_experts_into_blocks() -> None:
+    """quantize_weights (load(..., quantize=fmt)) makes QuantizedExperts of dense expert stacks for the
+    GGUF formats; the model then equals the same model with those experts dequantized."""
+    from pygpukit.llm.loader import quantize_weights
+    from pygpukit.ops.quant import QuantizedExperts
+
+    hf = {"model_type": "qwen3_moe", "vocab_size": 64, "hidden_size": 256, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 256,
+          "moe_intermediate_size": 256, "num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": True}  # fmt: skip
+    model = llm.random_model(hf, "float32", seed=3, std=0.05, progress=False)
+    twin = llm.random_model(hf, "float32", seed=3, std=0.05, progress=False)
+    quantize_weights(model.weights, "q8_0")
+    for ql, dl in zip(model.weights.layers, twin.weights.layers, strict=True):
+        assert isinstance(ql.experts_gate_up, QuantizedExperts)
+        assert isinstance(ql.experts_down, QuantizedExperts)
+        assert ql.experts_gate_up.format == "Q8_0"
+        dl.experts_gate_up = ql.experts_gate_up.dequantize("float32")
+        dl.experts_down = ql.experts_down.dequantize("float32")
+        for attr in ("wq", "wk", "wv", "wo"):
+            setattr(dl, attr, getattr(ql, attr).dequantize(gp.float32))
+    assert isinstance(model.weights.lm_head, QuantizedTensor)  # untied: quantized too
+    twin.weights.lm_head = model.weights.lm_head.dequantize(gp.float32)
+    ids = [3, 9, 27, 1, 50]
+    got = model.forward(ids).to_numpy().astype(np.float64)
+    want = twin.forward(ids).to_numpy().astype(np.float64)
+    assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()

@@ -18,7 +18,14 @@ import pygpukit.ops as ops
 from pygpukit.core.array import GPUArray, empty, from_numpy
 from pygpukit.core.dtypes import DType, as_dtype
 from pygpukit.core.errors import ArgumentError, PyGPUkitError
-from pygpukit.ops.quant import QUANT_FORMATS, ActOrderError, Int4Tensor, QuantizedExperts, QuantizedTensor
+from pygpukit.ops.quant import (
+    QUANT_FORMATS,
+    ActOrderError,
+    Int4Tensor,
+    QuantizedExperts,
+    QuantizedTensor,
+    quantize_experts,
+)
 from pygpukit.ops.quant.fp8_block import BlockFP8Tensor, concat_rows
 from pygpukit.ops.quant.int4 import concat_out_features
 
@@ -496,8 +503,10 @@ def quantize_weights(weights: ModelWeights, fmt: str) -> None:
     head) by its ``fmt`` form (:data:`LOAD_QUANTIZE`: a GGUF block format through
     ``pygpukit.ops.quantize``, ``"fp8"`` / ``"int8"`` with per-channel scales, or ``"int4"``: AWQ
     packing, asymmetric, groups of 128, 64 or 32 (the largest dividing K; weights whose K or N fit
-    none stay dense)), one weight at a time on the host. Weights already quantized, the embedding,
-    norms, biases and MoE experts stay."""
+    none stay dense)), one weight at a time on the host. Dense MoE expert stacks become
+    :class:`pygpukit.ops.quant.QuantizedExperts` for the GGUF block formats (when K is whole blocks);
+    for the other formats they stay dense. Weights already quantized, the embedding, norms and biases
+    stay."""
 
     def convert(value: Any) -> Any:
         if fmt.endswith("_k") and isinstance(value, GPUArray) and value.shape[1] % 256:
@@ -507,9 +516,18 @@ def quantize_weights(weights: ModelWeights, fmt: str) -> None:
             return value if group is None or value.shape[0] % 8 else ops.quantize(value, "int4", group_size=group)
         return ops.quantize(value, fmt) if isinstance(value, GPUArray) else value
 
+    def convert_experts(value: Any) -> Any:
+        if not isinstance(value, GPUArray) or fmt.upper() not in QUANT_FORMATS:
+            return value
+        if value.shape[2] % ops.gguf_block_size(fmt.upper())[0]:
+            return value  # K not whole blocks
+        return quantize_experts(value, fmt)
+
     for layer in weights.layers:
         for attr in ("wq", "wk", "wv", "wo", "w_gate_up", "w_down"):
             setattr(layer, attr, convert(getattr(layer, attr)))
+        layer.experts_gate_up = convert_experts(layer.experts_gate_up)
+        layer.experts_down = convert_experts(layer.experts_down)
     if weights.lm_head is not weights.embed:
         weights.lm_head = convert(weights.lm_head)
 
