@@ -123,25 +123,11 @@ def _transformers(path: Path, dtype: str, tokens: int, repeats: int) -> dict[str
     model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, torch_dtype=tdtype)
     model = model.to(device).eval()
     ids = tok.apply_chat_template(PROMPT, add_generation_prompt=True, tokenize=False)
-    prompt = torch.tensor([tok(ids, add_special_tokens=False)["input_ids"]], device=device)
-    ttft, rate = [], []
-    with torch.no_grad():
-        for _ in range(repeats + 1):
-            torch.cuda.synchronize() if device == "cuda" else None
-            start = time.perf_counter()
-            out = model(prompt, use_cache=True)
-            token = int(torch.argmax(out.logits[0, -1]))  # the read-back synchronises
-            first = time.perf_counter()
-            past = out.past_key_values
-            for _ in range(tokens - 1):
-                out = model(torch.tensor([[token]], device=device), past_key_values=past, use_cache=True)
-                past = out.past_key_values
-                token = int(torch.argmax(out.logits[0, -1]))
-            end = time.perf_counter()
-            ttft.append(first - start)
-            rate.append((tokens - 1) / (end - first))
-    return {"library": "transformers", "dtype": dtype, "device": device, "ttft_s": statistics.median(ttft[1:]),
-            "decode_tokens_per_s": statistics.median(rate[1:]), "runs_tokens_per_s": rate[1:]}  # fmt: skip
+    from pygpukit.llm.benchmark import transformers_decode  # the same timing loop as the shapes benchmark
+
+    timed = transformers_decode(model, tok(ids, add_special_tokens=False)["input_ids"], tokens, repeats)
+    return {"library": "transformers", "dtype": dtype, "device": device, "ttft_s": timed["ttft_s"],
+            "decode_tokens_per_s": timed["decode_tokens_per_s"], "runs_tokens_per_s": timed["runs"]}  # fmt: skip
 
 
 def main() -> None:

@@ -43,7 +43,7 @@ import numpy as np
 
 from .shapes import MODEL_SHAPES, random_model
 
-__all__ = ["main", "run_shape"]
+__all__ = ["main", "run_shape", "transformers_decode"]
 
 _REFERENCE = Path("benchmarks") / "reference" / "torch_decode.py"
 
@@ -151,7 +151,10 @@ def _transformers_model(config: dict[str, Any], dtype: str) -> Any:
     return model.eval()
 
 
-def _transformers_run(model: Any, prompt: list[int], tokens: int, repeats: int) -> dict[str, Any]:
+def transformers_decode(model: Any, prompt: list[int], tokens: int, repeats: int) -> dict[str, Any]:
+    """A transformers model's greedy decode of ``tokens`` new tokens after ``prompt`` with its KV cache
+    (its default eager path), ``repeats`` timed runs after a warm-up: median time to first token and
+    decode tokens/s (tokens after the first over the time after the first)."""
     torch = _peer("torch")
 
     device = next(model.parameters()).device
@@ -256,13 +259,13 @@ def run_shape(shape: str, *, dtype: str = "bfloat16", batches: Sequence[int] = (
                                                                    else {})), dtype)  # fmt: skip
             first = next(e for e in row["decode"] if e["batch"] == 1) if 1 in batches else None
             if first is not None:
-                ref = _transformers_run(hf, decode_prompts[1][0], tokens, repeats)
+                ref = transformers_decode(hf, decode_prompts[1][0], tokens, repeats)
                 first["transformers"] = ref
                 first["transformers_ratio"] = first["ours"]["decode_tokens_per_s"] / ref["decode_tokens_per_s"]
                 log(f"{shape} batch 1: transformers {ref['decode_tokens_per_s']:.1f} tok/s, "
                     f"ours {first['transformers_ratio']:.2f}x")  # fmt: skip
             for entry in row["prefill"]:
-                ref = _transformers_run(hf, prefill_prompts[entry["tokens"]], 1, repeats)
+                ref = transformers_decode(hf, prefill_prompts[entry["tokens"]], 1, repeats)
                 entry["transformers"] = ref
                 entry["transformers_ratio"] = ref["ttft_s"] / entry["ours"]["ttft_s"]
                 log(f"{shape} prefill {entry['tokens']}: transformers {ref['ttft_s'] * 1e3:.2f} ms, "

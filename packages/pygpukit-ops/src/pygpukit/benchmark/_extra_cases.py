@@ -91,6 +91,18 @@ def attention_case(dtype: str, seq: int) -> Case:
     return Case("attention", "sdpa_causal", dtype, f"s{seq} h{heads}/{kv_heads} d{head_dim}", flops=flops, make=make)
 
 
+def _torch_scaled_mm(torch: Any, a: gp.GPUArray, w: gp.GPUArray) -> Callable[[], Any] | None:
+    """torch._scaled_mm of the fp8 a (M, K) and w (N, K) with per-tensor scales of 1 (its fastest form)."""
+    scaled_mm = getattr(torch, "_scaled_mm", None)
+    if scaled_mm is None or not hasattr(torch, "float8_e4m3fn"):
+        return None
+    # DLPack carries no fp8: through bfloat16, which holds every fp8 value exactly.
+    ta = torch.from_dlpack(a.astype(_storage("bfloat16"))).to(torch.float8_e4m3fn)
+    tw = torch.from_dlpack(w.astype(_storage("bfloat16"))).to(torch.float8_e4m3fn)
+    tone = torch.ones((), dtype=torch.float32, device=ta.device)
+    return lambda: scaled_mm(ta, tw.t(), scale_a=tone, scale_b=tone, out_dtype=torch.bfloat16)
+
+
 def fp8_gemm_case(m: int, k: int, n: int) -> Case:
     """(M, K) @ (K, N) in fp8; M = 1 is the GEMV suite's form."""
 
@@ -110,17 +122,7 @@ def fp8_gemm_case(m: int, k: int, n: int) -> Case:
             error = _relative_error(result[:rows].to_numpy(), ref)
             return None if error <= FP8_TOLERANCE else f"relative error {error:.3g} > {FP8_TOLERANCE:.0e}"
 
-        def torch_run(torch: Any) -> Callable[[], Any] | None:
-            scaled_mm = getattr(torch, "_scaled_mm", None)
-            if scaled_mm is None or not hasattr(torch, "float8_e4m3fn"):
-                return None
-            # DLPack carries no fp8: through bfloat16, which holds every fp8 value exactly.
-            ta = torch.from_dlpack(a.astype(_storage("bfloat16"))).to(torch.float8_e4m3fn)
-            tw = torch.from_dlpack(w.astype(_storage("bfloat16"))).to(torch.float8_e4m3fn)
-            tone = torch.ones((), dtype=torch.float32, device=ta.device)
-            return lambda: scaled_mm(ta, tw.t(), scale_a=tone, scale_b=tone, out_dtype=torch.bfloat16)
-
-        return Bench(ours, check, torch_run)
+        return Bench(ours, check, lambda torch: _torch_scaled_mm(torch, a, w))
 
     if m == 1:
         return Case("gemv", "scaled_matmul M=1", "fp8", f"{k}x{n}", flops=2.0 * k * n, nbytes=float(k * n),
@@ -156,16 +158,7 @@ def fp8_block_gemm_case(m: int, k: int, n: int) -> Case:
             error = _relative_error(result[:rows].to_numpy(), ref)
             return None if error <= FP8_TOLERANCE else f"relative error {error:.3g} > {FP8_TOLERANCE:.0e}"
 
-        def torch_run(torch: Any) -> Callable[[], Any] | None:
-            scaled_mm = getattr(torch, "_scaled_mm", None)
-            if scaled_mm is None or not hasattr(torch, "float8_e4m3fn"):
-                return None
-            ta = torch.from_dlpack(a.astype(_storage("bfloat16"))).to(torch.float8_e4m3fn)
-            tw = torch.from_dlpack(w.astype(_storage("bfloat16"))).to(torch.float8_e4m3fn)
-            tone = torch.ones((), dtype=torch.float32, device=ta.device)
-            return lambda: scaled_mm(ta, tw.t(), scale_a=tone, scale_b=tone, out_dtype=torch.bfloat16)
-
-        return Bench(ours, check, torch_run)
+        return Bench(ours, check, lambda torch: _torch_scaled_mm(torch, a, w))
 
     size = f"{n}^3" if m == k == n else f"{m}x{k}x{n}"
     return Case("gemm", "scaled_matmul block 1x128/128x128", "fp8", size, flops=2.0 * m * k * n, make=make,
