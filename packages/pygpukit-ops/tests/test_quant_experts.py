@@ -82,3 +82,59 @@ def test_bad_input_is_named(rng: np.random.Generator) -> None:
         gp.ops.moe_mlp(x, logits, gu, dn, 2, out=gp.empty((2, H)))
     with pytest.raises(ShapeError, match="router_logits"):
         gp.ops.moe_mlp(x, logits[:, :3], gu, dn, 2)
+
+
+def test_grouped_and_per_expert_paths_agree(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The grouped GEMV (offsets on the device) and the per-expert linear (offsets on the host) give the
+    same block, at the boundary row count too."""
+    from pygpukit.ops.quant import experts as module
+
+    gu, dn = _experts(rng, "Q4_K", "Q8_0")
+    tokens = module.GROUPED_MAX_ROWS // 2  # k = 2: exactly the grouped limit
+    x = gp.from_numpy(rng.standard_normal((tokens, H)).astype(np.float32))
+    logits = gp.from_numpy(rng.standard_normal((tokens, E)).astype(np.float32))
+    grouped = gp.ops.moe_mlp(x, logits, gu, dn, 2, True).to_numpy().astype(np.float64)
+    monkeypatch.setattr(module, "GROUPED_MAX_ROWS", 0)
+    per_expert = gp.ops.moe_mlp(x, logits, gu, dn, 2, True).to_numpy().astype(np.float64)
+    assert np.abs(grouped - per_expert).max() <= 1e-5 * np.abs(per_expert).max()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gpu_grouped_gemv_every_format(rng: np.random.Generator, fmt: str, dtype: str) -> None:
+    """The grouped kernel against the dequantized experts in float64, every format, bf16 and f32 x;
+    rows past the routed ones stay as they were (poisoned)."""
+    from pygpukit.ops.quant.experts import _grouped
+
+    w = quantize_experts((rng.standard_normal((E, 96, H)) * 0.1).astype(np.float32), fmt)
+    rows = 7
+    x = gp.from_numpy(rng.standard_normal((rows + 1, H)).astype(np.float32)).astype(dtype)
+    offsets = gp.from_numpy(np.array([0, 2, 2, 6, rows], np.int32))  # expert 1 empty; row 7 not routed
+    out = gp.from_numpy(np.full((rows + 1, 96), np.nan, np.float32)).astype(dtype)
+    _grouped(x, w, offsets, out)
+    got = out.to_numpy().astype(np.float64)
+    dense = w.dequantize("float32").to_numpy().astype(np.float64)
+    xs = x.to_numpy().astype(np.float64)
+    expert = [0, 0, 2, 2, 2, 2, 3]
+    want = np.stack([xs[r] @ dense[expert[r]].T for r in range(rows)])
+    eps = 2.0**-8 if dtype == "bfloat16" else 2.0**-20
+    mag = np.stack([np.abs(xs[r]) @ np.abs(dense[expert[r]]).T for r in range(rows)])
+    assert np.all(np.abs(got[:rows] - want) <= eps * np.abs(want) + 1e-6 * mag)
+    assert np.isnan(got[rows]).all()
+
+
+@pytest.mark.gpu
+def test_gpu_decode_block_replays_in_a_graph(rng: np.random.Generator) -> None:
+    """A decode-sized quantized MoE block (grouped path: no host read) captures and replays bitwise."""
+    gu, dn = _experts(rng, "Q4_K", "Q6_K")
+    x = gp.from_numpy(rng.standard_normal((1, H)).astype(np.float32))
+    logits = gp.from_numpy(rng.standard_normal((1, E)).astype(np.float32))
+    with gp.Stream() as stream:
+        eager = gp.ops.moe_mlp(x, logits, gu, dn, 2, True).to_numpy()
+        graph = gp.CudaGraph()
+        with graph.capture(stream):
+            out = gp.ops.moe_mlp(x, logits, gu, dn, 2, True)
+        graph.replay(stream)
+        stream.synchronize()
+        assert out.to_numpy().tobytes() == eager.tobytes()

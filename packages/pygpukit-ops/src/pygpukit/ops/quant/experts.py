@@ -7,12 +7,14 @@ A stack of E experts' (N, K) linear weights is one :class:`~pygpukit.ops.quant.Q
 A Mixtral 8x7B layer's experts in Q4_K take 28 % of their bf16 bytes.
 
 :func:`quantized_moe_mlp` routes as the dense block does (:func:`~pygpukit.ops.moe_topk_gating`, the
-stable :func:`~pygpukit.ops.moe_permute`), reads the E + 1 expert offsets on the host (one
-synchronisation per call), and runs each expert that received tokens through the quantized linear on
-its contiguous rows of the permuted tokens: the GEMV reading the packed blocks for up to 8 rows (decode:
-only the chosen experts' weights are read), dequantized tiles through the GEMM beyond. Then the gated
-activation, the down projections the same way and :func:`~pygpukit.ops.moe_unpermute` with the routing
-weights. Because of the host read it cannot be captured in a CUDA graph (the dense ``moe_mlp`` can).
+stable :func:`~pygpukit.ops.moe_permute`). Up to :data:`GROUPED_MAX_ROWS` routed rows (tokens x k:
+decode) each projection is one grouped GEMV launch (native/kernels/quant/gguf_grouped_gemv.cu) that
+finds each row's expert from the offsets on the device and reads only the chosen experts' blocks: no
+host synchronisation, so a decode step can be captured in a CUDA graph. Beyond, it reads the E + 1
+expert offsets on the host (one synchronisation per call) and runs each expert that received tokens
+through the quantized linear on its contiguous rows of the permuted tokens (dequantized tiles through
+the GEMM). Between the projections the fused gated activation; then :func:`~pygpukit.ops.moe_unpermute`
+with the routing weights.
 """
 
 from __future__ import annotations
@@ -23,11 +25,18 @@ from typing import Any
 import numpy as np
 
 from pygpukit.core.array import GPUArray, empty
+from pygpukit.core.dtypes import DType, bfloat16, float16, float32
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
+from pygpukit.core.jit import JITKernel
+from pygpukit.core.plans import PlanCache
+from pygpukit.core.stream import thread_device
 
-from .tensor import QuantizedTensor
+from .. import _cpu
+from .._kernels import NAMESPACE, Groups, c_param, group, launch, pointer, register_enumerator, size_param
+from .._layout import is_cuda
+from .tensor import _IDS, QUANT_FORMATS, QuantizedTensor
 
-__all__ = ["QuantizedExperts", "quantize_experts", "quantized_moe_mlp"]
+__all__ = ["GROUPED_MAX_ROWS", "QuantizedExperts", "quantize_experts", "quantized_moe_mlp"]
 
 
 class QuantizedExperts:
@@ -106,6 +115,47 @@ def quantize_experts(w: Any, fmt: str) -> QuantizedExperts:
     return QuantizedExperts(q, shape[0])
 
 
+GROUPED_MAX_ROWS = 32
+"""Up to this many routed rows (tokens x k) the experts run through one grouped GEMV launch per
+projection (native/kernels/quant/gguf_grouped_gemv.cu: the expert offsets read on the device, no host
+synchronisation, capturable); beyond, one quantized linear per expert after a host read of the offsets."""
+_FILE = "quant/gguf_grouped_gemv.cu"
+_PARAMS = [pointer("x"), pointer("w"), pointer("y"), pointer("offsets"), c_param("experts", "int"),
+           c_param("rows", "int"), c_param("n", "int"), c_param("k", "int"), size_param("ldx"),
+           size_param("ldy")]  # fmt: skip
+_DTYPES = (float32, float16, bfloat16)
+_KERNELS: PlanCache[JITKernel] = PlanCache("ops.quant_experts")
+
+
+def _expression(fmt: str, dtype: DType) -> str:
+    return f"{NAMESPACE}qgemv::gguf_grouped_gemv<{_IDS[fmt]}, {dtype.ctype}>"
+
+
+def _kernel(fmt: str, dtype: DType) -> JITKernel:
+    key = (fmt, dtype, thread_device())
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        expression = _expression(fmt, dtype)
+        kernel = _KERNELS.put(key, group(_FILE, (expression,)).kernel(expression, _PARAMS))
+    return kernel
+
+
+def _grouped(x: GPUArray, w: QuantizedExperts, offsets: GPUArray, out: GPUArray) -> None:
+    """out[r] = x[r] @ W_e.T for every routed row r (e from the device offsets), one launch."""
+    rows, k = x.shape
+    n = w.shape[1]
+    if not is_cuda():  # the CPU simulation: the same products from the host offsets
+        bounds = _cpu.host(offsets)
+        for e in range(w.experts):
+            lo, hi = int(bounds[e]), int(bounds[e + 1])
+            if hi > lo:
+                weight = _cpu.host(w.expert(e).dequantize(float32)).astype(np.float64)
+                _cpu.store(out[lo:hi], _cpu.host(x[lo:hi]).astype(np.float64) @ weight.T)
+        return
+    launch(_kernel(w.format, x.dtype), (x.device_ptr, w.data.device_ptr, out.device_ptr, offsets.device_ptr,
+                                        w.experts, rows, n, k, k, n), (-(-n // 8), rows))  # fmt: skip
+
+
 def _project(x: GPUArray, w: QuantizedExperts, bounds: np.ndarray[Any, Any], out: GPUArray) -> None:
     from ..gemm.api import linear
 
@@ -142,12 +192,26 @@ def quantized_moe_mlp(x: GPUArray, router_logits: GPUArray, w_gate_up: Quantized
         raise ArgumentError(f"{op}: activation must be 'silu', 'gelu' or 'gelu_tanh', got {activation!r}")
     weights, ids = moe_topk_gating(router_logits, k, renormalize, scoring=scoring)  # type: ignore[arg-type]
     x_perm, offsets, permutation = moe_permute(x if x.is_contiguous else x.contiguous(), ids, experts)
-    bounds = offsets.to_numpy()  # the host needs the groups: one synchronisation
     rows = tokens * int(k)
+    grouped = rows <= GROUPED_MAX_ROWS
+    bounds = None if grouped else offsets.to_numpy()  # the host needs the groups: one synchronisation
     gate_up = empty((rows, two_inter), x.dtype)
-    _project(x_perm, w_gate_up, bounds, gate_up)
+    if grouped:
+        _grouped(x_perm, w_gate_up, offsets, gate_up)
+    else:
+        _project(x_perm, w_gate_up, bounds, gate_up)  # type: ignore[arg-type]
     act = swiglu(gate_up) if activation == "silu" else geglu(gate_up, approximate="tanh" if activation == "gelu_tanh"
                                                                  else "none")  # fmt: skip
     down = empty((rows, hidden), x.dtype)
-    _project(act, w_down, bounds, down)
+    if grouped:
+        _grouped(act, w_down, offsets, down)
+    else:
+        _project(act, w_down, bounds, down)  # type: ignore[arg-type]
     return moe_unpermute(down, permutation, weights)
+
+
+def _enumerate() -> Groups:
+    return {_FILE: [(_expression(f, d),) for f in QUANT_FORMATS for d in _DTYPES]}
+
+
+register_enumerator(_enumerate)
