@@ -19,7 +19,8 @@
 #   graph-tests     the core's gpu-marked graph and memory-pool tests (captures, replays, holds)
 #   asr-unit-tests  the ASR tests that need no model files (random-weight models: graph decode, batching) on
 #                   the CUDA backend
-#   quant-tests     the gpu-marked tests of the weight-only, int4, block-FP8 and NVF4 linear
+#   quant-tests     the gpu-marked tests of the weight-only, int4, block-FP8, NVF4 and GGUF linear and of the
+#                   quantized MoE experts
 #   fp8-tests       scaled_matmul's scale kinds and fp8 output, the fp8 activation quantizer, the block-FP8
 #                   weights (W8A16 GEMV, W8A8 prefill) and the HF fp8 checkpoint test, all on the CUDA backend
 #   linear-tests    test_matmul.py's linear tests on the GPU (out=, epilogues; not the every-route sweep)
@@ -88,7 +89,8 @@ for phase in "$@"; do
     quant-tests)
       run quant-tests 300 "${pytest_q[@]}" -m gpu packages/pygpukit-ops/tests/test_quant_weight_only.py \
         packages/pygpukit-ops/tests/test_quant_int4.py packages/pygpukit-ops/tests/test_quant_fp8_block.py \
-        packages/pygpukit-ops/tests/test_quant_nvf4.py ;;
+        packages/pygpukit-ops/tests/test_quant_nvf4.py packages/pygpukit-ops/tests/test_quant_gemv.py \
+        packages/pygpukit-ops/tests/test_quant_experts.py ;;
     fp8-tests)
       run fp8-tests 300 "${pytest_q[@]}" packages/pygpukit-ops/tests/test_scaled_matmul_scales.py \
         $(ls packages/pygpukit-ops/tests/test_quant_fp8_act.py 2>/dev/null) packages/pygpukit-ops/tests/test_quant_fp8_block.py \
