@@ -157,3 +157,23 @@ def test_gpu_attention_and_fp8_against_the_peers(tmp_path: Path, capsys: pytest.
     assert {r["suite"] for r in results} >= {"attention"}
     assert all(r["check"] == "ok" for r in results)
     capsys.readouterr()
+
+
+def test_quant_cases_are_selected_checked_and_named() -> None:
+    from pygpukit.benchmark._runner import _parser, run_cases, select_cases
+
+    def keys(*argv: str) -> list[str]:
+        return [c.key for c in select_cases(_parser().parse_args(list(argv)))]
+
+    assert keys("--quant", "--quick") == [
+        "quant/linear Q4_K M=1/bfloat16/4096x4096", "quant/linear Q8_0 M=1/bfloat16/4096x4096",
+        "quant/linear FP8 M=1/bfloat16/4096x4096", "quant/linear AWQ M=1/bfloat16/4096x4096",
+        "quant/linear Q4_K M=256/bfloat16/4096x4096", "quant/linear AWQ M=256/bfloat16/4096x4096",
+    ]  # fmt: skip
+    assert len(keys("--quant", "q6_k,nvf4")) == 3 * 2 + 1  # three decode shapes each, NVF4's prefill
+    with pytest.raises(ValueError, match="unknown --quant formats Q7_K"):
+        keys("--quant", "Q7_K")
+    assert main(["--quant", "Q7_K", "--no-progress"]) == 2
+    cases = select_cases(_parser().parse_args(["--quant", "Q8_0,FP8_BLOCK", "--quick"]))
+    results = run_cases(cases[:2], warmup=0, iterations=1, progress=False)
+    assert [r.check for r in results] == ["ok", "ok"]

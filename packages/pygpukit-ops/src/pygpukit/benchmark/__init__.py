@@ -9,6 +9,12 @@ are importable, and ratios printed (peer time / pygpukit time: above 1 pygpukit 
     python -m pygpukit.benchmark --all --fp8 --save run.json
     python -m pygpukit.benchmark --all --compare run.json --threshold 0.05 --fail-on-regression
     python -m pygpukit.benchmark --llm --shapes qwen2.5-0.5b,qwen2.5-7b --batches 1,8
+    python -m pygpukit.benchmark --quant Q4_K,Q8_0,FP8,AWQ --save quant.json
+
+``--quant [FORMATS]`` adds quantized-weight ``linear`` cases: the decode GEMV (M = 1) at Llama-3-8B's
+projection shapes in each format (GGUF Q4_0 .. Q6_K, FP8/INT8 per channel, AWQ/GPTQ INT4, FP8_BLOCK,
+NVF4; random blocks or quantized random values), GB/s of the packed bytes, and the 4096-token prefill
+of the 4-bit formats, each against torch's bfloat16 linear on the decoded weight.
 
 ``--llm`` hands the other arguments to the LLM suite of pygpukit-llm (``python -m
 pygpukit.llm.benchmark``: decode tokens/s at batch sizes, time to first token, random-weight models

@@ -12,7 +12,7 @@ exists.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,16 @@ import pygpukit as gp
 
 from ._runner import Bench, Case, _host, _relative_error, _storage
 
-__all__ = ["ATTENTION_SHAPE", "attention_case", "fp8_block_gemm_case", "fp8_gemm_case"]
+__all__ = [
+    "ATTENTION_SHAPE",
+    "QUANT_CHOICES",
+    "QUANT_DEFAULT",
+    "attention_case",
+    "fp8_block_gemm_case",
+    "fp8_gemm_case",
+    "quant_case",
+    "quant_cases",
+]
 
 # (batch, query heads, kv heads, head_dim): Llama-3-8B
 ATTENTION_SHAPE = (1, 32, 8, 128)
@@ -163,3 +172,93 @@ def fp8_block_gemm_case(m: int, k: int, n: int) -> Case:
     size = f"{n}^3" if m == k == n else f"{m}x{k}x{n}"
     return Case("gemm", "scaled_matmul block 1x128/128x128", "fp8", size, flops=2.0 * m * k * n, make=make,
                 shape=(m, k, n))  # fmt: skip
+
+
+# -- quantized weights (--quant) --------------------------------------------------------------------------
+QUANT_DEFAULT = ("Q4_K", "Q8_0", "FP8", "AWQ")
+"""The formats ``--quant`` measures by default (issue 18's bandwidth targets)."""
+QUANT_CHOICES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "FP8", "INT8", "AWQ",
+                 "GPTQ", "FP8_BLOCK", "NVF4")  # fmt: skip
+# Llama-3-8B's projections (N, K) for decode; the prefill case runs the first at 4096 tokens.
+QUANT_SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336))
+QUANT_PREFILL_TOKENS = 4096
+QUANT_TOLERANCE = 1e-2  # one bfloat16 rounding of a float32-accumulated product of the decoded weight
+
+
+def _quantized_weight(rng: np.random.Generator, fmt: str, n: int, k: int) -> Any:
+    """A (N, K) weight in ``fmt``: random blocks (GGUF, INT4) or quantized random values."""
+    from pygpukit.ops.quant import QuantizedTensor, quantize_block_fp8, quantize_nvf4, quantize_per_channel
+
+    from .quant_gemv import _random_int4, random_weight
+
+    values = rng.standard_normal((n, k)).astype(np.float32) if fmt in ("FP8", "INT8", "FP8_BLOCK", "NVF4") else None
+    if fmt in ("FP8", "INT8"):
+        return quantize_per_channel(values, fmt)
+    if fmt in ("AWQ", "GPTQ"):
+        return _random_int4(rng, fmt.lower(), n, k)
+    if fmt == "FP8_BLOCK":
+        return quantize_block_fp8(values)
+    if fmt == "NVF4":
+        return quantize_nvf4(values)
+    return QuantizedTensor.from_raw(random_weight(rng, fmt, n, k), fmt, (n, k))
+
+
+def quant_case(fmt: str, m: int, n: int, k: int) -> Case:
+    """``linear(x, W)`` with W (N, K) kept packed in ``fmt`` and x (M, K) bfloat16: decode (M = 1, the
+    packed GEMV; GB/s of the packed bytes) or prefill (M = 4096). The peer is torch's bfloat16 linear
+    on the same weight decoded (what the layer costs without quantization): above 1, the packed weight
+    is faster. Checked on 4 rows against the float64 product with the decoded weight."""
+
+    def make() -> Bench:
+        rng = np.random.default_rng(m + n + k + len(fmt))
+        q = _quantized_weight(rng, fmt, n, k)
+        x = gp.from_numpy(_host(rng, (m, k))).astype("bfloat16")
+
+        def ours() -> gp.GPUArray:
+            return gp.ops.linear(x, q)
+
+        def check(result: gp.GPUArray) -> str | None:
+            rows = min(m, 4)
+            w = q.dequantize(gp.float32).to_numpy().astype(np.float64)
+            ref = x[:rows].to_numpy().astype(np.float64) @ w.T
+            error = _relative_error(result[:rows].to_numpy(), ref)
+            return None if error <= QUANT_TOLERANCE else f"relative error {error:.3g} > {QUANT_TOLERANCE:.0e}"
+
+        def torch_run(torch: Any) -> Callable[[], Any] | None:
+            tx = torch.from_dlpack(x)
+            tw = torch.from_dlpack(q.dequantize(gp.bfloat16)).clone()
+            return lambda: torch.nn.functional.linear(tx, tw)
+
+        return Bench(ours, check, torch_run)
+
+    nbytes = _packed_bytes(fmt, n, k) + 2.0 * (m * k + m * n)
+    phase = "M=1" if m == 1 else f"M={m}"
+    return Case("quant", f"linear {fmt} {phase}", "bfloat16", f"{n}x{k}", flops=2.0 * m * n * k, nbytes=nbytes,
+                make=make)  # fmt: skip
+
+
+def _packed_bytes(fmt: str, n: int, k: int) -> float:
+    """Bytes of a packed (N, K) weight in ``fmt`` (for GB/s, without building it)."""
+    from pygpukit.ops.gguf import gguf_block_size
+
+    if fmt in ("FP8", "INT8"):
+        return float(n * k + 4 * n)
+    if fmt in ("AWQ", "GPTQ"):  # 4-bit values, float16 scales and 4-bit zeros per group of 128
+        return n * k / 2 + n * (k / 128) * 2.5
+    if fmt == "FP8_BLOCK":
+        return float(n * k + 4 * -(-n // 128) * -(-k // 128))
+    if fmt == "NVF4":
+        return n * k / 2 + n * k / 16 + 4.0
+    elems, nbytes = gguf_block_size(fmt)
+    return float(n * k // elems * nbytes)
+
+
+def quant_cases(formats: Sequence[str], quick: bool) -> list[Case]:
+    """Decode cases at the Llama-3-8B shapes for every format, and the 4096-token prefill of the first
+    shape for the 4-bit formats (issue 18's W4A16 prefill target, >= 0.8x the bf16 GEMM)."""
+    shapes = QUANT_SHAPES[:1] if quick else QUANT_SHAPES
+    cases = [quant_case(fmt, 1, n, k) for fmt in formats for n, k in shapes]
+    prefill = 256 if quick else QUANT_PREFILL_TOKENS
+    n, k = QUANT_SHAPES[0]
+    cases += [quant_case(fmt, prefill, n, k) for fmt in formats if fmt in ("Q4_K", "Q4_0", "AWQ", "GPTQ", "NVF4")]
+    return cases

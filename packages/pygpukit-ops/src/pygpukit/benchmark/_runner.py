@@ -307,12 +307,13 @@ def _suite_dtypes(suite: str, given: list[str] | None, default: list[str], notes
 def select_cases(args: argparse.Namespace, notes: list[str] | None = None) -> list[Case]:
     """The cases the options ask for; ``notes`` collects what was skipped and why. ValueError for a
     malformed --sizes, --dtypes or --seq-lens."""
-    from ._extra_cases import attention_case, fp8_block_gemm_case, fp8_gemm_case
+    from ._extra_cases import QUANT_CHOICES, attention_case, fp8_block_gemm_case, fp8_gemm_case, quant_cases
 
     notes = [] if notes is None else notes
     fp8 = bool(getattr(args, "fp8", False))
+    quant = getattr(args, "quant", None)
     named = [s for s in SUITES if getattr(args, s, False)]
-    suites = named or ([] if fp8 and not args.all else list(SUITES))
+    suites = named or ([] if (fp8 or quant) and not args.all else list(SUITES))
     quick = args.quick
     sizes = [parse_size(s) for s in args.sizes.split(",")] if args.sizes else None
     given = parse_dtypes(args.dtypes) if args.dtypes else None
@@ -328,6 +329,12 @@ def select_cases(args: argparse.Namespace, notes: list[str] | None = None) -> li
         cases.extend(fp8_gemm_case(n, n, n) for n in gemm_sizes)
         # and the block-scaled (W8A8) form: Hopper only (dropped with a note elsewhere)
         cases.extend(fp8_block_gemm_case(n, n, n) for n in gemm_sizes)
+    if quant:
+        formats = [f.strip().upper() for f in quant.split(",") if f.strip()]
+        unknown = [f for f in formats if f not in QUANT_CHOICES]
+        if unknown:
+            raise ValueError(f"unknown --quant formats {', '.join(unknown)} (known: {', '.join(QUANT_CHOICES)})")
+        cases.extend(quant_cases(formats, quick))
     if "gemv" in suites:
         for dtype in _suite_dtypes("gemv", given, ["bfloat16"], notes):
             for k, n in GEMV_SHAPES[:2] if quick else GEMV_SHAPES:
@@ -511,6 +518,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--fp8", action="store_true",
                         help="add the fp8 GEMM cases (scaled_matmul; compute capability 8.9 or newer); alone, "
                         "run only them")  # fmt: skip
+    parser.add_argument("--quant", nargs="?", const="Q4_K,Q8_0,FP8,AWQ", default=None,
+                        help="quantized-weight linear cases (decode GEMV at Llama-3-8B shapes, 4-bit prefill) of these "
+                        "formats (default Q4_K,Q8_0,FP8,AWQ; also Q4_0 .. Q6_K, INT8, GPTQ, FP8_BLOCK, NVF4) against "
+                        "torch's bf16 linear; alone, run only them")  # fmt: skip
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--save", type=Path, help="write the results as JSON")
@@ -550,7 +561,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cases = select_cases(args, notes)
     except ValueError as exc:
-        print(f"bad --sizes, --dtypes or --seq-lens: {exc}", file=sys.stderr)
+        print(f"bad --sizes, --dtypes, --seq-lens or --quant: {exc}", file=sys.stderr)
         return 2
     problem = fp8_problem() if any(c.dtype == "fp8" for c in cases) else None
     if problem is not None:
