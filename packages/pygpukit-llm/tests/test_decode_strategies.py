@@ -190,12 +190,23 @@ def test_generate_strategies_agree_and_check(tmp_path: Path) -> None:
         model.generate(prompt, max_new_tokens=2, strategy="fast")
 
 
-def test_graph_refuses_moe(tmp_path: Path) -> None:
+def test_graph_runs_dense_moe_and_refuses_quantized_experts(tmp_path: Path) -> None:
+    """Dense experts: the router GEMV and moe_mlp write into DecodeM1's buffers (out=, workspace=), so
+    the step is captured and replays the eager tokens; quantized experts allocate, the graph refuses."""
+    from pygpukit.llm.loader import quantize_weights
+
     model = _model(tmp_path, "mixtral")
-    with pytest.raises(UnsupportedStrategyError, match="MoE"):
+    prompt = [[5, 17, 3, 40]]
+    m1 = DecodeM1(model, 1, 4 + 13)
+    assert m1.moe_workspace is not None
+    eager = _eager(model, prompt, 12)
+    assert np.array_equal(_run(m1, prompt, 12), eager)
+    assert np.array_equal(_run(DecodeM1Graph(model, 1, 4 + 13), prompt, 12), eager)
+    text = model.generate(PROMPT[0], max_new_tokens=6, temperature=0, ignore_eos=True, strategy="graph")
+    assert text == model.generate(PROMPT[0], max_new_tokens=6, temperature=0, ignore_eos=True, strategy="eager")
+    quantize_weights(model.weights, "q8_0")  # HIDDEN 128: whole Q8_0 blocks, the experts too
+    with pytest.raises(UnsupportedStrategyError, match="MoE experts in a quantized format"):
         DecodeM1Graph(model, 1, 16)
-    with pytest.raises(UnsupportedStrategyError, match="MoE"):
-        model.generate(PROMPT[0], max_new_tokens=2, strategy="graph")
 
 
 def test_default_strategy() -> None:
@@ -231,9 +242,10 @@ def test_smollm2_graph_equals_m1(smollm2_gguf: Path) -> None:
 
 # -- on the GPU: real CUDA graphs -----------------------------------------------------------------
 @pytest.mark.gpu
+@pytest.mark.parametrize("model_type", ["qwen2", "mixtral"])
 @pytest.mark.parametrize("sampling", [None, SAMPLING], ids=["greedy", "sampling"])
-def test_gpu_graph_equals_m1_bitwise_bf16(sampling: SamplingParams | None, tmp_path: Path) -> None:
-    model = _model(tmp_path, "qwen2", dtype="bfloat16")
+def test_gpu_graph_equals_m1_bitwise_bf16(sampling: SamplingParams | None, model_type: str, tmp_path: Path) -> None:
+    model = _model(tmp_path, model_type, dtype="bfloat16")
     steps = 256
     m1 = _run(DecodeM1(model, 1, 6 + steps + 1, sampling, seed=77), PROMPT, steps)
     graph = DecodeM1Graph(model, 1, 6 + steps + 1, sampling, seed=77)
@@ -244,8 +256,9 @@ def test_gpu_graph_equals_m1_bitwise_bf16(sampling: SamplingParams | None, tmp_p
 
 
 @pytest.mark.gpu
-def test_gpu_steady_state_decode_allocates_nothing(tmp_path: Path) -> None:
-    model = _model(tmp_path, "llama", dtype="bfloat16")
+@pytest.mark.parametrize("model_type", ["llama", "mixtral"])
+def test_gpu_steady_state_decode_allocates_nothing(model_type: str, tmp_path: Path) -> None:
+    model = _model(tmp_path, model_type, dtype="bfloat16")
     for kind in (DecodeM1, DecodeM1Graph):
         decoder = kind(model, 1, 64, SAMPLING, seed=3)
         decoder.start(np.asarray(PROMPT, np.int32))

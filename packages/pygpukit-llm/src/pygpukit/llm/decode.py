@@ -26,8 +26,10 @@ SwiGLU, dense weights the kernel takes): the norm inside the QKV and gate-up GEM
 down GEMV and the residual adds inside the o and down GEMVs, six kernels a layer with the attention.
 
 Dense weights and GGUF block-quantized weights run allocation-free (the GGUF GEMV writes into the
-step's buffers, ``quantized_gemv(out=)``); per-channel, INT4, block-FP8 and NVF4 quantized weights and
-MoE blocks still allocate (``DecodeM1`` only; ``DecodeM1Graph`` refuses them, saying which).
+step's buffers, ``quantized_gemv(out=)``), and so do MoE blocks with dense experts (the router GEMV
+into a preallocated logits buffer, :func:`pygpukit.ops.moe_mlp` with ``out=`` and its ``workspace``);
+per-channel, INT4, block-FP8 and NVF4 quantized weights and quantized MoE experts still allocate
+(``DecodeM1`` only; ``DecodeM1Graph`` refuses them, saying which).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import numpy as np
 
 import pygpukit.ops as ops
 from pygpukit.core.array import GPUArray, empty, from_numpy
-from pygpukit.core.dtypes import int32
+from pygpukit.core.dtypes import int32, uint8
 from pygpukit.core.errors import ArgumentError, ShapeError
 from pygpukit.ops.quant import QuantizedTensor
 from pygpukit.profiling import Range
@@ -79,8 +81,8 @@ def graph_unsupported_reason(model: CausalTransformerModel, sampling: SamplingPa
     if sampling is not None and sampling.repetition_penalty:
         return "repetition_penalty (its token history is written by the host each step)"
     for layer in model.weights.layers:
-        if layer.w_router is not None:
-            return "MoE blocks (the expert routing allocates per step)"
+        if layer.w_router is not None and not isinstance(layer.experts_gate_up, GPUArray):
+            return "MoE experts in a quantized format (their routing allocates per step)"
         for name in ("wq", "wk", "wv", "wo", "w_gate_up", "w_down"):
             weight = getattr(layer, name)
             if weight is not None and type(weight) not in _GRAPH_WEIGHTS:
@@ -183,6 +185,13 @@ class DecodeM1(LayerStep):
             self.hidden = empty((b, 1, width), dt)
             self.activated = empty((b, 1, width if self.model.spec.activation == "gelu_tanh" else width // 2), dt)
         self.final = empty((b, c.hidden_size), dt)
+        # MoE blocks with dense experts: the router logits and moe_mlp's workspace (it writes into proj).
+        self.moe_logits = self.moe_workspace = None
+        if c.num_experts and isinstance(first.experts_down, GPUArray):
+            inter = first.experts_down.shape[2]
+            self.moe_logits = empty((b, c.num_experts), dt)
+            size = ops.moe_workspace_size(b, c.hidden_size, inter, c.num_experts, c.num_experts_per_tok, dt)
+            self.moe_workspace = empty((size,), uint8)
         self.logits = empty((b, c.vocab_size), dt)
 
     def _gemv_eligible(self) -> bool:
@@ -203,11 +212,18 @@ class DecodeM1(LayerStep):
     def _mlp(self, layer: LayerWeights) -> None:
         """MLP of ``self.normed`` into ``self.proj``."""
         c = self.model.config
-        if layer.w_router is not None:  # MoE: allocates (refused by DecodeM1Graph)
+        if layer.w_router is not None:
             assert layer.experts_gate_up is not None
             assert layer.experts_down is not None
             flat = self.normed.reshape(-1, c.hidden_size)
-            logits = ops.linear(flat, layer.w_router)
+            if self.moe_workspace is not None and isinstance(layer.experts_down, GPUArray):  # dense: no allocation
+                assert self.moe_logits is not None
+                ops.linear(flat, layer.w_router, out=self.moe_logits)
+                ops.moe_mlp(flat, self.moe_logits, layer.experts_gate_up, layer.experts_down, c.num_experts_per_tok,
+                            renormalize=c.norm_topk_prob, activation="silu", out=self.proj.reshape(flat.shape),
+                            workspace=self.moe_workspace)  # fmt: skip
+                return
+            logits = ops.linear(flat, layer.w_router)  # quantized experts: allocates (refused by DecodeM1Graph)
             out = ops.moe_mlp(flat, logits, layer.experts_gate_up, layer.experts_down, c.num_experts_per_tok,
                               renormalize=c.norm_topk_prob, activation="silu")  # fmt: skip
             self.proj.copy_(out.reshape(self.proj.shape))

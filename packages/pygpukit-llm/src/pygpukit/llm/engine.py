@@ -99,6 +99,8 @@ class Engine:
         if graph not in (None, True, False):
             raise ArgumentError(f"Engine: graph must be None, True or False, got {graph!r}")
         reason = graph_unsupported_reason(model, None)
+        if reason is None and any(layer.w_router is not None for layer in model.weights.layers):
+            reason = "MoE blocks (the paged step's expert routing allocates per step)"
         if graph and reason is not None:
             raise UnsupportedStrategyError(f"Engine(graph=True) does not support {reason}; pass graph=False")
         use_graph = model.backend == "cuda" and reason is None if graph is None else graph
