@@ -78,8 +78,8 @@ class Engine:
     bytes hold (give at most one; default: enough for ``max_batch`` full sequences, or with a
     ``context`` 80 % of its free budget). ``prefill_chunk`` is the most prompt tokens prefilled per
     step. ``graph``: the decode step as one CUDA graph replay (True), launched op by op (False), or
-    (None, the default) the graph on the CUDA backend when the model allows it (dense weights, no
-    MoE)."""
+    (None, the default) the graph on the CUDA backend when the model allows it (dense or GGUF-block
+    weights; MoE blocks with dense experts)."""
 
     def __init__(self, model: CausalTransformerModel, max_batch: int = 8, max_seq_len: int | None = None,
                  block_size: int = 16, num_blocks: int | None = None, memory_budget: int | None = None,
@@ -99,8 +99,6 @@ class Engine:
         if graph not in (None, True, False):
             raise ArgumentError(f"Engine: graph must be None, True or False, got {graph!r}")
         reason = graph_unsupported_reason(model, None)
-        if reason is None and any(layer.w_router is not None for layer in model.weights.layers):
-            reason = "MoE blocks (the paged step's expert routing allocates per step)"
         if graph and reason is not None:
             raise UnsupportedStrategyError(f"Engine(graph=True) does not support {reason}; pass graph=False")
         use_graph = model.backend == "cuda" and reason is None if graph is None else graph
