@@ -277,12 +277,20 @@ def test_errors_name_the_bad_value(tmp_path: Path) -> None:
 
 # -- on the GPU ---------------------------------------------------------------------------------------
 @pytest.mark.gpu
-@pytest.mark.parametrize(("dtype", "graph"), [("float32", True), ("bfloat16", True), ("bfloat16", False)])
-def test_gpu_requests_equal_decoding_alone(dtype: str, graph: bool, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("dtype", "graph", "model_type"),
+    [
+        ("float32", True, "qwen2"),
+        ("bfloat16", True, "qwen2"),
+        ("bfloat16", False, "qwen2"),
+        ("float32", True, "mixtral"),
+    ],
+)
+def test_gpu_requests_equal_decoding_alone(dtype: str, graph: bool, model_type: str, tmp_path: Path) -> None:
     """On the GPU the engine's GEMMs have many rows where a request alone has one, and its prefill runs
     paged decode attention per query where DecodeM1 runs flash prefill: float32 must give the same
     tokens, bfloat16 the same up to a first difference at a near tie (test_decode_batch's criterion)."""
-    model = _ds._model(tmp_path, "qwen2", dtype=dtype)
+    model = _ds._model(tmp_path, model_type, dtype=dtype)
     steps = 48
     prompts = PROMPTS * 3  # 18 requests through 8 slots
     engine = Engine(model, max_batch=8, max_seq_len=14 + steps, block_size=16, prefill_chunk=8, graph=graph)
