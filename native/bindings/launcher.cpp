@@ -388,6 +388,17 @@ PyObject* launcher_launch(PyObject* self, PyObject* const* argv, Py_ssize_t argc
   Py_RETURN_NONE;
 }
 
+// Drops what an Impl holds (its references) and the Impl.
+void release(Impl* impl) {
+  if (impl == nullptr) return;
+  for (PyObject* o : impl->elements) Py_XDECREF(o);
+  for (PyObject* o : impl->accepted) Py_XDECREF(o);
+  Py_XDECREF(impl->array_type);
+  Py_XDECREF(impl->thread_state);
+  Py_XDECREF(impl->streams_var);
+  delete impl;
+}
+
 int launcher_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   static const char* names[] = {"function", "device",     "max_threads",  "max_shared",  "kinds",
                                 "elements", "array_type", "thread_state", "streams_var", nullptr};
@@ -423,19 +434,9 @@ int launcher_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   impl->thread_state = Py_NewRef(thread_state);
   impl->streams_var = Py_NewRef(streams_var);
   auto* obj = reinterpret_cast<LauncherObject*>(self);
-  delete obj->impl;
+  release(obj->impl);  // __init__ called again: the previous settings' references go too
   obj->impl = impl;
   return 0;
-}
-
-void release(Impl* impl) {
-  if (impl == nullptr) return;
-  for (PyObject* o : impl->elements) Py_XDECREF(o);
-  for (PyObject* o : impl->accepted) Py_XDECREF(o);
-  Py_XDECREF(impl->array_type);
-  Py_XDECREF(impl->thread_state);
-  Py_XDECREF(impl->streams_var);
-  delete impl;
 }
 
 PyObject* launcher_new(PyTypeObject* type, PyObject* /*args*/, PyObject* /*kwargs*/) {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import struct
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -428,3 +429,21 @@ extern "C" __global__ void fill_index(float* out, long long length_without_count
     declared = JITKernel(SCALE, "scale", params=parse_signature(SCALE, "scale"))
     declared(out, 2.0, 5000)  # the library's kind of kernel: positional, default grid
     np.testing.assert_array_equal(out.to_numpy(), 2.0 * np.arange(5000, dtype=np.float32))
+
+
+def test_native_launcher_init_again_releases_the_previous_references() -> None:
+    """Calling Launcher.__init__ a second time drops the references the first settings held (they
+    leaked before: the old settings were deleted without releasing their objects)."""
+    native = pytest.importorskip("pygpukit.core._native_cu13")
+    from pygpukit.core.array import GPUArray
+    from pygpukit.core.stream import _local, current_streams
+
+    element = "float-" + "marker"  # a fresh object whose count only the launcher changes
+    before = sys.getrefcount(element)
+    launcher = native.Launcher(1, 0, 1024, 0, "pf", (element, None), GPUArray, _local, current_streams)
+    assert sys.getrefcount(element) == before + 1
+    for _ in range(5):
+        launcher.__init__(1, 0, 1024, 0, "pf", (element, None), GPUArray, _local, current_streams)
+    assert sys.getrefcount(element) == before + 1
+    del launcher
+    assert sys.getrefcount(element) == before
