@@ -107,18 +107,14 @@ def test_gpt2_m1_and_graph_equal_the_eager_decode_step(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_k", "int8"])
 def test_quantized_weights_run_m1_and_the_graph_where_it_can(fmt: str, tmp_path: Path) -> None:
-    """GGUF block weights decode through the graph too (their GEMV writes into the step's buffers),
-    with the same tokens as m1 and the eager loop; per-channel INT8 is refused by name."""
+    """GGUF block and per-channel INT8 weights decode through the graph too (their GEMVs write into the
+    step's buffers), with the same tokens as m1 and the eager loop."""
     config = _config("llama")
     model = llm.load(_save(tmp_path, config, _weights(config, 7)), progress=False, quantize=fmt)
     options = {"max_new_tokens": 8, "temperature": 0.8, "seed": 2, "ignore_eos": True}
     eager = model.generate([3, 4, 5], strategy="eager", **options)
     assert model.generate([3, 4, 5], strategy="m1", **options) == eager
-    if fmt == "int8":
-        with pytest.raises(UnsupportedStrategyError, match="ChannelQuantizedTensor"):
-            model.generate([3, 4, 5], strategy="graph", **options)
-    else:
-        assert model.generate([3, 4, 5], strategy="graph", **options) == eager
+    assert model.generate([3, 4, 5], strategy="graph", **options) == eager
 
 
 def test_m1_matches_a_float64_greedy_reference(tmp_path: Path) -> None:
@@ -271,3 +267,32 @@ def test_gpu_steady_state_decode_allocates_nothing(model_type: str, tmp_path: Pa
         after = memory_stats()
         assert after["requests"] == before["requests"], kind.__name__
         assert after["device_allocations"] == before["device_allocations"], kind.__name__
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "int8", "int4"])
+def test_graph_runs_weight_only_quantized_models(fmt: str, tmp_path: Path) -> None:
+    """FP8/INT8 per-channel and INT4 weights write their decode GEMV into the step's buffers
+    (quantized_linear(out=)), so DecodeM1Graph takes them and replays DecodeM1's tokens."""
+    from pygpukit.llm.loader import quantize_weights
+
+    model = _model(tmp_path, "qwen2")
+    quantize_weights(model.weights, fmt)
+    assert not isinstance(model.weights.layers[0].wq, gp.GPUArray)
+    prompt = [[5, 17, 3, 40]]
+    m1 = _run(DecodeM1(model, 1, 4 + 9), prompt, 8)
+    assert np.array_equal(_run(DecodeM1Graph(model, 1, 4 + 9), prompt, 8), m1)
+    assert np.array_equal(m1, _eager(model, prompt, 8))
+
+
+def test_weight_only_linear_into_out_allocates_nothing_new() -> None:
+    """quantized_linear(out=) for the weight-only types writes the decode GEMV into out itself."""
+    from pygpukit.ops.quant import quantize_per_channel, quantized_linear
+
+    rng = np.random.default_rng(2)
+    w = quantize_per_channel(rng.standard_normal((48, 64)).astype(np.float32), "fp8")
+    x = gp.from_numpy(rng.standard_normal((3, 64)).astype(np.float32))
+    out = gp.empty((3, 48), gp.float32)
+    assert quantized_linear(x, w, out=out) is out
+    np.testing.assert_array_equal(out.to_numpy(), quantized_linear(x, w).to_numpy())
+    with pytest.raises(gp.ShapeError, match="out must be a contiguous float32 array of"):
+        quantized_linear(x, w, out=gp.empty((3, 47), gp.float32))

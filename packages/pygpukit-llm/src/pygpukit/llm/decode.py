@@ -26,10 +26,11 @@ SwiGLU, dense weights the kernel takes): the norm inside the QKV and gate-up GEM
 down GEMV and the residual adds inside the o and down GEMVs, six kernels a layer with the attention.
 
 Dense weights and GGUF block-quantized weights run allocation-free (the GGUF GEMV writes into the
-step's buffers, ``quantized_gemv(out=)``), and so do MoE blocks with dense experts (the router GEMV
-into a preallocated logits buffer, :func:`pygpukit.ops.moe_mlp` with ``out=`` and its ``workspace``);
-per-channel, INT4, block-FP8 and NVF4 quantized weights and quantized MoE experts still allocate
-(``DecodeM1`` only; ``DecodeM1Graph`` refuses them, saying which).
+step's buffers, ``quantized_gemv(out=)``), so do FP8/INT8 per-channel, AWQ/GPTQ INT4, block-FP8 and
+NVF4 weights up to 8 rows (their GEMVs through ``quantized_linear(out=)``), and MoE blocks with dense
+experts (the router GEMV into a preallocated logits buffer, :func:`pygpukit.ops.moe_mlp` with ``out=``
+and its ``workspace``); quantized MoE experts still allocate (``DecodeM1`` only; ``DecodeM1Graph``
+refuses them, saying why).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import pygpukit.ops as ops
 from pygpukit.core.array import GPUArray, empty, from_numpy
 from pygpukit.core.dtypes import int32, uint8
 from pygpukit.core.errors import ArgumentError, ShapeError
-from pygpukit.ops.quant import QuantizedTensor
+from pygpukit.ops.quant import BlockFP8Tensor, ChannelQuantizedTensor, Int4Tensor, NVF4Tensor, QuantizedTensor
 from pygpukit.profiling import Range
 
 from .decode_layers import LayerStep, capture_step
@@ -86,16 +87,17 @@ def graph_unsupported_reason(model: CausalTransformerModel, sampling: SamplingPa
         for name in ("wq", "wk", "wv", "wo", "w_gate_up", "w_down"):
             weight = getattr(layer, name)
             if weight is not None and type(weight) not in _GRAPH_WEIGHTS:
-                return (f"quantized weights ({name} is a {type(weight).__name__}; only dense and GGUF block "
-                        "weights write into preallocated buffers)")  # fmt: skip
+                return (f"weights of type {type(weight).__name__} ({name}; dense, GGUF block and the weight-only "
+                        "quantized types write into preallocated buffers)")  # fmt: skip
     if type(model.weights.lm_head) not in _GRAPH_WEIGHTS:
         return f"a quantized lm_head ({type(model.weights.lm_head).__name__})"
     return None
 
 
 # Weight types whose decode product writes into a preallocated buffer (nothing allocated per step):
-# dense arrays (matmul out=) and GGUF block-quantized tensors (quantized_gemv out=).
-_GRAPH_WEIGHTS = (GPUArray, QuantizedTensor)
+# dense arrays (matmul out=), GGUF block-quantized tensors (quantized_gemv out=) and the weight-only
+# types (FP8/INT8 per channel, AWQ/GPTQ INT4, block-FP8, NVF4: quantized_linear out=, up to 8 rows).
+_GRAPH_WEIGHTS = (GPUArray, QuantizedTensor, ChannelQuantizedTensor, Int4Tensor, BlockFP8Tensor, NVF4Tensor)
 
 
 class DecodeM1(LayerStep):

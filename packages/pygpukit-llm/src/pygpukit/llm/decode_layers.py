@@ -33,12 +33,24 @@ from pygpukit.core.array import GPUArray
 from pygpukit.core.errors import PyGPUkitError
 from pygpukit.core.graph import CudaGraph
 from pygpukit.core.stream import Stream, current_stream
-from pygpukit.ops.quant import QUANT_GEMV_MAX_ROWS, QuantizedTensor, quantized_gemv
+from pygpukit.ops.quant import (
+    QUANT_GEMV_MAX_ROWS,
+    BlockFP8Tensor,
+    ChannelQuantizedTensor,
+    Int4Tensor,
+    NVF4Tensor,
+    QuantizedTensor,
+    quantized_gemv,
+    quantized_linear,
+)
 
 if TYPE_CHECKING:
     from .model import CausalTransformerModel, LayerWeights, LinearWeight
 
 __all__ = ["LayerStep", "capture_step"]
+
+# The weight-only types whose decode GEMV writes into a given buffer (quantized_linear(out=)).
+_OUT_WEIGHTS = (ChannelQuantizedTensor, Int4Tensor, BlockFP8Tensor, NVF4Tensor)
 
 # The CPU backend's CudaGraph records calls into pygpukit made from outside pygpukit; the steps built
 # on this class capture graphs, so this module opts in too: the ops it calls inside a capture are
@@ -81,6 +93,8 @@ class LayerStep(abc.ABC):
                 ops.add(dest, bias, out=dest)
         elif type(w) is QuantizedTensor and rows.shape[0] <= self.quantized_gemv_rows:
             quantized_gemv(rows, w, dest, bias=bias)  # the packed blocks read once, straight into dest
+        elif isinstance(w, _OUT_WEIGHTS) and rows.shape[0] <= QUANT_GEMV_MAX_ROWS:
+            quantized_linear(rows, w, bias, out=dest)  # FP8/INT8, INT4, block-FP8, NVF4: their GEMV into dest
         else:
             dest.copy_(ops.linear(rows, w, bias))
 

@@ -78,8 +78,8 @@ class Engine:
     bytes hold (give at most one; default: enough for ``max_batch`` full sequences, or with a
     ``context`` 80 % of its free budget). ``prefill_chunk`` is the most prompt tokens prefilled per
     step. ``graph``: the decode step as one CUDA graph replay (True), launched op by op (False), or
-    (None, the default) the graph on the CUDA backend when the model allows it (dense or GGUF-block
-    weights; MoE blocks with dense experts)."""
+    (None, the default) the graph on the CUDA backend when the model allows it (dense or quantized
+    linear weights; MoE blocks with dense experts)."""
 
     def __init__(self, model: CausalTransformerModel, max_batch: int = 8, max_seq_len: int | None = None,
                  block_size: int = 16, num_blocks: int | None = None, memory_budget: int | None = None,

@@ -179,7 +179,7 @@ def dequantized_prefill(w: Any, x2: GPUArray, bias: GPUArray | None, activation:
 
 def linear_paths(x: Any, w: Any, kind: type[Any], noun: str, parts: Sequence[GPUArray], b: GPUArray | None,
                  activation: str | None, stream: Stream | None, *, host_values: Callable[[Any], Any], prefill: Prefill,
-                 gemv: Gemv, host_prefill: bool = False) -> GPUArray:  # fmt: skip
+                 gemv: Gemv, host_prefill: bool = False, out: GPUArray | None = None) -> GPUArray:  # fmt: skip
     """``activation(x @ W.T + b)`` for a quantized weight ``w`` (N, K) and x (..., K): the body of every
     weight-only type's ``linear``. After :func:`linear_prologue` (the first eight arguments), in order:
 
@@ -189,20 +189,34 @@ def linear_paths(x: Any, w: Any, kind: type[Any], noun: str, parts: Sequence[GPU
     - the CPU simulation backend: :func:`host_product` with the weight ``host_values(w)``;
     - else ``gemv(w, x2, out, bias)``'s kernel launched on ``stream`` (:func:`launch_on`), then the
       activation, if any, applied to ``out`` in place on ``stream``.
+
+    ``out`` (a contiguous array of the result's shape and x's dtype) receives the result: the GEMV
+    writes straight into it (nothing allocated, so a decode step can be captured); the other paths
+    copy theirs in.
     """
     x2, lead, rows, n, code, bias = linear_prologue(x, w, kind, noun, parts, b, activation, stream)
+    given = out
+    if given is not None and not (
+        isinstance(given, GPUArray) and given.dtype == x.dtype and given.size == rows * n and given.is_contiguous
+    ):
+        what = f"{getattr(given, 'dtype', type(given).__name__)} {getattr(given, 'shape', '')}"
+        raise ShapeError(f"linear: out must be a contiguous {x.dtype.name} array of {(*lead, n)}, got {what}")
     if rows > MAX_ROWS and (host_prefill or is_cuda()):
-        return prefill(w, x2, bias, activation, stream).reshape((*lead, n))
-    out = empty((rows, n), x.dtype, stream=stream)
+        result = prefill(w, x2, bias, activation, stream).reshape((*lead, n))
+        if given is None:
+            return result
+        given.copy_(result.reshape(given.shape))
+        return given
+    out = empty((rows, n), x.dtype, stream=stream) if given is None else given.reshape(rows, n)
     if rows == 0:
-        return out.reshape((*lead, n))
+        return out.reshape((*lead, n)) if given is None else given
     if not is_cuda():
         host_product(out, x2, host_values(w), bias, code)
-        return out.reshape((*lead, n))
+        return out.reshape((*lead, n)) if given is None else given
     kernel, args, grid = gemv(w, x2, out, bias)
     launch_on(kernel, args, grid, stream)
     if code:
         from .gemv import _activate
 
         _activate(out, code, stream)
-    return out.reshape((*lead, n))
+    return out.reshape((*lead, n)) if given is None else given

@@ -178,14 +178,14 @@ def _gemv(w: BlockFP8Tensor, x2: GPUArray, out: GPUArray, bias: GPUArray | None)
 
 
 def block_fp8_linear(x: GPUArray, w: BlockFP8Tensor, b: GPUArray | None = None, activation: str | None = None, *,
-                     stream: Stream | None = None) -> GPUArray:  # fmt: skip
+                     stream: Stream | None = None, out: GPUArray | None = None) -> GPUArray:  # fmt: skip
     """``activation(x @ W.T + b)`` for a :class:`BlockFP8Tensor` ``w`` (N, K) and x (..., K) of
     float32, float16 or bfloat16 (``pygpukit.ops.linear`` hands such weights here)."""
     dynamic = w.activation_scheme == "dynamic" if isinstance(w, BlockFP8Tensor) else False
     return _linear.linear_paths(x, w, BlockFP8Tensor, "a BlockFP8Tensor", (w.data, w.scale), b, activation, stream,
                                 host_values=BlockFP8Tensor.host_values,
                                 prefill=_w8a8_prefill if dynamic else _linear.dequantized_prefill, gemv=_gemv,
-                                host_prefill=dynamic)  # fmt: skip
+                                host_prefill=dynamic, out=out)  # fmt: skip
 
 
 def w8a8_supported(w: BlockFP8Tensor, x: GPUArray) -> bool:

@@ -262,6 +262,7 @@ def quantized_linear(
     activation: str | None = None,
     *,
     stream: Stream | None = None,
+    out: GPUArray | None = None,
 ) -> GPUArray:
     """``activation(x @ W.T + b)`` like :func:`pygpukit.ops.linear`, for a :class:`QuantizedTensor`
     ``w`` of shape (out_features, in_features) and x (..., in_features) of float32, float16 or
@@ -269,7 +270,23 @@ def quantized_linear(
     after it); more (prefill): W dequantized to x's dtype in row tiles of at most
     :data:`PREFILL_TILE_BYTES`, each through the GEMM dispatch (cuBLASLt / tensor cores). A
     :class:`~pygpukit.ops.quant.weight_only.ChannelQuantizedTensor` (FP8/INT8 with per-channel
-    scales) goes to :func:`~pygpukit.ops.quant.weight_only.weight_only_linear`."""
+    scales) goes to :func:`~pygpukit.ops.quant.weight_only.weight_only_linear`, and the INT4,
+    block-FP8 and NVF4 types to theirs. ``out`` (contiguous, the result's shape, x's dtype): the weight
+    types other than QuantizedTensor write their decode GEMV straight into it (nothing allocated);
+    otherwise the result is copied in."""
+    if out is not None and not isinstance(w, QuantizedTensor):
+        if isinstance(w, ChannelQuantizedTensor):
+            return weight_only_linear(x, w, b, activation, stream=stream, out=out)
+        if isinstance(w, BlockFP8Tensor):
+            return block_fp8_linear(x, w, b, activation, stream=stream, out=out)
+        if isinstance(w, NVF4Tensor):
+            return nvf4_linear(x, w, b, activation, stream=stream, out=out)
+        if isinstance(w, Int4Tensor):
+            return int4_linear(x, w, b, activation, stream=stream, out=out)
+    if out is not None:
+        result = quantized_linear(x, w, b, activation, stream=stream)
+        out.copy_(result.reshape(out.shape))
+        return out
     key = None
     if type(x) is GPUArray and type(w) is QuantizedTensor and (b is None or type(b) is GPUArray):
         # The buffers' devices are >= 0 only on the CUDA backend: a key never matches across backends.

@@ -242,13 +242,13 @@ def _gemv(w: Int4Tensor, x2: GPUArray, out: GPUArray, bias: GPUArray | None) -> 
 
 
 def int4_linear(x: GPUArray, w: Int4Tensor, b: GPUArray | None = None, activation: str | None = None, *,
-                stream: Stream | None = None) -> GPUArray:  # fmt: skip
+                stream: Stream | None = None, out: GPUArray | None = None) -> GPUArray:  # fmt: skip
     """``activation(x @ W.T + b)`` for an :class:`Int4Tensor` ``w`` (N, K) and x (..., K) of float32,
     float16 or bfloat16 (``pygpukit.ops.linear`` hands such weights here). More than 8 rows (prefill)
     take :func:`_prefill` on both backends: W rounded once to x's dtype, then the GEMM."""
     return _linear.linear_paths(x, w, Int4Tensor, "an Int4Tensor", (w.qweight, w.qzeros, w.scales), b, activation,
                                 stream, host_values=Int4Tensor.host_weights, prefill=_prefill, gemv=_gemv,
-                                host_prefill=True)  # fmt: skip
+                                host_prefill=True, out=out)  # fmt: skip
 
 
 def _prefill(w: Int4Tensor, x2: GPUArray, bias: GPUArray | None, activation: str | None,

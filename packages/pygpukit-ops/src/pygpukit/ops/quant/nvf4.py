@@ -168,12 +168,12 @@ def _gemv(w: NVF4Tensor, x2: GPUArray, out: GPUArray, bias: GPUArray | None) -> 
 
 
 def nvf4_linear(x: GPUArray, w: NVF4Tensor, b: GPUArray | None = None, activation: str | None = None, *,
-                stream: Stream | None = None) -> GPUArray:  # fmt: skip
+                stream: Stream | None = None, out: GPUArray | None = None) -> GPUArray:  # fmt: skip
     """``activation(x @ W.T + b)`` for an :class:`NVF4Tensor` ``w`` (N, K) and x (..., K) of float32,
     float16 or bfloat16 (``pygpukit.ops.linear`` hands such weights here)."""
     return _linear.linear_paths(x, w, NVF4Tensor, "an NVF4Tensor", (w.data, w.scale), b, activation, stream,
                                 host_values=NVF4Tensor.host_values, prefill=_linear.dequantized_prefill,
-                                gemv=_gemv)  # fmt: skip
+                                gemv=_gemv, out=out)  # fmt: skip
 
 
 def _enumerate() -> Groups:

@@ -147,12 +147,13 @@ def _gemv(w: ChannelQuantizedTensor, x2: GPUArray, out: GPUArray, bias: GPUArray
 
 
 def weight_only_linear(x: GPUArray, w: ChannelQuantizedTensor, b: GPUArray | None = None,
-                       activation: str | None = None, *, stream: Stream | None = None) -> GPUArray:  # fmt: skip
+                       activation: str | None = None, *, stream: Stream | None = None,
+                       out: GPUArray | None = None) -> GPUArray:  # fmt: skip
     """``activation(x @ W.T + b)`` for a :class:`ChannelQuantizedTensor` ``w`` (N, K) and x (..., K)
     of float32, float16 or bfloat16 (``pygpukit.ops.linear`` hands such weights here)."""
     return _linear.linear_paths(x, w, ChannelQuantizedTensor, "a ChannelQuantizedTensor", (w.data, w.scale), b,
                                 activation, stream, host_values=ChannelQuantizedTensor.host_values,
-                                prefill=_linear.dequantized_prefill, gemv=_gemv)  # fmt: skip
+                                prefill=_linear.dequantized_prefill, gemv=_gemv, out=out)  # fmt: skip
 
 
 def _enumerate() -> Groups:
