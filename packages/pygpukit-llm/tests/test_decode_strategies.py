@@ -296,3 +296,22 @@ def test_weight_only_linear_into_out_allocates_nothing_new() -> None:
     np.testing.assert_array_equal(out.to_numpy(), quantized_linear(x, w).to_numpy())
     with pytest.raises(gp.ShapeError, match="out must be a contiguous float32 array of"):
         quantized_linear(x, w, out=gp.empty((3, 47), gp.float32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["fp8", "int4"])
+def test_gpu_weight_only_graph_decode_allocates_nothing_and_equals_m1(fmt: str, tmp_path: Path) -> None:
+    from pygpukit.llm.loader import quantize_weights
+
+    model = _model(tmp_path, "qwen2", dtype="bfloat16")
+    quantize_weights(model.weights, fmt)
+    steps = 64
+    m1 = _run(DecodeM1(model, 1, 6 + steps + 1), PROMPT, steps)
+    graph = DecodeM1Graph(model, 1, 6 + steps + 1)
+    assert np.array_equal(_run(graph, PROMPT, steps), m1)
+    gp.synchronize()
+    before = memory_stats()
+    for _ in range(8):
+        graph.step()
+    gp.synchronize()
+    assert memory_stats()["requests"] == before["requests"]
