@@ -23,6 +23,8 @@
 #                   quantized MoE experts
 #   fp8-tests       scaled_matmul's scale kinds and fp8 output, the fp8 activation quantizer, the block-FP8
 #                   weights (W8A16 GEMV, W8A8 prefill) and the HF fp8 checkpoint test, all on the CUDA backend
+#   gemm-tests      the built-in GEMM kernels' and the MoE ops' gpu-marked tests (the mma.sync main loop that the
+#                   dense, grouped and quantized grouped GEMMs share)
 #   linear-tests    test_matmul.py's linear tests on the GPU (out=, epilogues; not the every-route sweep)
 #   llm-tests       the LLM package's gpu-marked tests (random-weight models; the real-model ones skip)
 #   llm-shapes      python -m pygpukit.llm.benchmark on $LLM_SHAPES (default qwen2.5-0.5b) with $LLM_ARGS
@@ -95,6 +97,8 @@ for phase in "$@"; do
       run fp8-tests 300 "${pytest_q[@]}" packages/pygpukit-ops/tests/test_scaled_matmul_scales.py \
         $(ls packages/pygpukit-ops/tests/test_quant_fp8_act.py 2>/dev/null) packages/pygpukit-ops/tests/test_quant_fp8_block.py \
         packages/pygpukit-llm/tests/test_quant_fp8_hf.py packages/pygpukit-ops/tests/test_matmul.py -k "scaled or fp8 or block or channel or quant" ;;
+    gemm-tests) run gemm-tests 240 "${pytest_q[@]}" -m gpu packages/pygpukit-ops/tests/test_builtin_gemm.py \
+      packages/pygpukit-ops/tests/test_moe.py ;;
     linear-tests) run linear-tests 240 "${pytest_q[@]}" packages/pygpukit-ops/tests/test_matmul.py -k "linear and not every_route" ;;
     llm-shapes)
       run llm-shapes "${LLM_LIMIT:-540}" python3 -m pygpukit.llm.benchmark --shapes "${LLM_SHAPES:-qwen2.5-0.5b}" \

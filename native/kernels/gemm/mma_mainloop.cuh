@@ -56,6 +56,68 @@ struct MmaMainloop {
     unsigned b[kTilesN][2];
   };
 
+  __device__ __forceinline__ static void zero(Accumulators& acc) {
+#pragma unroll
+    for (int i = 0; i < kTilesM; ++i) {
+#pragma unroll
+      for (int j = 0; j < kTilesN; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+      }
+    }
+  }
+
+  // The fragments of k16 step kk of the stage whose A and B tiles start at shared addresses tile_a
+  // and tile_b (laid out as the tile copies store them).
+  __device__ __forceinline__ static void load_fragments(Fragments& f, unsigned tile_a, unsigned tile_b,
+                                                        int kk) {
+    const int warp = static_cast<int>(threadIdx.x) / 32;
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    const int warp_m = (warp / WARPS_N) * kWarpM;
+    const int warp_n = (warp % WARPS_N) * kWarpN;
+    const int quad = lane >> 3;  // which 8 x 8 matrix of an ldmatrix.x4 this lane addresses
+    const int quad_row = lane & 7;
+#pragma unroll
+    for (int i = 0; i < kTilesM; ++i) {
+      const int row = warp_m + i * 16;
+      if constexpr (TRANS_A) {  // shared tile: BK rows of BM
+        const int offset = swizzled<BM>(kk + (quad >> 1) * 8 + quad_row, row + (quad & 1) * 8);
+        ldmatrix_x4_trans(f.a[i], tile_a + offset * static_cast<int>(sizeof(T)));
+      } else {  // shared tile: BM rows of BK
+        const int offset = swizzled<BK>(row + (quad & 1) * 8 + quad_row, kk + (quad >> 1) * 8);
+        ldmatrix_x4(f.a[i], tile_a + offset * static_cast<int>(sizeof(T)));
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kTilesN; j += 2) {
+      const int col = warp_n + j * 8;
+      unsigned r[4];
+      if constexpr (TRANS_B) {  // shared tile: BN rows of BK
+        const int offset = swizzled<BK>(col + (quad >> 1) * 8 + quad_row, kk + (quad & 1) * 8);
+        ldmatrix_x4(r, tile_b + offset * static_cast<int>(sizeof(T)));
+      } else {  // shared tile: BK rows of BN
+        const int offset = swizzled<BN>(kk + (quad & 1) * 8 + quad_row, col + (quad >> 1) * 8);
+        ldmatrix_x4_trans(r, tile_b + offset * static_cast<int>(sizeof(T)));
+      }
+      f.b[j][0] = r[0];
+      f.b[j][1] = r[1];
+      f.b[j + 1][0] = r[2];
+      f.b[j + 1][1] = r[3];
+    }
+  }
+
+  // acc += the products of one k16 step's fragments.
+  __device__ __forceinline__ static void multiply(Accumulators& acc, const Fragments& f) {
+#pragma unroll
+    for (int i = 0; i < kTilesM; ++i) {
+#pragma unroll
+      for (int jj = 0; jj < kTilesN; ++jj) {
+        const int j = (i % 2 == 0) ? jj : kTilesN - 1 - jj;  // serpentine: reuse the last B fragment
+        matmul::Mma<T>::run(acc[i][j], f.a[i], f.b[j][0], f.b[j][1]);
+      }
+    }
+  }
+
   // acc = op(A)[m0 : m0 + BM, :] @ op(B)[:, n0 : n0 + BN] for op(A) m x k and op(B) k x n, through
   // `shared`: STAGES x (kStageA + kStageB) elements of dynamic shared memory.
   __device__ __forceinline__ static void run(Accumulators& acc, T* shared, const T* __restrict__ a,
@@ -63,13 +125,6 @@ struct MmaMainloop {
                                              long long ldb, int m0, int n0, bool vector_a, bool vector_b) {
     T* smem_a = shared;
     T* smem_b = shared + STAGES * kStageA;
-    const int warp = static_cast<int>(threadIdx.x) / 32;
-    const int lane = static_cast<int>(threadIdx.x) % 32;
-    const int warp_m = (warp / WARPS_N) * kWarpM;
-    const int warp_n = (warp % WARPS_N) * kWarpN;
-    const int quad = lane >> 3;  // which 8 x 8 matrix of an ldmatrix.x4 this lane addresses
-    const int quad_row = lane & 7;
-
     const CopyA copy_a;
     const CopyB copy_b;
     const OperandCursors<T, TRANS_A, TRANS_B, BK> cursors(a, b, lda, ldb, m0, n0, copy_a, copy_b);
@@ -100,56 +155,7 @@ struct MmaMainloop {
       }
     };
 
-#pragma unroll
-    for (int i = 0; i < kTilesM; ++i) {
-#pragma unroll
-      for (int j = 0; j < kTilesN; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-      }
-    }
-
-    auto load_fragments = [&](Fragments& f, int stage, int kk) {
-      const unsigned tile_a = base_a + stage * kStageA * static_cast<int>(sizeof(T));
-      const unsigned tile_b = base_b + stage * kStageB * static_cast<int>(sizeof(T));
-#pragma unroll
-      for (int i = 0; i < kTilesM; ++i) {
-        const int row = warp_m + i * 16;
-        if constexpr (TRANS_A) {  // shared tile: BK rows of BM
-          const int offset = swizzled<BM>(kk + (quad >> 1) * 8 + quad_row, row + (quad & 1) * 8);
-          ldmatrix_x4_trans(f.a[i], tile_a + offset * static_cast<int>(sizeof(T)));
-        } else {  // shared tile: BM rows of BK
-          const int offset = swizzled<BK>(row + (quad & 1) * 8 + quad_row, kk + (quad >> 1) * 8);
-          ldmatrix_x4(f.a[i], tile_a + offset * static_cast<int>(sizeof(T)));
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kTilesN; j += 2) {
-        const int col = warp_n + j * 8;
-        unsigned r[4];
-        if constexpr (TRANS_B) {  // shared tile: BN rows of BK
-          const int offset = swizzled<BK>(col + (quad >> 1) * 8 + quad_row, kk + (quad & 1) * 8);
-          ldmatrix_x4(r, tile_b + offset * static_cast<int>(sizeof(T)));
-        } else {  // shared tile: BK rows of BN
-          const int offset = swizzled<BN>(kk + (quad & 1) * 8 + quad_row, col + (quad >> 1) * 8);
-          ldmatrix_x4_trans(r, tile_b + offset * static_cast<int>(sizeof(T)));
-        }
-        f.b[j][0] = r[0];
-        f.b[j][1] = r[1];
-        f.b[j + 1][0] = r[2];
-        f.b[j + 1][1] = r[3];
-      }
-    };
-    auto multiply = [&](const Fragments& f) {
-#pragma unroll
-      for (int i = 0; i < kTilesM; ++i) {
-#pragma unroll
-        for (int jj = 0; jj < kTilesN; ++jj) {
-          const int j = (i % 2 == 0) ? jj : kTilesN - 1 - jj;  // serpentine: reuse the last B fragment
-          matmul::Mma<T>::run(acc[i][j], f.a[i], f.b[j][0], f.b[j][1]);
-        }
-      }
-    };
+    zero(acc);
 
     // The main loop keeps STAGES tiles in flight with cp.async. The fragments of the last k16 step of
     // tile kt are read before the barrier that publishes tile kt + 1, so the tensor cores still have
@@ -168,7 +174,8 @@ struct MmaMainloop {
 #pragma unroll
       for (int step = 0; step < kSteps; ++step) {
         Fragments fragments;
-        load_fragments(fragments, read_stage, step * 16);
+        load_fragments(fragments, base_a + read_stage * kStageA * static_cast<int>(sizeof(T)),
+                       base_b + read_stage * kStageB * static_cast<int>(sizeof(T)), step * 16);
         if (step == kSteps - 1) {
           cp_async_wait<STAGES - 2>();
           __syncthreads();  // tile kt + 1 has landed, and every warp has read all of tile kt
@@ -177,7 +184,7 @@ struct MmaMainloop {
           cp_async_commit();
           read_stage = read_stage == STAGES - 1 ? 0 : read_stage + 1;
         }
-        multiply(fragments);
+        multiply(acc, fragments);
       }
     }
   }

@@ -84,6 +84,27 @@ def test_bad_input_is_named(rng: np.random.Generator) -> None:
         gp.ops.moe_mlp(x, logits[:, :3], gu, dn, 2)
 
 
+def test_half_activations_take_the_device_groups_at_any_size(rng: np.random.Generator,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """bf16 x beyond the GEMV's rows never reads the offsets on the host (the grouped GEMM on the GPU);
+    float32 x there does (the per-expert linear)."""
+    from pygpukit.ops.quant import experts as module
+
+    gu, dn = _experts(rng, "Q4_K", "Q8_0")
+    tokens = module.GROUPED_MAX_ROWS  # k = 2: twice the GEMV's rows
+    x = gp.from_numpy(rng.standard_normal((tokens, H)).astype(np.float32))
+    logits = gp.from_numpy(rng.standard_normal((tokens, E)).astype(np.float32))
+    calls: list[str] = []
+    monkeypatch.setattr(module, "_project", lambda *args: calls.append("host") or module._grouped(
+        args[0], args[1], gp.from_numpy(args[2].astype(np.int32)), args[3]))  # fmt: skip
+    want = gp.ops.moe_mlp(x, logits, gu, dn, 2, True).to_numpy().astype(np.float64)
+    assert calls == ["host", "host"]
+    calls.clear()
+    got = gp.ops.moe_mlp(x.astype("bfloat16"), logits, gu, dn, 2, True).to_numpy().astype(np.float64)
+    assert calls == []
+    assert np.abs(got - want).max() <= 2.0**-6 * np.abs(want).max()
+
+
 def test_grouped_and_per_expert_paths_agree(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
     """The grouped GEMV (offsets on the device) and the per-expert linear (offsets on the host) give the
     same block, at the boundary row count too."""
@@ -122,6 +143,63 @@ def test_gpu_grouped_gemv_every_format(rng: np.random.Generator, fmt: str, dtype
     mag = np.stack([np.abs(xs[r]) @ np.abs(dense[expert[r]]).T for r in range(rows)])
     assert np.all(np.abs(got[:rows] - want) <= eps * np.abs(want) + 1e-6 * mag)
     assert np.isnan(got[rows]).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("groups", [(0, 37, 37, 101, 150), (0, 9, 20, 31, 40)])
+def test_gpu_grouped_gemm_every_format(rng: np.random.Generator, fmt: str, dtype: str,
+                                       groups: tuple[int, ...]) -> None:  # fmt: skip
+    """The grouped tensor-core GEMM (more rows than the GEMV takes) against float64 products of x and the
+    weights dequantized and rounded to x's dtype, every format, both tiles (mean group above and below
+    32 rows), an empty expert, N not a multiple of the tile, K with a partial 256-element span for the
+    32-element formats; rows past the routed ones stay poisoned."""
+    from pygpukit.ops.quant.experts import _grouped_gemm
+
+    k = 288 if fmt[-2:] in ("_0", "_1") else 512
+    n = 200
+    w = quantize_experts((rng.standard_normal((E, n, k)) * 0.1).astype(np.float32), fmt)
+    rows = groups[-1]
+    x = gp.from_numpy(rng.standard_normal((rows + 3, k)).astype(np.float32)).astype(dtype)
+    offsets = gp.from_numpy(np.array(groups, np.int32))
+    out = gp.from_numpy(np.full((rows + 3, n), np.nan, np.float32)).astype(dtype)
+    _grouped_gemm(x, w, offsets, out)
+    got = out.to_numpy().astype(np.float64)
+    dense = w.dequantize(dtype).to_numpy().astype(np.float64)  # the kernel rounds the weights to x's dtype
+    xs = x.to_numpy().astype(np.float64)
+    want = np.empty((rows, n))
+    mag = np.empty((rows, n))
+    for e in range(E):
+        lo, hi = groups[e], groups[e + 1]
+        want[lo:hi] = xs[lo:hi] @ dense[e].T
+        mag[lo:hi] = np.abs(xs[lo:hi]) @ np.abs(dense[e]).T
+    eps = 2.0**-8 if dtype == "bfloat16" else 2.0**-11
+    assert np.all(np.abs(got[:rows] - want) <= eps * np.abs(want) + 2e-6 * mag)
+    assert np.isnan(got[rows:]).all()
+
+
+@pytest.mark.gpu
+def test_gpu_prefill_block_replays_in_a_graph(rng: np.random.Generator) -> None:
+    """A prefill-sized quantized MoE block in bf16 (the grouped GEMM: no host read, else the capture
+    would fail) captures and replays bitwise, and equals the per-expert path within bf16 rounding."""
+    from pygpukit.ops.quant.experts import GROUPED_MAX_ROWS
+
+    gu, dn = _experts(rng, "Q4_K", "Q6_K")
+    tokens = GROUPED_MAX_ROWS + 9
+    x = gp.from_numpy(rng.standard_normal((tokens, H)).astype(np.float32)).astype("bfloat16")
+    logits = gp.from_numpy(rng.standard_normal((tokens, E)).astype(np.float32))
+    with gp.Stream() as stream:
+        eager = gp.ops.moe_mlp(x, logits, gu, dn, 2, True).to_numpy()
+        graph = gp.CudaGraph()
+        with graph.capture(stream):
+            out = gp.ops.moe_mlp(x, logits, gu, dn, 2, True)
+        graph.replay(stream)
+        stream.synchronize()
+        assert out.to_numpy().tobytes() == eager.tobytes()
+    dense = gp.ops.moe_mlp(x, logits, gu.dequantize("bfloat16"), dn.dequantize("bfloat16"), 2, True).to_numpy()
+    want = dense.astype(np.float64)
+    assert np.abs(eager.astype(np.float64) - want).max() <= 2.0**-6 * np.abs(want).max()
 
 
 @pytest.mark.gpu

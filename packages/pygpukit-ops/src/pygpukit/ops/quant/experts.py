@@ -7,14 +7,19 @@ A stack of E experts' (N, K) linear weights is one :class:`~pygpukit.ops.quant.Q
 A Mixtral 8x7B layer's experts in Q4_K take 28 % of their bf16 bytes.
 
 :func:`quantized_moe_mlp` routes as the dense block does (:func:`~pygpukit.ops.moe_topk_gating`, the
-stable :func:`~pygpukit.ops.moe_permute`). Up to :data:`GROUPED_MAX_ROWS` routed rows (tokens x k:
-decode) each projection is one grouped GEMV launch (native/kernels/quant/gguf_grouped_gemv.cu) that
-finds each row's expert from the offsets on the device and reads only the chosen experts' blocks: no
-host synchronisation, so a decode step can be captured in a CUDA graph. Beyond, it reads the E + 1
-expert offsets on the host (one synchronisation per call) and runs each expert that received tokens
-through the quantized linear on its contiguous rows of the permuted tokens (dequantized tiles through
-the GEMM). Between the projections the fused gated activation; then :func:`~pygpukit.ops.moe_unpermute`
-with the routing weights.
+stable :func:`~pygpukit.ops.moe_permute`), then runs each projection as one launch that finds each
+row's expert from the offsets on the device, so no host synchronisation at any size and a step can be
+captured in a CUDA graph:
+
+* up to :data:`GROUPED_MAX_ROWS` routed rows (tokens x k: decode), the grouped GEMV
+  (native/kernels/quant/gguf_grouped_gemv.cu), which reads only the chosen experts' blocks;
+* beyond, with fp16 / bf16 activations, the grouped GEMM (native/kernels/quant/gguf_grouped_gemm.cu):
+  tiles of each expert's rows on the tensor cores, the weight blocks decoded into shared memory per
+  32-wide k tile. float32 activations beyond take the E + 1 offsets to the host (one synchronisation)
+  and run each expert that received rows through the quantized linear.
+
+Between the projections the fused gated activation; then :func:`~pygpukit.ops.moe_unpermute` with the
+routing weights.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from pygpukit.core.plans import PlanCache
 from pygpukit.core.stream import thread_device
 
 from .. import _cpu
+from .. import gguf as _gguf
 from .._kernels import NAMESPACE, Groups, c_param, group, launch, pointer, register_enumerator, size_param
 from .._layout import is_cuda
 from .tensor import _IDS, QUANT_FORMATS, QuantizedTensor
@@ -116,9 +122,8 @@ def quantize_experts(w: Any, fmt: str) -> QuantizedExperts:
 
 
 GROUPED_MAX_ROWS = 32
-"""Up to this many routed rows (tokens x k) the experts run through one grouped GEMV launch per
-projection (native/kernels/quant/gguf_grouped_gemv.cu: the expert offsets read on the device, no host
-synchronisation, capturable); beyond, one quantized linear per expert after a host read of the offsets."""
+"""Up to this many routed rows (tokens x k) the experts run through the grouped GEMV, beyond through the
+grouped GEMM (fp16 / bf16) or one quantized linear per expert (float32); see the module docstring."""
 _FILE = "quant/gguf_grouped_gemv.cu"
 _PARAMS = [pointer("x"), pointer("w"), pointer("y"), pointer("offsets"), c_param("experts", "int"),
            c_param("rows", "int"), c_param("n", "int"), c_param("k", "int"), size_param("ldx"),
@@ -154,6 +159,72 @@ def _grouped(x: GPUArray, w: QuantizedExperts, offsets: GPUArray, out: GPUArray)
         return
     launch(_kernel(w.format, x.dtype), (x.device_ptr, w.data.device_ptr, out.device_ptr, offsets.device_ptr,
                                         w.experts, rows, n, k, k, n), (-(-n // 8), rows))  # fmt: skip
+
+
+_GEMM_FILE = "quant/gguf_grouped_gemm.cu"
+_GEMM_PARAMS = [pointer("a"), pointer("w"), pointer("out"), pointer("offsets"), c_param("experts", "int"),
+                c_param("total_rows", "int"), c_param("n", "int"), c_param("k", "int"), size_param("lda"),
+                size_param("ldc"), c_param("worst_m", "int"), c_param("vector_a", "int")]  # fmt: skip
+_GEMM_DTYPES = (float16, bfloat16)
+
+
+class _GemmTile:
+    """A block tile of gguf_grouped_gemm: BM x BN outputs with WARPS_M x WARPS_N warps."""
+
+    __slots__ = ("bm", "bn", "warps_m", "warps_n")
+
+    def __init__(self, bm: int, bn: int, warps_m: int, warps_n: int) -> None:
+        self.bm, self.bn, self.warps_m, self.warps_n = bm, bn, warps_m, warps_n
+
+    @property
+    def threads(self) -> int:
+        return self.warps_m * self.warps_n * 32
+
+    def shared_bytes(self, fmt: str) -> int:
+        """GroupedGemmShared<Type, BM, BN>::kBytes: the A and B tiles, the staged bytes of a 256-wide
+        span of BN weight rows (16-byte rows), 16 bytes of slack for the block readers."""
+        elems, nbytes = _gguf.gguf_block_size(fmt)
+        span = 256 // elems * nbytes
+        return (self.bm + self.bn) * 32 * 2 + self.bn * (-(-span // 16) * 16) + 16
+
+    def expression(self, fmt: str, dtype: DType) -> str:
+        return (f"{NAMESPACE}qgemv::gguf_grouped_gemm<{_IDS[fmt]}, {dtype.ctype}, {self.bm}, {self.bn}, "
+                f"{self.warps_m}, {self.warps_n}>")  # fmt: skip
+
+
+# Groups of up to 32 rows on average (a batch of decode steps): 32-row tiles; larger groups (prefill):
+# 64 x 128 tiles, each decoded weight tile serving 64 rows.
+_GEMM_TILES = (_GemmTile(32, 64, 2, 2), _GemmTile(64, 128, 2, 2))
+
+
+def _gemm_tile(rows: int, experts: int) -> _GemmTile:
+    return _GEMM_TILES[0] if rows / max(1, min(experts, rows)) <= 32 else _GEMM_TILES[1]
+
+
+def _gemm_kernel(fmt: str, dtype: DType, tile: _GemmTile) -> JITKernel:
+    key = ("gemm", fmt, dtype, tile.bm, tile.bn, thread_device())
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        expression = tile.expression(fmt, dtype)
+        kernel = group(_GEMM_FILE, (expression,)).kernel(expression, _GEMM_PARAMS)
+        kernel.set_max_dynamic_shared_memory(tile.shared_bytes(fmt))
+        kernel = _KERNELS.put(key, kernel)
+    return kernel
+
+
+def _grouped_gemm(x: GPUArray, w: QuantizedExperts, offsets: GPUArray, out: GPUArray) -> None:
+    """:func:`_grouped`'s products for any number of rows (fp16 / bf16 x): one tensor-core launch."""
+    from ..moe import _worst_row_tiles
+
+    rows, k = x.shape
+    n = w.shape[1]
+    tile = _gemm_tile(rows, w.experts)
+    worst = _worst_row_tiles(rows, w.experts, tile.bm)
+    vector_a = int(x.device_ptr % 16 == 0 and (k * x.itemsize) % 16 == 0)
+    launch(_gemm_kernel(w.format, x.dtype, tile), (x.device_ptr, w.data.device_ptr, out.device_ptr,
+                                                    offsets.device_ptr, w.experts, rows, n, k, k, n, worst,
+                                                    vector_a),
+           worst * -(-n // tile.bn), tile.threads, tile.shared_bytes(w.format))  # fmt: skip
 
 
 def _project(x: GPUArray, w: QuantizedExperts, bounds: np.ndarray[Any, Any], out: GPUArray) -> None:
@@ -193,25 +264,30 @@ def quantized_moe_mlp(x: GPUArray, router_logits: GPUArray, w_gate_up: Quantized
     weights, ids = moe_topk_gating(router_logits, k, renormalize, scoring=scoring)  # type: ignore[arg-type]
     x_perm, offsets, permutation = moe_permute(x if x.is_contiguous else x.contiguous(), ids, experts)
     rows = tokens * int(k)
-    grouped = rows <= GROUPED_MAX_ROWS
-    bounds = None if grouped else offsets.to_numpy()  # the host needs the groups: one synchronisation
+    device_groups = rows <= GROUPED_MAX_ROWS or x.dtype in _GEMM_DTYPES
+
+    def project(a: GPUArray, w: QuantizedExperts, out: GPUArray) -> None:
+        if not device_groups:  # float32 beyond the GEMV: the host needs the groups, one synchronisation
+            _project(a, w, offsets.to_numpy(), out)
+        elif rows <= GROUPED_MAX_ROWS or not is_cuda():
+            _grouped(a, w, offsets, out)
+        else:
+            _grouped_gemm(a, w, offsets, out)
+
     gate_up = empty((rows, two_inter), x.dtype)
-    if grouped:
-        _grouped(x_perm, w_gate_up, offsets, gate_up)
-    else:
-        _project(x_perm, w_gate_up, bounds, gate_up)  # type: ignore[arg-type]
+    project(x_perm, w_gate_up, gate_up)
     act = swiglu(gate_up) if activation == "silu" else geglu(gate_up, approximate="tanh" if activation == "gelu_tanh"
                                                                  else "none")  # fmt: skip
     down = empty((rows, hidden), x.dtype)
-    if grouped:
-        _grouped(act, w_down, offsets, down)
-    else:
-        _project(act, w_down, bounds, down)  # type: ignore[arg-type]
+    project(act, w_down, down)
     return moe_unpermute(down, permutation, weights)
 
 
 def _enumerate() -> Groups:
-    return {_FILE: [(_expression(f, d),) for f in QUANT_FORMATS for d in _DTYPES]}
+    return {
+        _FILE: [(_expression(f, d),) for f in QUANT_FORMATS for d in _DTYPES],
+        _GEMM_FILE: [(t.expression(f, d),) for f in QUANT_FORMATS for d in _GEMM_DTYPES for t in _GEMM_TILES],
+    }
 
 
 register_enumerator(_enumerate)
