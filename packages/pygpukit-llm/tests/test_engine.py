@@ -270,8 +270,14 @@ def test_errors_name_the_bad_value(tmp_path: Path) -> None:
     from pygpukit.llm.loader import quantize_weights
 
     quantize_weights(moe.weights, "q8_0")
-    with pytest.raises(UnsupportedStrategyError, match=r"Engine\(graph=True\) does not support MoE experts in a"):
+    with pytest.raises(UnsupportedStrategyError, match=r"Engine\(graph=True\) does not support quantized MoE"):
         Engine(moe, max_seq_len=16, graph=True)
+    half = _model(tmp_path / "moe16", "mixtral", dtype="bfloat16")
+    quantize_weights(half.weights, "q8_0")  # bf16 with quantized experts: captured (grouped GEMV / GEMM)
+    half_engine = Engine(half, max_batch=2, max_seq_len=16, block_size=4, graph=True)
+    half_requests = [half_engine.submit(p, max_tokens=5) for p in PROMPTS[:3]]
+    half_engine.run_until_done()
+    assert [r.output for r in half_requests] == [_alone(half, p, 5) for p in PROMPTS[:3]]
     assert "waiting=0" in repr(engine)
 
 

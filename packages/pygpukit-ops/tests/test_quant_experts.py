@@ -11,6 +11,7 @@ import pytest
 
 import pygpukit as gp
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
+from pygpukit.core.memory import memory_stats
 from pygpukit.ops.quant import QuantizedExperts, QuantizedTensor, quantize_experts
 
 E, H, I = 4, 256, 256  # noqa: E741 - the usual MoE names
@@ -78,8 +79,10 @@ def test_bad_input_is_named(rng: np.random.Generator) -> None:
         gp.ops.moe_mlp(x, logits, dn, dn, 2)
     with pytest.raises(DTypeError, match="both w_gate_up and w_down"):
         gp.ops.moe_mlp(x, logits, gu, dn.dequantize("float32"), 2)
-    with pytest.raises(ArgumentError, match="no out= or workspace="):
-        gp.ops.moe_mlp(x, logits, gu, dn, 2, out=gp.empty((2, H)))
+    with pytest.raises(ArgumentError, match="'nk' layout"):
+        gp.ops.moe_mlp(x, logits, gu, dn, 2, layout="kn")
+    with pytest.raises(ShapeError, match="workspace has"):
+        gp.ops.moe_mlp(x, logits, gu, dn, 2, out=gp.empty((2, H)), workspace=gp.empty((16,), gp.uint8))
     with pytest.raises(ShapeError, match="router_logits"):
         gp.ops.moe_mlp(x, logits[:, :3], gu, dn, 2)
 
@@ -103,6 +106,35 @@ def test_half_activations_take_the_device_groups_at_any_size(rng: np.random.Gene
     got = gp.ops.moe_mlp(x.astype("bfloat16"), logits, gu, dn, 2, True).to_numpy().astype(np.float64)
     assert calls == []
     assert np.abs(got - want).max() <= 2.0**-6 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("tokens", [3, 40])
+def test_out_and_workspace_allocate_nothing(rng: np.random.Generator, tokens: int) -> None:
+    """With out= and workspace= the quantized block writes the given buffers and allocates nothing
+    (bf16: the grouped GEMV at 3 tokens, the grouped GEMM at 40), equal to the allocating call."""
+    _out_and_workspace(rng, tokens)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [3, 40])
+def test_gpu_out_and_workspace_allocate_nothing(rng: np.random.Generator, tokens: int) -> None:
+    _out_and_workspace(rng, tokens)
+
+
+def _out_and_workspace(rng: np.random.Generator, tokens: int) -> None:
+    gu, dn = _experts(rng, "Q4_K", "Q6_K")
+    x = gp.from_numpy(rng.standard_normal((tokens, H)).astype(np.float32)).astype("bfloat16")
+    logits = gp.from_numpy(rng.standard_normal((tokens, E)).astype(np.float32))
+    want = gp.ops.moe_mlp(x, logits, gu, dn, 2, True).to_numpy()
+    out = gp.from_numpy(np.full((tokens, H), np.nan, np.float32)).astype("bfloat16")
+    workspace = gp.empty((gp.ops.moe_workspace_size(tokens, H, I, E, 2, "bfloat16"),), gp.uint8)
+    gp.ops.moe_mlp(x, logits, gu, dn, 2, True, out=out, workspace=workspace)  # warm: kernels compiled
+    before = memory_stats()
+    got = gp.ops.moe_mlp(x, logits, gu, dn, 2, True, out=out, workspace=workspace)
+    after = memory_stats()
+    assert got is out
+    assert after["requests"] == before["requests"]
+    assert got.to_numpy().tobytes() == want.tobytes()
 
 
 def test_grouped_and_per_expert_paths_agree(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:

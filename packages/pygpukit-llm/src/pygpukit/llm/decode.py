@@ -27,10 +27,11 @@ down GEMV and the residual adds inside the o and down GEMVs, six kernels a layer
 
 Dense weights and GGUF block-quantized weights run allocation-free (the GGUF GEMV writes into the
 step's buffers, ``quantized_gemv(out=)``), so do FP8/INT8 per-channel, AWQ/GPTQ INT4, block-FP8 and
-NVF4 weights up to 8 rows (their GEMVs through ``quantized_linear(out=)``), and MoE blocks with dense
-experts (the router GEMV into a preallocated logits buffer, :func:`pygpukit.ops.moe_mlp` with ``out=``
-and its ``workspace``); quantized MoE experts still allocate (``DecodeM1`` only; ``DecodeM1Graph``
-refuses them, saying why).
+NVF4 weights up to 8 rows (their GEMVs through ``quantized_linear(out=)``), and MoE blocks with dense or
+GGUF-quantized experts (the router GEMV into a preallocated logits buffer, :func:`pygpukit.ops.moe_mlp`
+with ``out=`` and its ``workspace``; quantized experts through the grouped GEMV / GEMM that read the
+expert offsets on the device). ``DecodeM1Graph`` refuses quantized experts in a float32 model, saying
+why (beyond 32 routed rows their float32 path reads the groups on the host).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import numpy as np
 
 import pygpukit.ops as ops
 from pygpukit.core.array import GPUArray, empty, from_numpy
-from pygpukit.core.dtypes import int32, uint8
+from pygpukit.core.dtypes import float32, int32, uint8
 from pygpukit.core.errors import ArgumentError, ShapeError
 from pygpukit.ops.quant import BlockFP8Tensor, ChannelQuantizedTensor, Int4Tensor, NVF4Tensor, QuantizedTensor
 from pygpukit.profiling import Range
@@ -82,8 +83,10 @@ def graph_unsupported_reason(model: CausalTransformerModel, sampling: SamplingPa
     if sampling is not None and sampling.repetition_penalty:
         return "repetition_penalty (its token history is written by the host each step)"
     for layer in model.weights.layers:
-        if layer.w_router is not None and not isinstance(layer.experts_gate_up, GPUArray):
-            return "MoE experts in a quantized format (their routing allocates per step)"
+        if (layer.w_router is not None and not isinstance(layer.experts_gate_up, GPUArray)
+                and model.dtype == float32):  # fmt: skip
+            return ("quantized MoE experts with float32 activations (beyond 32 routed rows their groups are "
+                    "read on the host)")  # fmt: skip
         for name in ("wq", "wk", "wv", "wo", "w_gate_up", "w_down"):
             weight = getattr(layer, name)
             if weight is not None and type(weight) not in _GRAPH_WEIGHTS:
@@ -187,9 +190,10 @@ class DecodeM1(LayerStep):
             self.hidden = empty((b, 1, width), dt)
             self.activated = empty((b, 1, width if self.model.spec.activation == "gelu_tanh" else width // 2), dt)
         self.final = empty((b, c.hidden_size), dt)
-        # MoE blocks with dense experts: the router logits and moe_mlp's workspace (it writes into proj).
+        # MoE blocks (dense or quantized experts): the router logits and moe_mlp's workspace (it writes
+        # into proj).
         self.moe_logits = self.moe_workspace = None
-        if c.num_experts and isinstance(first.experts_down, GPUArray):
+        if c.num_experts and first.experts_down is not None:
             inter = first.experts_down.shape[2]
             self.moe_logits = empty((b, c.num_experts), dt)
             size = ops.moe_workspace_size(b, c.hidden_size, inter, c.num_experts, c.num_experts_per_tok, dt)
@@ -218,17 +222,12 @@ class DecodeM1(LayerStep):
             assert layer.experts_gate_up is not None
             assert layer.experts_down is not None
             flat = self.normed.reshape(-1, c.hidden_size)
-            if self.moe_workspace is not None and isinstance(layer.experts_down, GPUArray):  # dense: no allocation
-                assert self.moe_logits is not None
-                ops.linear(flat, layer.w_router, out=self.moe_logits)
-                ops.moe_mlp(flat, self.moe_logits, layer.experts_gate_up, layer.experts_down, c.num_experts_per_tok,
-                            renormalize=c.norm_topk_prob, activation="silu", out=self.proj.reshape(flat.shape),
-                            workspace=self.moe_workspace)  # fmt: skip
-                return
-            logits = ops.linear(flat, layer.w_router)  # quantized experts: allocates (refused by DecodeM1Graph)
-            out = ops.moe_mlp(flat, logits, layer.experts_gate_up, layer.experts_down, c.num_experts_per_tok,
-                              renormalize=c.norm_topk_prob, activation="silu")  # fmt: skip
-            self.proj.copy_(out.reshape(self.proj.shape))
+            assert self.moe_logits is not None
+            assert self.moe_workspace is not None
+            ops.linear(flat, layer.w_router, out=self.moe_logits)
+            ops.moe_mlp(flat, self.moe_logits, layer.experts_gate_up, layer.experts_down, c.num_experts_per_tok,
+                        renormalize=c.norm_topk_prob, activation="silu", out=self.proj.reshape(flat.shape),
+                        workspace=self.moe_workspace)  # fmt: skip
             return
         super()._mlp(layer)
 

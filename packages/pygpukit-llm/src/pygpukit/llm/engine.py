@@ -79,7 +79,7 @@ class Engine:
     ``context`` 80 % of its free budget). ``prefill_chunk`` is the most prompt tokens prefilled per
     step. ``graph``: the decode step as one CUDA graph replay (True), launched op by op (False), or
     (None, the default) the graph on the CUDA backend when the model allows it (dense or quantized
-    linear weights; MoE blocks with dense experts)."""
+    linear weights; MoE blocks with dense experts, or GGUF-quantized ones outside float32 models)."""
 
     def __init__(self, model: CausalTransformerModel, max_batch: int = 8, max_seq_len: int | None = None,
                  block_size: int = 16, num_blocks: int | None = None, memory_budget: int | None = None,

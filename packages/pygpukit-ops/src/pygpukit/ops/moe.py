@@ -694,15 +694,15 @@ def moe_mlp(
     ``"gelu_tanh"`` or ``"gelu"``. With ``out`` and ``workspace`` (a contiguous uint8 array of at least
     :func:`moe_workspace_size` bytes) given, nothing is allocated and the call can be captured in a
     CUDA graph.
+
+    ``w_gate_up`` and ``w_down`` may instead both be :class:`~pygpukit.ops.quant.QuantizedExperts`
+    (GGUF block formats, ``layout="nk"``): the same routing, workspace and activation, the projections
+    through the quantized grouped kernels (:mod:`pygpukit.ops.quant.experts`). They too run without a
+    host synchronisation, so capturable, except float32 x beyond
+    :data:`~pygpukit.ops.quant.experts.GROUPED_MAX_ROWS` routed rows.
     """
     op = "moe_mlp"
-    if getattr(w_gate_up, "_quantized_experts", False) or getattr(w_down, "_quantized_experts", False):
-        from .quant.experts import quantized_moe_mlp
-
-        if out is not None or workspace is not None or layout != "nk":
-            raise ArgumentError(f"{op}: quantized experts take the 'nk' layout and no out= or workspace=")
-        return quantized_moe_mlp(x, router_logits, w_gate_up, w_down, k, renormalize, activation,  # type: ignore[arg-type]
-                                 scoring=scoring)  # fmt: skip
+    quantized = getattr(w_gate_up, "_quantized_experts", False) or getattr(w_down, "_quantized_experts", False)
     x = _array(op, "x", x)
     _float(op, "x", x)
     if x.ndim != 2:
@@ -712,28 +712,38 @@ def moe_mlp(
     if logits.ndim != 2 or logits.shape[0] != tokens:
         raise ShapeError(f"{op}: router_logits must be ({tokens}, experts) for x {x.shape}, got {logits.shape}")
     experts = logits.shape[1]
-    w_down = _array(op, "w_down", w_down)  # dense from here on
-    if w_down.ndim != 3:
-        raise ShapeError(f"{op}: w_down must be 3-D (experts, hidden, intermediate), got shape {w_down.shape}")
-    inter = w_down.shape[2] if layout == "nk" else w_down.shape[1]
     if layout not in ("nk", "kn"):
         raise ArgumentError(f"{op}: layout must be 'nk' or 'kn', got {layout!r}")
     if activation not in _ACTIVATIONS:
         raise ArgumentError(f"{op}: activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
+    stacked: Any = None
+    down_w: Any = None
+    pair: tuple[GPUArray, GPUArray] | None = None
+    if quantized:
+        from .quant.experts import check_experts
 
-    def shape(rows: int, cols: int) -> tuple[int, int, int]:
-        return (experts, rows, cols) if layout == "nk" else (experts, cols, rows)
-
-    _expert_weights(op, "w_down", w_down, shape(hidden, inter), x.dtype)
-    if isinstance(w_gate_up, GPUArray):
-        stacked: GPUArray | None = _expert_weights(op, "w_gate_up", w_gate_up, shape(2 * inter, hidden), x.dtype)
-        pair: tuple[GPUArray, GPUArray] | None = None
-    elif isinstance(w_gate_up, (tuple, list)) and len(w_gate_up) == 2:
-        stacked = None
-        pair = (_expert_weights(op, "w_gate", w_gate_up[0], shape(inter, hidden), x.dtype),
-                _expert_weights(op, "w_up", w_gate_up[1], shape(inter, hidden), x.dtype))  # fmt: skip
+        if layout != "nk":
+            raise ArgumentError(f"{op}: quantized experts take the 'nk' layout, got {layout!r}")
+        inter = check_experts(op, x, experts, w_gate_up, w_down)
+        stacked, down_w = w_gate_up, w_down
     else:
-        raise DTypeError(f"{op}: w_gate_up must be a GPUArray or a pair (w_gate, w_up), got {type(w_gate_up).__name__}")
+        down_w = _array(op, "w_down", w_down)  # dense from here on
+        if down_w.ndim != 3:
+            raise ShapeError(f"{op}: w_down must be 3-D (experts, hidden, intermediate), got shape {down_w.shape}")
+        inter = down_w.shape[2] if layout == "nk" else down_w.shape[1]
+
+        def shape(rows: int, cols: int) -> tuple[int, int, int]:
+            return (experts, rows, cols) if layout == "nk" else (experts, cols, rows)
+
+        _expert_weights(op, "w_down", down_w, shape(hidden, inter), x.dtype)
+        if isinstance(w_gate_up, GPUArray):
+            stacked = _expert_weights(op, "w_gate_up", w_gate_up, shape(2 * inter, hidden), x.dtype)
+        elif isinstance(w_gate_up, (tuple, list)) and len(w_gate_up) == 2:
+            pair = (_expert_weights(op, "w_gate", w_gate_up[0], shape(inter, hidden), x.dtype),
+                    _expert_weights(op, "w_up", w_gate_up[1], shape(inter, hidden), x.dtype))  # fmt: skip
+        else:
+            raise DTypeError(f"{op}: w_gate_up must be a GPUArray or a pair (w_gate, w_up), got "
+                             f"{type(w_gate_up).__name__}")  # fmt: skip
     # The gating checks (dtype, k, experts) before anything is allocated or written.
     _float(op, "router_logits", logits)
     if experts < 1 or experts > MOE_MAX_EXPERTS:
@@ -754,8 +764,8 @@ def moe_mlp(
         if workspace.size < needed:
             raise ShapeError(f"{op}: workspace has {workspace.size} bytes; these sizes need {needed} "
                              "(moe_workspace_size)")  # fmt: skip
-    weights_in = [stacked] if stacked is not None else list(pair or ())
-    check_devices(op, [a for a in (x, logits, w_down, *weights_in, result, workspace) if a is not None])
+    weights_in = [stacked.data, down_w.data] if quantized else [down_w, *([stacked] if pair is None else pair)]
+    check_devices(op, [a for a in (x, logits, *weights_in, result, workspace) if a is not None])
     if workspace is None:
         workspace = empty((needed,), uint8)
     if result is None:
@@ -773,15 +783,22 @@ def moe_mlp(
                                                views["permutation"])  # fmt: skip
     gate_up = views["gate_up"]
     gate, up = gate_up[:, :inter], gate_up[:, inter:]
-    if stacked is not None:
+    h = views["h"]
+    if quantized:
+        from .quant.experts import project_experts
+
+        project_experts(x_perm, stacked, offsets, gate_up)
+        _glu(gate, up, h, _ACTIVATIONS[activation])
+        project_experts(h, down_w, offsets, x_perm)
+        return moe_unpermute(x_perm, permutation, weights, result)
+    if pair is None:
         grouped_gemm(x_perm, stacked, offsets, layout, gate_up)
     else:
         assert pair is not None
         grouped_gemm(x_perm, pair[0], offsets, layout, gate)
         grouped_gemm(x_perm, pair[1], offsets, layout, up)
-    h = views["h"]
     _glu(gate, up, h, _ACTIVATIONS[activation])
-    down = grouped_gemm(h, w_down, offsets, layout, x_perm)  # x_perm is free again
+    down = grouped_gemm(h, down_w, offsets, layout, x_perm)  # x_perm is free again
     return moe_unpermute(down, permutation, weights, result)
 
 

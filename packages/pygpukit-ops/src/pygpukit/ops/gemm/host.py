@@ -38,7 +38,7 @@ def linear(x2: GPUArray, w: GPUArray, bias: GPUArray | None, code: int, d: GPUAr
     if bias is not None:
         result = result + _wide(bias)
     result = apply_activation(result.astype(np.float64), code) if code else result
-    d.copy_(np.ascontiguousarray(result.astype(d.dtype.numpy)))
+    _cpu.store(d, result.astype(d.dtype.numpy))  # in place: an out= linear allocates nothing
 
 
 def scaled_matmul(a: GPUArray, b: GPUArray, scale_a: GPUArray, scale_b: GPUArray, bias: GPUArray | None,

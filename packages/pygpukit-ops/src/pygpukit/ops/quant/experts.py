@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from pygpukit.core.array import GPUArray, empty
+from pygpukit.core.array import GPUArray
 from pygpukit.core.dtypes import DType, bfloat16, float16, float32
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel
@@ -42,7 +42,14 @@ from .._kernels import NAMESPACE, Groups, c_param, group, launch, pointer, regis
 from .._layout import is_cuda
 from .tensor import _IDS, QUANT_FORMATS, QuantizedTensor
 
-__all__ = ["GROUPED_MAX_ROWS", "QuantizedExperts", "quantize_experts", "quantized_moe_mlp"]
+__all__ = [
+    "GROUPED_MAX_ROWS",
+    "QuantizedExperts",
+    "check_experts",
+    "project_experts",
+    "quantize_experts",
+    "quantized_moe_mlp",
+]
 
 
 class QuantizedExperts:
@@ -151,10 +158,11 @@ def _grouped(x: GPUArray, w: QuantizedExperts, offsets: GPUArray, out: GPUArray)
     n = w.shape[1]
     if not is_cuda():  # the CPU simulation: the same products from the host offsets
         bounds = _cpu.host(offsets)
+        dense = w.q.host_weights()  # decoded once and kept
         for e in range(w.experts):
             lo, hi = int(bounds[e]), int(bounds[e + 1])
             if hi > lo:
-                weight = _cpu.host(w.expert(e).dequantize(float32)).astype(np.float64)
+                weight = dense[e * n : (e + 1) * n].astype(np.float64)
                 _cpu.store(out[lo:hi], _cpu.host(x[lo:hi]).astype(np.float64) @ weight.T)
         return
     launch(_kernel(w.format, x.dtype), (x.device_ptr, w.data.device_ptr, out.device_ptr, offsets.device_ptr,
@@ -236,51 +244,46 @@ def _project(x: GPUArray, w: QuantizedExperts, bounds: np.ndarray[Any, Any], out
             linear(x[lo:hi], w.expert(e), out=out[lo:hi])
 
 
-def quantized_moe_mlp(x: GPUArray, router_logits: GPUArray, w_gate_up: QuantizedExperts, w_down: QuantizedExperts,
-                      k: int, renormalize: bool = False, activation: str = "silu", *,
-                      scoring: str = "softmax") -> GPUArray:  # fmt: skip
-    """The sparse MoE MLP of :func:`pygpukit.ops.moe_mlp` (HF "nk" layout: ``w_gate_up`` (E, 2I, H) with
-    the gate in each expert's first I rows, ``w_down`` (E, H, I)) on quantized experts; see the module
-    docstring for how it runs."""
-    from ..gated import geglu, swiglu
-    from ..moe import moe_permute, moe_topk_gating, moe_unpermute
-
-    op = "moe_mlp"
+def check_experts(op: str, x: GPUArray, experts: int, w_gate_up: Any, w_down: Any) -> int:
+    """The intermediate size I of quantized experts that fit x (T, H) and ``experts`` router columns
+    (HF "nk" layout: ``w_gate_up`` (E, 2I, H) with the gate in each expert's first I rows, ``w_down``
+    (E, H, I)); typed errors naming what does not fit."""
     if not isinstance(w_gate_up, QuantizedExperts) or not isinstance(w_down, QuantizedExperts):
         raise DTypeError(f"{op}: quantized experts need both w_gate_up and w_down as QuantizedExperts, got "
                          f"{type(w_gate_up).__name__} and {type(w_down).__name__}")  # fmt: skip
-    if not isinstance(x, GPUArray) or x.ndim != 2:
-        raise ShapeError(f"{op}: x must be a (tokens, hidden) GPUArray, got {getattr(x, 'shape', type(x).__name__)}")
-    tokens, hidden = x.shape
-    experts, two_inter, h1 = w_gate_up.shape
+    hidden = x.shape[1]
+    e1, two_inter, h1 = w_gate_up.shape
     e2, h2, inter = w_down.shape
-    if h1 != hidden or h2 != hidden or two_inter != 2 * inter or e2 != experts:
+    if h1 != hidden or h2 != hidden or two_inter != 2 * inter or e2 != e1:
         raise ShapeError(f"{op}: experts {w_gate_up.shape} and {w_down.shape} do not fit x {x.shape} (want "
                          f"(E, 2I, {hidden}) and (E, {hidden}, I))")  # fmt: skip
-    if router_logits.shape != (tokens, experts):
-        raise ShapeError(f"{op}: router_logits must be ({tokens}, {experts}), got {router_logits.shape}")
-    if activation not in ("silu", "gelu", "gelu_tanh"):
-        raise ArgumentError(f"{op}: activation must be 'silu', 'gelu' or 'gelu_tanh', got {activation!r}")
-    weights, ids = moe_topk_gating(router_logits, k, renormalize, scoring=scoring)  # type: ignore[arg-type]
-    x_perm, offsets, permutation = moe_permute(x if x.is_contiguous else x.contiguous(), ids, experts)
-    rows = tokens * int(k)
-    device_groups = rows <= GROUPED_MAX_ROWS or x.dtype in _GEMM_DTYPES
+    if experts != e1:
+        raise ShapeError(f"{op}: router_logits has {experts} experts, the weights {e1}")
+    return int(inter)
 
-    def project(a: GPUArray, w: QuantizedExperts, out: GPUArray) -> None:
-        if not device_groups:  # float32 beyond the GEMV: the host needs the groups, one synchronisation
-            _project(a, w, offsets.to_numpy(), out)
-        elif rows <= GROUPED_MAX_ROWS or not is_cuda():
-            _grouped(a, w, offsets, out)
-        else:
-            _grouped_gemm(a, w, offsets, out)
 
-    gate_up = empty((rows, two_inter), x.dtype)
-    project(x_perm, w_gate_up, gate_up)
-    act = swiglu(gate_up) if activation == "silu" else geglu(gate_up, approximate="tanh" if activation == "gelu_tanh"
-                                                                 else "none")  # fmt: skip
-    down = empty((rows, hidden), x.dtype)
-    project(act, w_down, down)
-    return moe_unpermute(down, permutation, weights)
+def project_experts(a: GPUArray, w: QuantizedExperts, offsets: GPUArray, out: GPUArray) -> None:
+    """out[r] = a[r] @ W_e.T for every permuted row r of expert e's group (``offsets`` from
+    :func:`~pygpukit.ops.moe_permute`): the grouped GEMV up to :data:`GROUPED_MAX_ROWS` rows, the
+    grouped GEMM beyond for fp16 / bf16, else one quantized linear per expert after reading the offsets
+    on the host. ``a`` and ``out`` have unit stride along their rows; ``out`` may be a view."""
+    rows = a.shape[0]
+    if rows <= GROUPED_MAX_ROWS or (a.dtype in _GEMM_DTYPES and not is_cuda()):
+        _grouped(a, w, offsets, out)
+    elif a.dtype in _GEMM_DTYPES:
+        _grouped_gemm(a, w, offsets, out)
+    else:  # float32 beyond the GEMV: the host needs the groups, one synchronisation
+        _project(a, w, offsets.to_numpy(), out)
+
+
+def quantized_moe_mlp(x: GPUArray, router_logits: GPUArray, w_gate_up: QuantizedExperts, w_down: QuantizedExperts,
+                      k: int, renormalize: bool = False, activation: str = "silu", *, scoring: str = "softmax",
+                      out: GPUArray | None = None, workspace: GPUArray | None = None) -> GPUArray:  # fmt: skip
+    """:func:`pygpukit.ops.moe_mlp` on quantized experts (the same call; see the module docstring)."""
+    from ..moe import moe_mlp
+
+    return moe_mlp(x, router_logits, w_gate_up, w_down, k, renormalize, activation,  # type: ignore[arg-type]
+                   scoring=scoring, out=out, workspace=workspace)  # type: ignore[arg-type]  # fmt: skip
 
 
 def _enumerate() -> Groups:
