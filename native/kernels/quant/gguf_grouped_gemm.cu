@@ -15,9 +15,9 @@
 //
 // A block walks K one span at a time: 256 elements, 8 blocks of the 32-element formats or one k-quant
 // block. It copies the raw bytes of its BN weight rows' span into shared memory (2- or 4-byte words,
-// as the format's block size allows), then for each 32-wide k tile of the span: A's BM x 32 tile
-// through cp.async (the dense GEMM's tile copy, zero outside the group), W's BN x 32 tile decoded from
-// the staged bytes (gguf_formats.cuh: s * q + o, rounded to T) and stored in the layout the mma.sync
+// as the format's block size and the weight's start allow), then for each 32-wide k tile of the span: A's BM
+// x 32 tile through cp.async (the dense GEMM's tile copy, zero outside the group), W's BN x 32 tile decoded
+// from the staged bytes (gguf_formats.cuh: s * q + o, rounded to T) and stored in the layout the mma.sync
 // main loop reads, then two m16n8k16 steps of that loop's fragments (mma_mainloop.cuh). The epilogue
 // is the dense GEMM's. Each weight block is decoded once per row tile that uses it: the weights are
 // read from memory once per block row of the grid and reused from L2 across its row tiles.
@@ -72,6 +72,7 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32)
   const int blocks_per_row = k / F::kElems;
   const long long row_bytes = static_cast<long long>(blocks_per_row) * F::kBytes;
   const unsigned char* wexp = w + static_cast<long long>(group.expert) * n * row_bytes;
+  const bool word_aligned = reinterpret_cast<unsigned long long>(w) % Shared::kWord == 0;
 
   extern __shared__ uint4 shared_words[];
   T* tile_a = reinterpret_cast<T*>(shared_words);
@@ -89,12 +90,22 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32)
     const int words = nb * F::kBytes / Shared::kWord;
     __syncthreads();  // every warp is done with the previous span's bytes and tiles
     const unsigned char* span = wexp + static_cast<long long>(b0) * F::kBytes;
-    for (int j = tid; j < BN * kWordsPerRow; j += kThreads) {
-      const int row = j / kWordsPerRow;
-      const int word = j - row * kWordsPerRow;
-      if (n0 + row < n && word < words) {
-        const Word* src = reinterpret_cast<const Word*>(span + (n0 + row) * row_bytes) + word;
-        *reinterpret_cast<Word*>(raw + row * Shared::kRawStride + word * Shared::kWord) = __ldg(src);
+    if (word_aligned) {
+      for (int j = tid; j < BN * kWordsPerRow; j += kThreads) {
+        const int row = j / kWordsPerRow;
+        const int word = j - row * kWordsPerRow;
+        if (n0 + row < n && word < words) {
+          const Word* src = reinterpret_cast<const Word*>(span + (n0 + row) * row_bytes) + word;
+          *reinterpret_cast<Word*>(raw + row * Shared::kRawStride + word * Shared::kWord) = __ldg(src);
+        }
+      }
+    } else {  // a weight that starts off the word size (a view): byte by byte
+      for (int j = tid; j < BN * Shared::kSpanBytes; j += kThreads) {
+        const int row = j / Shared::kSpanBytes;
+        const int byte = j - row * Shared::kSpanBytes;
+        if (n0 + row < n && byte < nb * F::kBytes) {
+          raw[row * Shared::kRawStride + byte] = __ldg(span + (n0 + row) * row_bytes + byte);
+        }
       }
     }
     const int tiles = nb * F::kElems / kGemmTileK;

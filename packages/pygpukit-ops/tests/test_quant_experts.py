@@ -212,6 +212,28 @@ def test_gpu_grouped_gemm_every_format(rng: np.random.Generator, fmt: str, dtype
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize(("fmt", "shift"), [("Q4_K", 2), ("Q4_K", 1), ("Q8_0", 1)])
+def test_gpu_grouped_gemm_of_an_unaligned_weight(rng: np.random.Generator, fmt: str, shift: int) -> None:
+    """Experts whose bytes start off the kernel's copy word (a view into a larger buffer): the same
+    products as the aligned copy of the same bytes, bit for bit."""
+    from pygpukit.ops.quant.experts import _grouped_gemm
+
+    w = quantize_experts((rng.standard_normal((E, 136, 256)) * 0.1).astype(np.float32), fmt)
+    raw = w.data.to_numpy()
+    padded = gp.from_numpy(np.concatenate([np.zeros(shift, np.uint8), raw]))
+    moved = QuantizedExperts(QuantizedTensor(padded[shift:], fmt, w.q.shape), E)
+    x = gp.from_numpy(rng.standard_normal((70, 256)).astype(np.float32)).astype("bfloat16")
+    offsets = gp.from_numpy(np.array([0, 30, 30, 52, 70], np.int32))
+    outs = []
+    for weights in (w, moved):
+        out = gp.from_numpy(np.full((70, 136), np.nan, np.float32)).astype("bfloat16")
+        _grouped_gemm(x, weights, offsets, out)
+        outs.append(out.to_numpy())
+    assert outs[0].tobytes() == outs[1].tobytes()
+    assert not np.isnan(outs[0].astype(np.float32)).any()
+
+
+@pytest.mark.gpu
 def test_gpu_prefill_block_replays_in_a_graph(rng: np.random.Generator) -> None:
     """A prefill-sized quantized MoE block in bf16 (the grouped GEMM: no host read, else the capture
     would fail) captures and replays bitwise, and equals the per-expert path within bf16 rounding."""
