@@ -30,6 +30,7 @@ __all__ = [
     "fp8_gemm_case",
     "quant_case",
     "quant_cases",
+    "quant_moe_case",
 ]
 
 # (batch, query heads, kv heads, head_dim): Llama-3-8B
@@ -253,12 +254,81 @@ def _packed_bytes(fmt: str, n: int, k: int) -> float:
     return float(n * k // elems * nbytes)
 
 
+# A Qwen3-30B-A3B MoE layer: 128 experts of hidden 2048 and intermediate 768, 8 chosen per token.
+QUANT_MOE = (128, 2048, 768, 8)
+QUANT_MOE_FORMATS = ("Q4_K", "Q8_0")
+
+
+def quant_moe_case(fmt: str, tokens: int) -> Case:
+    """``moe_mlp`` over :data:`QUANT_MOE` experts kept packed in ``fmt`` (GGUF), x bfloat16: the grouped
+    GEMV (up to 32 routed rows) or the grouped GEMM. The peer is transformers' MoE block in torch on
+    the decoded bfloat16 experts (a loop over the experts that received tokens: index, gate-up, SwiGLU,
+    down, index_add). Checked on the first 4 tokens against pygpukit's dense ``moe_mlp`` on the decoded
+    weights."""
+    experts, hidden, inter, k = QUANT_MOE
+
+    def make() -> Bench:
+        from pygpukit.ops.quant import QuantizedExperts, QuantizedTensor
+
+        from .quant_gemv import random_weight
+
+        rng = np.random.default_rng(tokens + len(fmt))
+        gu = QuantizedExperts(QuantizedTensor.from_raw(random_weight(rng, fmt, experts * 2 * inter, hidden), fmt,
+                                                       (experts * 2 * inter, hidden)), experts)  # fmt: skip
+        dn = QuantizedExperts(QuantizedTensor.from_raw(random_weight(rng, fmt, experts * hidden, inter), fmt,
+                                                       (experts * hidden, inter)), experts)  # fmt: skip
+        x = gp.from_numpy(_host(rng, (tokens, hidden))).astype("bfloat16")
+        logits = gp.from_numpy(_host(rng, (tokens, experts)))
+
+        def ours() -> gp.GPUArray:
+            return gp.ops.moe_mlp(x, logits, gu, dn, k, True)
+
+        def check(result: gp.GPUArray) -> str | None:
+            rows = min(tokens, 4)
+            dense = gp.ops.moe_mlp(x[:rows], logits[:rows], gu.dequantize(gp.bfloat16), dn.dequantize(gp.bfloat16),
+                                   k, True)  # fmt: skip
+            error = _relative_error(result[:rows].to_numpy(), dense.to_numpy().astype(np.float64))
+            return None if error <= QUANT_TOLERANCE else f"relative error {error:.3g} > {QUANT_TOLERANCE:.0e}"
+
+        def torch_run(torch: Any) -> Callable[[], Any] | None:
+            tx = torch.from_dlpack(x)
+            tl = torch.from_dlpack(logits)
+            wgu = torch.from_dlpack(gu.dequantize(gp.bfloat16)).clone()
+            wdn = torch.from_dlpack(dn.dequantize(gp.bfloat16)).clone()
+
+            def block() -> Any:  # transformers' Qwen3MoeSparseMoeBlock.forward, eager
+                weights = torch.softmax(tl, dim=-1, dtype=torch.float)
+                weights, chosen = torch.topk(weights, k, dim=-1)
+                weights = (weights / weights.sum(dim=-1, keepdim=True)).to(tx.dtype)
+                out = torch.zeros_like(tx)
+                mask = torch.nn.functional.one_hot(chosen, num_classes=experts).permute(2, 1, 0)
+                for e in torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero():
+                    slot, token = torch.where(mask[e[0]])
+                    gate, up = torch.nn.functional.linear(tx[token], wgu[e[0]]).chunk(2, dim=-1)
+                    y = torch.nn.functional.linear(torch.nn.functional.silu(gate) * up, wdn[e[0]])
+                    out.index_add_(0, token, y * weights[token, slot, None])
+                return out
+
+            return block
+
+        return Bench(ours, check, torch_run)
+
+    weight_bytes = _packed_bytes(fmt, experts * 2 * inter, hidden) + _packed_bytes(fmt, experts * hidden, inter)
+    flops = 2.0 * tokens * k * 3 * inter * hidden
+    return Case("quant", f"moe_mlp {fmt} {experts}x{hidden}x{inter} k{k}", "bfloat16", f"{tokens} tokens",
+                flops=flops, nbytes=weight_bytes, make=make)  # fmt: skip
+
+
 def quant_cases(formats: Sequence[str], quick: bool) -> list[Case]:
     """Decode cases at the Llama-3-8B shapes for every format, and the 4096-token prefill of the first
-    shape for the 4-bit formats (issue 18's W4A16 prefill target, >= 0.8x the bf16 GEMM)."""
+    shape for the 4-bit formats (issue 18's W4A16 prefill target, >= 0.8x the bf16 GEMM); the MoE layer
+    of :func:`quant_moe_case` at 1, 64 and 512 tokens (grouped GEMV, then the grouped GEMM) for the
+    GGUF formats of :data:`QUANT_MOE_FORMATS`."""
     shapes = QUANT_SHAPES[:1] if quick else QUANT_SHAPES
     cases = [quant_case(fmt, 1, n, k) for fmt in formats for n, k in shapes]
     prefill = 256 if quick else QUANT_PREFILL_TOKENS
     n, k = QUANT_SHAPES[0]
     cases += [quant_case(fmt, prefill, n, k) for fmt in formats if fmt in ("Q4_K", "Q4_0", "AWQ", "GPTQ", "NVF4")]
+    moe_tokens = (1, 64) if quick else (1, 64, 512)
+    cases += [quant_moe_case(fmt, t) for fmt in formats if fmt in QUANT_MOE_FORMATS for t in moe_tokens]
     return cases
