@@ -81,6 +81,28 @@ def test_moe_shapes() -> None:
     assert len(model.generate([1, 2, 3], max_new_tokens=2, temperature=0, ignore_eos=True)) == 5
 
 
+@pytest.mark.parametrize("quant", ["q4_k", "q4_k_m"])
+def test_packed_random_blocks_and_the_llama_cpp_mix(quant: str) -> None:
+    """quant= keeps the linear weights packed; "q4_k_m" puts the head and the V and down projections of
+    llama.cpp's layers (0, 3, 6 and 7 of 8) in Q6_K, everything else in Q4_K; the model decodes."""
+    from pygpukit.ops.quant import QuantizedTensor
+
+    hf = dict(MODEL_SHAPES["qwen2.5-0.5b"], num_hidden_layers=8, hidden_size=256, num_attention_heads=4,
+              num_key_value_heads=2, intermediate_size=512, vocab_size=300, tie_word_embeddings=False)  # fmt: skip
+    model = llm.random_model(hf, "bfloat16", quant=quant, progress=False)
+    more = {0, 3, 6, 7} if quant == "q4_k_m" else set()
+    for index, layer in enumerate(model.weights.layers):
+        formats = {name: getattr(layer, name).format for name in ("wq", "wk", "wv", "wo", "w_gate_up", "w_down")
+                   if isinstance(getattr(layer, name), QuantizedTensor)}  # fmt: skip
+        assert set(formats) == {"wq", "wk", "wv", "wo", "w_gate_up", "w_down"}
+        want = "Q6_K" if index in more else "Q4_K"
+        assert formats == dict.fromkeys(formats, "Q4_K") | {"wv": want, "w_down": want}
+    head = model.weights.lm_head
+    assert isinstance(head, QuantizedTensor)
+    assert head.format == ("Q6_K" if quant == "q4_k_m" else "Q4_K")
+    assert len(model.generate([1, 2, 3], max_new_tokens=2, temperature=0, ignore_eos=True)) == 5
+
+
 def test_bad_arguments() -> None:
     with pytest.raises(ArgumentError, match="unknown shape 'llama-9000'"):
         llm.random_model("llama-9000")
@@ -88,6 +110,8 @@ def test_bad_arguments() -> None:
         llm.random_model("smollm2-135m", num_layers=0)
     with pytest.raises(ArgumentError, match="std must be positive"):
         llm.random_model("smollm2-135m", std=float("nan"))
+    with pytest.raises(ArgumentError, match="unsupported quantized format 'q4_k_x'"):
+        llm.random_model("smollm2-135m", quant="q4_k_x", num_layers=1, progress=False)
     with pytest.raises(ArgumentError, match="GPT-2"):
         llm.random_model({"model_type": "gpt2", "vocab_size": 10, "n_embd": 8, "n_head": 2, "n_layer": 1,
                           "n_positions": 16})  # fmt: skip

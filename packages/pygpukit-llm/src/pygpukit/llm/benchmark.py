@@ -294,7 +294,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--peers", default="compiled,transformers", help="comma list of compiled, transformers or none")
     p.add_argument("--reference", type=Path, help=f"the compiled reference (default ./{_REFERENCE})")
     p.add_argument("--num-layers", type=int, help="override the depth (quick checks)")
-    p.add_argument("--quant", help="keep the linear weights packed in this GGUF format (random blocks), e.g. q4_k")
+    p.add_argument(
+        "--quant",
+        help="keep the linear weights packed in this GGUF format (random blocks), e.g. q4_k, "
+        "or a llama.cpp mix: q4_k_m, q5_k_m",
+    )
     p.add_argument("--json", type=Path, help="write every row here")
     return p
 

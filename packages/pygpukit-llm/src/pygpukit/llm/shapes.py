@@ -21,7 +21,7 @@ noise. The same ``(config, dtype, seed, std, pool_size)`` gives the same weights
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -34,7 +34,7 @@ from .config import GPT2_SPEC, MIXTRAL_SPEC, TransformerConfig, config_from_hf
 from .loader import _hf_weights, _model_dtype, _progress, _Source
 from .model import CausalTransformerModel
 
-__all__ = ["MODEL_SHAPES", "hf_tensor_shapes", "random_model"]
+__all__ = ["MODEL_SHAPES", "QUANT_MIXES", "hf_tensor_shapes", "random_model"]
 
 # The sizes of published checkpoints (their config.json, the fields the loader reads).
 MODEL_SHAPES: dict[str, dict[str, Any]] = {
@@ -196,6 +196,40 @@ class _Filler:
         return out
 
 
+QUANT_MIXES = {"q4_k_m": ("Q4_K", "Q6_K"), "q5_k_m": ("Q5_K", "Q6_K")}
+"""llama.cpp's mixed K-quant recipes that :func:`random_model` reproduces: (base format, the format of
+the tensors that get more bits)."""
+
+
+def _more_bits(layer: int, layers: int) -> bool:
+    """llama.cpp's choice of the layers whose attention V and FFN down projections get more bits in its
+    _M mixes: the first and last eighth of the layers and every third layer between."""
+    return layer < layers // 8 or layer >= 7 * layers // 8 or (layer - layers // 8) % 3 == 2
+
+
+def _quant_mix(quant: str, layers: int) -> Callable[[str], str]:
+    """The GGUF format of each linear weight (by its HF name) for ``quant``: one format, or a mix of
+    :data:`QUANT_MIXES` (the head, and the V and down projections of the layers :func:`_more_bits`
+    picks, in the mix's second format)."""
+    mix = QUANT_MIXES.get(quant.lower()) if isinstance(quant, str) else None
+    if mix is None:
+        from pygpukit.ops.quant.tensor import quant_format
+
+        fmt = quant_format("random_model", quant)
+        return lambda name: fmt
+    base, more = mix
+
+    def pick(name: str) -> str:
+        if name.endswith("lm_head.weight"):
+            return more
+        if name.endswith(("v_proj.weight", "down_proj.weight")):
+            layer = int(name.split(".layers.")[1].split(".")[0])
+            return more if _more_bits(layer, layers) else base
+        return base
+
+    return pick
+
+
 def random_model(
     config: str | Mapping[str, Any] | TransformerConfig,
     dtype: Any = "bfloat16",
@@ -209,11 +243,13 @@ def random_model(
 ) -> CausalTransformerModel:
     """A model of ``config`` (a :data:`MODEL_SHAPES` name, an HF config mapping or a
     :class:`TransformerConfig`) with random weights made on the device (see the module docstring);
-    ``num_layers`` overrides the depth (e.g. a quick test of a 7B-wide model). ``quant`` (a GGUF block
-    format, e.g. ``"q4_k"``) keeps the linear weights (Q, K, V, O, gate/up, down, an untied head) as
+    ``num_layers`` overrides the depth (e.g. a quick test of a 7B-wide model). ``quant`` keeps the
+    linear weights (Q, K, V, O, gate/up, down, an untied head) as
     :class:`pygpukit.ops.quant.QuantizedTensor` of random blocks (random quants, small float16 scales)
     made on the device, for speed measurements of packed models (a 7B Q4_K model without its 15 GB
-    dense form); weights whose K is not whole blocks stay dense. No tokenizer: prompts are token ids."""
+    dense form): a GGUF block format (e.g. ``"q4_k"``) or a llama.cpp mix of :data:`QUANT_MIXES`
+    (``"q4_k_m"``: Q4_K, with Q6_K for the head and for the V and down projections of a third of the
+    layers). Weights whose K is not whole blocks stay dense. No tokenizer: prompts are token ids."""
     cfg = _config(config)
     if num_layers is not None:
         if not isinstance(num_layers, int) or isinstance(num_layers, bool) or num_layers <= 0:
@@ -226,11 +262,15 @@ def random_model(
     model_dtype = _model_dtype(dtype, "bfloat16")
     shapes = hf_tensor_shapes(cfg)
     filler = _Filler(model_dtype, seed, std, pool_size)
-    blocks = _BlockFiller(quant, filler.rng, 1 << 16) if quant is not None else None
+    pick = _quant_mix(quant, cfg.num_layers) if quant is not None else None
+    block_fillers: dict[str, _BlockFiller] = {}
 
     def fetch(name: str, target: DType) -> Any:
-        if blocks is not None and name.endswith(_LINEAR_SUFFIXES):
-            packed = blocks.fill(shapes[name])
+        if pick is not None and name.endswith(_LINEAR_SUFFIXES):
+            fmt = pick(name)
+            if fmt not in block_fillers:
+                block_fillers[fmt] = _BlockFiller(fmt, filler.rng, 1 << 16)
+            packed = block_fillers[fmt].fill(shapes[name])
             if packed is not None:
                 return packed
         around_one = name.endswith(("norm.weight", "layernorm.weight"))
