@@ -21,6 +21,7 @@ from pygpukit.core.errors import ArgumentError, PyGPUkitError
 from pygpukit.ops.quant import (
     QUANT_FORMATS,
     ActOrderError,
+    ChannelQuantizedTensor,
     Int4Tensor,
     QuantizedExperts,
     QuantizedTensor,
@@ -105,6 +106,11 @@ def _stack_rows(parts: Sequence[Any]) -> Any:
         return concat_out_features(parts)
     if isinstance(parts[0], BlockFP8Tensor):  # an HF "fp8" checkpoint's block-scaled weights
         return concat_rows(parts)
+    if isinstance(parts[0], ChannelQuantizedTensor):  # per-channel 8-bit weights: rows and their scales
+        if len({(p.kind, p.shape[1]) for p in parts}) != 1:
+            raise ModelConfigError(f"stacked weights differ in kind or K: {[(p.kind, p.shape) for p in parts]}")
+        return ChannelQuantizedTensor(ops.concatenate([p.data for p in parts], axis=0),
+                                      ops.concatenate([p.scale for p in parts], axis=0), parts[0].kind)  # fmt: skip
     if isinstance(parts[0], QuantizedTensor):  # GGUF blocks of one format: the raw rows concatenate
         if len({(p.format, p.shape[1]) for p in parts}) != 1:
             raise ModelConfigError(f"stacked weights differ in format or K: {[(p.format, p.shape) for p in parts]}")
@@ -275,6 +281,59 @@ def _fp8_block_settings(directory: Path) -> tuple[tuple[int, int], str | None] |
     return (int(block[0]), int(block[1])), "dynamic" if scheme == "dynamic" else None
 
 
+def _channel_settings(directory: Path) -> str | None:
+    """The stored dtype of the 8-bit linear weights of a checkpoint whose weights carry a per-channel or
+    per-tensor ``weight_scale`` (config.json's ``quantization_config``): "float8_e4m3fn" for
+    compressed-tensors float-quantized (e.g. the "FP8-dynamic" checkpoints) and fbgemm_fp8, "int8" for
+    compressed-tensors int-quantized (W8A8-INT8); None for a checkpoint of another kind. Other
+    compressed-tensors schemes (4-bit pack-quantized, group or block strategies, asymmetric) raise
+    :class:`ArgumentError` naming the setting."""
+    path = directory / "config.json"
+    if not path.is_file():
+        return None
+    import json
+
+    qc = json.loads(path.read_text()).get("quantization_config")
+    method = str(qc.get("quant_method", "")).lower() if isinstance(qc, dict) else ""
+    if method == "fbgemm_fp8":
+        return "float8_e4m3fn"
+    if method != "compressed-tensors":
+        return None
+    assert isinstance(qc, dict)
+    fmt = qc.get("format")
+    if fmt not in ("float-quantized", "int-quantized"):
+        raise ArgumentError(f"{path}: compressed-tensors format {fmt!r} is not supported (float-quantized and "
+                            "int-quantized: 8-bit weights)")  # fmt: skip
+    groups = qc.get("config_groups")
+    if not isinstance(groups, dict) or len(groups) != 1:
+        raise ArgumentError(f"{path}: compressed-tensors checkpoints with one config group are supported, got "
+                            f"{len(groups) if isinstance(groups, dict) else groups!r}")  # fmt: skip
+    weights = next(iter(groups.values())).get("weights") or {}
+    kind = {"float": "float8_e4m3fn", "int": "int8"}.get(str(weights.get("type")))
+    settings = (weights.get("num_bits"), weights.get("strategy"), weights.get("symmetric", True))
+    if kind is None or settings[0] != 8 or settings[1] not in ("channel", "tensor") or settings[2] is not True:
+        raise ArgumentError(f"{path}: compressed-tensors weights of type {weights.get('type')!r}, num_bits "
+                            f"{settings[0]!r}, strategy {settings[1]!r}, symmetric {settings[2]!r} are not supported "
+                            "(8-bit float or int, per channel or per tensor, symmetric)")  # fmt: skip
+    return kind
+
+
+def _channel_weight(st: Any, name: str, kind: str, rows: int) -> ChannelQuantizedTensor:
+    """The 8-bit weight ``name`` and its ``weight_scale`` (per channel (N, 1) or per tensor) as a
+    ChannelQuantizedTensor (a per-tensor scale repeated for every row)."""
+    base = name[: -len("weight")]
+    data = st.to_gpu(name)
+    if data.dtype.name != kind:
+        raise ModelConfigError(f"weight {name}: stored as {data.dtype}, the quantization_config says {kind}")
+    scale = np.asarray(st.numpy(base + "weight_scale"), np.float32).reshape(-1)
+    if scale.size == 1:
+        scale = np.full(rows, scale[0], np.float32)
+    if scale.shape != (rows,):
+        raise ModelConfigError(f"weight {base}weight_scale: shape {st.info(base + 'weight_scale').shape} is neither "
+                               f"per channel ({rows}, 1) nor per tensor")  # fmt: skip
+    return ChannelQuantizedTensor(data, from_numpy(scale))
+
+
 def _int4_weight(st: Any, base: str, settings: dict[str, Any]) -> Int4Tensor:
     """The packed INT4 weight ``base`` + qweight / qzeros / scales (/ g_idx) of an AWQ/GPTQ checkpoint."""
     g_idx = st.numpy(base + "g_idx") if base + "g_idx" in st.tensor_names else None
@@ -294,7 +353,10 @@ def load_model_from_safetensors(
     An AWQ or GPTQ checkpoint (config.json's ``quantization_config``, 4 bits) keeps its linear
     weights packed (:class:`pygpukit.ops.quant.Int4Tensor`); an HF "fp8" checkpoint (``quant_method``
     "fp8" with ``weight_block_size``) keeps its float8_e4m3fn linear weights with their
-    ``weight_scale_inv`` block scales (:class:`pygpukit.ops.quant.BlockFP8Tensor`)."""
+    ``weight_scale_inv`` block scales (:class:`pygpukit.ops.quant.BlockFP8Tensor`); a compressed-tensors
+    checkpoint with 8-bit float or int weights per channel or per tensor (``quant_method``
+    "compressed-tensors", e.g. the "FP8-dynamic" and "W8A8" ones) or an fbgemm_fp8 one keeps them with
+    their ``weight_scale`` (:class:`pygpukit.ops.quant.ChannelQuantizedTensor`, run as W8A16)."""
     path = Path(path)
     directory = path if path.is_dir() else path.parent
     st = _safetensors(path)
@@ -315,6 +377,11 @@ def load_model_from_safetensors(
     names += [p + "weight" for p in sorted(packed) if p + "weight" not in names]
     fp8 = _fp8_block_settings(directory)  # HF "fp8": weight + weight_scale_inv kept as BlockFP8Tensor
     scaled = {n[: -len("weight_scale_inv")] for n in names if n.endswith(".weight_scale_inv")} if fp8 else set()
+    channel = _channel_settings(directory)  # 8-bit weight + weight_scale: ChannelQuantizedTensor
+    per_channel = {n[: -len("weight_scale")] for n in names if n.endswith(".weight_scale")} if channel else set()
+    if per_channel and (config.spec is GPT2_SPEC or config.spec.moe):
+        raise ArgumentError(f"{path}: per-channel 8-bit weights are supported for dense decoder models, not "
+                            f"{config.spec.name}")  # fmt: skip
 
     def fetch(name: str, target: DType) -> Any:
         if name.endswith(".weight") and name[: -len("weight")] in packed:
@@ -322,6 +389,8 @@ def load_model_from_safetensors(
         if fp8 is not None and name.endswith(".weight") and name[: -len("weight")] in scaled:
             scale = st.to_gpu(name[: -len("weight")] + "weight_scale_inv", "float32")
             return BlockFP8Tensor(st.to_gpu(name), scale, fp8[0], activation_scheme=fp8[1])
+        if channel is not None and name.endswith(".weight") and name[: -len("weight")] in per_channel:
+            return _channel_weight(st, name, channel, int(st.info(name).shape[0]))
         array: GPUArray = st.to_gpu(name)
         return array if array.dtype == target else array.astype(target)
 
