@@ -116,7 +116,7 @@ def test_temporaries_freed_inside_a_capture_stay_the_graphs() -> None:
     grid = (n + 255) // 256
 
     def body(scale: float) -> None:
-        tmp = gp.full(n, np.nan, gp.float32)
+        tmp = gp.full(n, 7.0, gp.float32)  # finite: axpby reads it (0 * 7), where NaN would stay NaN
         kernel(scale, x, 0.0, tmp, n, grid=grid, block=256)  # tmp = scale x
         kernel(1.0, tmp, 1.0, out, n, grid=grid, block=256)  # out += tmp
         del tmp

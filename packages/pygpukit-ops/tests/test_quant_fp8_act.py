@@ -314,8 +314,8 @@ def test_gpu_graph_replay_on_a_stream(rng: np.random.Generator) -> None:
     stream = gp.Stream()
     graph = gp.CudaGraph()
     with stream:
-        for granularity in ("tensor", "block"):
-            quantize_fp8(device, granularity)  # the pool blocks the capture takes
+        warm = [quantize_fp8(device, g) for g in ("tensor", "block")]  # the pool blocks the capture takes,
+        del warm  # all alive at once, as in the capture
         with graph.capture(stream):
             outputs = [quantize_fp8(device, g) for g in ("tensor", "block")]
         fresh = random_rows(rng, 16, 2048, gp.bfloat16) * 3

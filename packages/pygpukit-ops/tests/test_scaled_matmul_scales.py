@@ -120,3 +120,42 @@ def test_bad_scales_name_what_is_wrong() -> None:
         mm.scaled_matmul(a, w.T, gp.ones(4), gp.ones(128), out_dtype="float8_e4m3fn", scale_out=one)
     with pytest.raises(DTypeError, match="applies to an fp8 out_dtype"):
         mm.scaled_matmul(a, w.T, one, one, scale_out=one)
+
+
+@pytest.mark.parametrize("kind", ["channel", "block", "fp8-out"])
+def test_device_fallback_equals_the_scaled_product(kind: str) -> None:
+    """Where cuBLASLt lacks the scale mode (before 12.9) scaled_matmul takes scaled.device_fallback:
+    device ops only (unit-scale fp8 GEMM, gathers of the block scales, float32 GEMM); the same
+    product as the float64 reference, on either backend."""
+    from pygpukit.ops.gemm import scaled
+
+    _need_fp8(block=kind == "block")
+    rng = np.random.default_rng(len(kind))
+    m, n, k = 37, 272, 400
+    a, w = _fp8(rng, (m, k)), _fp8(rng, (n, k))
+    kb, nb = -(-k // 128), -(-n // 128)
+    out_np: Any = ml_dtypes.bfloat16
+    scale_out = None
+    if kind == "channel":
+        sa_h, sw_h = rng.uniform(0.01, 2, m).astype(np.float32), rng.uniform(0.01, 2, n).astype(np.float32)
+        sa, sb = gp.from_numpy(sa_h), gp.from_numpy(sw_h)
+        xa, xw = a.astype(np.float64) * sa_h[:, None], (w.astype(np.float64) * sw_h[:, None]).T
+    elif kind == "block":
+        sa_h, sw_h = rng.uniform(0.01, 2, (kb, m)).astype(np.float32), rng.uniform(0.01, 2, (nb, kb)).astype(np.float32)
+        sa, sb = gp.from_numpy(sa_h).T, block_weight_scale(gp.from_numpy(sw_h))
+        xa = a.astype(np.float64) * np.repeat(sa_h.T, 128, axis=1)[:, :k]
+        xw = (w.astype(np.float64) * np.repeat(np.repeat(sw_h, 128, axis=0)[:n], 128, axis=1)[:, :k]).T
+    else:
+        sa, sb = gp.from_numpy(np.array([0.25], np.float32)), gp.from_numpy(np.array([0.5], np.float32))
+        scale_out = gp.from_numpy(np.array([0.125], np.float32))
+        xa, xw = a.astype(np.float64) * 0.25, (w.astype(np.float64) * 0.5).T
+        out_np = ml_dtypes.float8_e4m3fn
+    d = gp.empty((m, n), "float8_e4m3fn" if kind == "fp8-out" else "bfloat16")
+    scaled.device_fallback(gp.from_numpy(a), gp.from_numpy(w).T, sa, sb, "tensor" if kind == "fp8-out" else kind,
+                           None, d, None, scale_out)  # fmt: skip
+    got = d.to_numpy().astype(np.float64)
+    if kind == "fp8-out":
+        want = np.clip(0.125 * (xa @ xw), -448, 448)
+        assert np.all(np.abs(got - want) <= 2.0**-3 * np.abs(want) + 1e-3 * (np.abs(xa) @ np.abs(xw)) * 0.125)
+        return
+    _check(got, xa @ xw, _bound(xa, xw, out_np))

@@ -22,7 +22,7 @@ from pygpukit.core import array as _array
 from pygpukit.core.array import GPUArray
 from pygpukit.core.backend import backend_state, env_flag
 from pygpukit.core.dtypes import DType, as_dtype
-from pygpukit.core.errors import DeviceError, DTypeError, PyGPUkitError, ShapeError
+from pygpukit.core.errors import CublasLtError, DeviceError, DTypeError, PyGPUkitError, ShapeError
 from pygpukit.core.stream import Stream, thread_device
 
 from .. import _route
@@ -283,7 +283,12 @@ def scaled_matmul(
     if not cublaslt.enabled():
         raise PyGPUkitError("scaled_matmul needs cuBLASLt (there is no built-in fp8 kernel); it was not found "
                             "or PYGPUKIT_NO_CUBLASLT=1 turned it off")  # fmt: skip
-    key = ("scaled_matmul", a._shape, a._strides, a._dtype, a._buffer.device, b._shape, b._strides, b._dtype,
+    device = a._buffer.device
+    refusal = kind if kind != "tensor" else "fp8-out" if scale_out is not None else None
+    if refusal is not None and scaled.native_unsupported(refusal, device):
+        scaled.device_fallback(a, b, scale_a, scale_b, kind, bias, d, stream, scale_out)
+        return d
+    key = ("scaled_matmul", a._shape, a._strides, a._dtype, device, b._shape, b._strides, b._dtype,
            b._buffer.device, out_dt, None if bias is None else (bias._strides, bias._buffer.device), kind)  # fmt: skip
     plan = PLANS.get(key)
     if plan is None:
@@ -295,14 +300,24 @@ def scaled_matmul(
                 (a.device_ptr, b.device_ptr, d.device_ptr), bias=None if bias is None else bias.dtype,
                 scale_modes=scaled.MODES[kind], d_scale=scale_out is not None,
             )  # fmt: skip
+        if plan is None and refusal is not None:  # cuBLASLt before 12.9: no outer-vector or block scaling
+            scaled.refuse(refusal, device)
+            scaled.device_fallback(a, b, scale_a, scale_b, kind, bias, d, stream, scale_out)
+            return d
         if plan is None:
             raise PyGPUkitError(f"scaled_matmul: cuBLASLt has no fp8 algorithm for {a.dtype.name} {a.shape} @ "
-                                f"{b.dtype.name} {b.shape} with {kind} scales -> {out_dt.name} on this device "
-                                f"(block scales need cuBLASLt 12.9 or newer)")  # fmt: skip
+                                f"{b.dtype.name} {b.shape} -> {out_dt.name} on this device")  # fmt: skip
         PLANS.put(key, plan)
     launch = plan.launch if isinstance(plan, DirectPlan) else plan
-    launch.run(a.device_ptr, b.device_ptr, d.device_ptr, 0 if bias is None else bias.device_ptr, stream,
-               scale_a.device_ptr, scale_b.device_ptr, 0 if scale_out is None else scale_out.device_ptr)  # fmt: skip
+    try:
+        launch.run(a.device_ptr, b.device_ptr, d.device_ptr, 0 if bias is None else bias.device_ptr, stream,
+                   scale_a.device_ptr, scale_b.device_ptr,
+                   0 if scale_out is None else scale_out.device_ptr)  # fmt: skip
+    except CublasLtError:
+        if refusal is None:
+            raise
+        scaled.refuse(refusal, device)  # an algorithm was found, but this cuBLASLt rejects the scale mode
+        scaled.device_fallback(a, b, scale_a, scale_b, kind, bias, d, stream, scale_out)
     return d
 
 

@@ -33,7 +33,15 @@ from pygpukit.core.array import GPUArray, full
 from pygpukit.core.dtypes import DType
 from pygpukit.core.errors import DTypeError, ShapeError
 
-__all__ = ["BLOCK", "MODES", "block_weight_scale", "host_scaled_matmul", "scale_kind"]
+__all__ = [
+    "BLOCK",
+    "MODES",
+    "block_weight_scale",
+    "device_fallback",
+    "host_scaled_matmul",
+    "native_unsupported",
+    "scale_kind",
+]
 
 BLOCK = 128
 # cublasLtMatmulMatrixScale_t of each kind for (a, b).
@@ -133,6 +141,65 @@ def host_scaled_matmul(a: GPUArray, b: GPUArray, scale_a: GPUArray, scale_b: GPU
         limit = float(ml_dtypes.finfo(d.dtype.numpy).max)  # type: ignore[no-untyped-call]
         result = np.clip(result * float(scale_out.to_numpy().reshape(-1)[0]), -limit, limit)
     d.copy_(np.ascontiguousarray(result.astype(d.dtype.numpy)))
+
+
+# (kind, device) pairs whose scale mode this process's cuBLASLt refused (no algorithm, or the launch
+# failed): scaled_matmul then takes device_fallback at once.
+_REFUSED: set[tuple[str, int]] = set()
+
+
+def native_unsupported(kind: str, device: int) -> bool:
+    """Whether cuBLASLt refused ``kind`` scales on ``device`` in this process (cuBLASLt before 12.9
+    has neither outer-vector nor 128-block scaling)."""
+    return (kind, device) in _REFUSED
+
+
+def refuse(kind: str, device: int) -> None:
+    _REFUSED.add((kind, device))
+
+
+def _expanded(scale: GPUArray, index: GPUArray) -> GPUArray:
+    """Rows of the contiguous (R, C) ``scale`` gathered by ``index`` (L,): (L, C), on the device."""
+    from ..embeddings import embedding
+
+    return embedding(scale if scale.is_contiguous else scale.contiguous(), index)
+
+
+def device_fallback(a: GPUArray, b: GPUArray, scale_a: GPUArray, scale_b: GPUArray, kind: str, bias: GPUArray | None,
+                    d: GPUArray, stream: Any, scale_out: GPUArray | None = None) -> None:  # fmt: skip
+    """scaled_matmul's result where cuBLASLt lacks the scale mode or the fp8 output, on the device:
+    per tensor with an fp8 result the float32 product, times ``scale_out``, saturated and cast; per
+    channel the fp8 product with unit scales in float32 (cuBLASLt's per-tensor path, exact fp8
+    products), then both scale vectors and the bias in float32; per 128-block both operands expanded
+    to float32 with their block scales (gathered on the device) and the float32 GEMM. Slower than the
+    fused scaling, the same value up to float32 rounding order."""
+    from pygpukit.core.array import from_numpy
+    from pygpukit.core.dtypes import float32
+
+    from ..elementwise import clamp
+    from .api import matmul, scaled_matmul
+
+    m, k = a.shape
+    n = b.shape[1]
+    if kind == "tensor":
+        assert scale_out is not None
+        limit = float(ml_dtypes.finfo(d.dtype.numpy).max)  # type: ignore[no-untyped-call]
+        product = scaled_matmul(a, b, scale_a, scale_b, out_dtype="float32", stream=stream)
+        d.copy_(clamp(product * scale_out.reshape(1, 1), -limit, limit).astype(d.dtype), stream=stream)
+        return
+    if kind == "channel":
+        one = full((), 1.0, float32)
+        product = scaled_matmul(a, b, one, one, out_dtype="float32", stream=stream)
+        result = product * scale_a.reshape(m, 1) * scale_b.reshape(1, n)
+    else:
+        blocks = from_numpy(np.arange(k, dtype=np.int32) // BLOCK)  # column c of K is in block c // 128
+        sa = _expanded(scale_a.T, blocks).T  # (M, K): scale_a is the .T of a contiguous (kb, M)
+        sb_rows = _expanded(scale_b.T, from_numpy(np.arange(n, dtype=np.int32) // BLOCK))  # (N, kb)
+        sb = _expanded(sb_rows.T, blocks)  # (K, N)
+        result = matmul(a.astype(float32) * sa, b.astype(float32) * sb)
+    if bias is not None:
+        result = result + bias.astype(float32)
+    d.copy_(result.astype(d.dtype), stream=stream)
 
 
 def check_fp8_output(out_dt: DType, kind: str, scale_out: Any, bias: GPUArray | None) -> None:

@@ -198,8 +198,10 @@ def w8a8_supported(w: BlockFP8Tensor, x: GPUArray) -> bool:
     from pygpukit.core.stream import thread_device
 
     from ..gemm._base import device_props
+    from ..gemm.scaled import native_unsupported
 
-    return device_props(thread_device()).capability[0] == 9
+    device = thread_device()  # W8A16 where this cuBLASLt refused block scales (the fallback would be slower)
+    return device_props(device).capability[0] == 9 and not native_unsupported("block", device)
 
 
 def _w8a8_prefill(w: BlockFP8Tensor, x2: GPUArray, bias: GPUArray | None, activation: str | None,
