@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pygpukit.asr.decoding import TokenRules, decode_window
 from pygpukit.asr.model import WhisperModel
@@ -110,3 +112,17 @@ def test_arguments(setup: tuple) -> None:
         decode_window(model, enc, [SOT], RULES, sot_index=0, no_speech=NO_SPEECH, beam_size=0)
     with pytest.raises(ArgumentError, match="no room"):
         decode_window(model, enc, [SOT] * 17, RULES, sot_index=0, no_speech=NO_SPEECH)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 400), st.integers(1, 12), st.integers(0, 2**32 - 1))
+def test_top_stable_equals_the_stable_argsort(n: int, k: int, seed: int) -> None:
+    """The beam's candidate selection without a full sort: the same indices in the same order as
+    np.argsort(-v, kind="stable")[:k], on values with many ties and -inf (masked tokens)."""
+    from pygpukit.asr.decoding import top_stable
+
+    rng = np.random.default_rng(seed)
+    values = rng.integers(-3, 4, n).astype(np.float64) / 2
+    values[rng.random(n) < 0.3] = -np.inf
+    want = np.argsort(-values, kind="stable")[:k]
+    assert np.array_equal(top_stable(values, k), want)

@@ -234,6 +234,22 @@ def decode_batch(model: Any, encoder_out: GPUArray, prompt: list[int] | Sequence
             for seq, total_lp, ns in zip(seqs, sums, no_speech_probs, strict=True)]  # fmt: skip
 
 
+def top_stable(values: Array, k: int) -> Array:
+    """The indices of the ``k`` largest of the 1-D ``values``, in the order
+    ``np.argsort(-values, kind="stable")[:k]`` gives (larger first, ties by lower index), without sorting
+    everything: a partition finds the k-th largest value, then only the candidates above it and the
+    first of those equal to it are sorted (Whisper's 5 x 51864 beam scores: 0.5 ms instead of 23)."""
+    n = values.shape[0]
+    if k >= n:
+        return np.argsort(-values, kind="stable")
+    threshold = values[np.argpartition(-values, k - 1)[:k]].min()
+    above = np.flatnonzero(values > threshold)
+    ties = np.flatnonzero(values == threshold)[: k - above.shape[0]]
+    chosen = np.concatenate([above, ties])
+    result: Array = chosen[np.lexsort((chosen, -values[chosen]))]
+    return result
+
+
 def _beam(model: Any, state: Any, logits: Array, rules: TokenRules, beam: int, patience: float,
           length_penalty: float, max_new: int, no_speech_prob: float) -> DecodeResult:  # fmt: skip
     """CTranslate2's beam search for one window (the state holds ``beam`` identical rows)."""
@@ -248,7 +264,7 @@ def _beam(model: Any, state: Any, logits: Array, rules: TokenRules, beam: int, p
         rules.apply(logits, seqs, step)
         total = _log_softmax(logits) + scores[:, None]
         flat = total.reshape(-1)
-        order = np.argsort(-flat, kind="stable")[:candidates_n]
+        order = top_stable(flat, candidates_n)
         cand_beam, cand_tok, cand_score = order // vocab, order % vocab, flat[order]
         last = step + 1 == max_new
         keep: list[int] = []
