@@ -6,7 +6,7 @@ greedy tokens of a dense checkpoint holding the dequantized weights; unsupported
 
 from __future__ import annotations
 
-import json
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +18,20 @@ import pygpukit.llm as llm
 from pygpukit.core.errors import ArgumentError
 from pygpukit.ops.quant import ChannelQuantizedTensor
 
-VOCAB, HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, INTER = 64, 128, 2, 4, 2, 64, 192
 LINEAR = ("wq", "wk", "wv", "wo", "w_gate_up", "w_down")
-_Q, _KV = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
-SHAPES = {"self_attn.q_proj": (_Q, HIDDEN), "self_attn.k_proj": (_KV, HIDDEN), "self_attn.v_proj": (_KV, HIDDEN),
-          "self_attn.o_proj": (HIDDEN, _Q), "mlp.gate_proj": (INTER, HIDDEN), "mlp.up_proj": (INTER, HIDDEN),
-          "mlp.down_proj": (HIDDEN, INTER)}  # fmt: skip
+
+
+def _sibling(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(f"_llm_{name}", Path(__file__).with_name(f"{name}.py"))
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_fp8_hf = _sibling("test_quant_fp8_hf")  # its tiny llama checkpoint and dense twin
+INTER, HIDDEN = _fp8_hf.INTER, _fp8_hf.HIDDEN
 
 
 def _compressed(kind: str, strategy: str) -> dict[str, Any]:
@@ -49,38 +57,13 @@ def _quantize(w: np.ndarray, kind: str, strategy: str) -> tuple[np.ndarray, np.n
 
 
 def _checkpoints(tmp_path: Path, quantization: dict[str, Any], kind: str, strategy: str) -> tuple[Path, Path]:
-    from safetensors.numpy import save_file
+    def pack(w: np.ndarray, rng: np.random.Generator) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        data, scale = _quantize(w, kind, strategy)
+        stored = {"weight": data, "weight_scale": scale, "input_scale": np.ones(1, np.float32)}  # as static ones
+        return stored, data.astype(np.float32) * (scale if strategy == "channel" else scale[0])
 
-    rng = np.random.default_rng(5)
-
-    def w(*shape: int, scale: float = 0.08) -> np.ndarray:
-        return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-    config = {"model_type": "llama", "vocab_size": VOCAB, "hidden_size": HIDDEN, "num_hidden_layers": LAYERS,
-              "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
-              "intermediate_size": INTER, "max_position_embeddings": 128, "rms_norm_eps": 1e-5,
-              "rope_theta": 10000.0}  # fmt: skip
-    common = {"model.embed_tokens.weight": w(VOCAB, HIDDEN, scale=1.0), "model.norm.weight": w(HIDDEN) + 1,
-              "lm_head.weight": w(VOCAB, HIDDEN)}  # fmt: skip
-    packed: dict[str, np.ndarray] = dict(common)
-    dense: dict[str, np.ndarray] = dict(common)
-    for i in range(LAYERS):
-        p = f"model.layers.{i}."
-        for norm in ("input_layernorm.weight", "post_attention_layernorm.weight"):
-            packed[p + norm] = dense[p + norm] = w(HIDDEN) + 1
-        for name, shape in SHAPES.items():
-            data, scale = _quantize(w(*shape), kind, strategy)
-            packed[p + name + ".weight"], packed[p + name + ".weight_scale"] = data, scale
-            packed[p + name + ".input_scale"] = np.ones(1, np.float32)  # static-activation checkpoints have one
-            dense[p + name + ".weight"] = data.astype(np.float32) * (scale if strategy == "channel" else scale[0])
-    paths = []
-    for label, tensors, extra in (("packed", packed, {"quantization_config": quantization}), ("dense", dense, {})):
-        directory = tmp_path / label
-        directory.mkdir()
-        (directory / "config.json").write_text(json.dumps(config | extra))
-        save_file(tensors, str(directory / "model.safetensors"))
-        paths.append(directory)
-    return paths[0], paths[1]
+    paths: tuple[Path, Path] = _fp8_hf._checkpoints(tmp_path, quantization, pack)
+    return paths
 
 
 FBGEMM = {"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0, "modules_to_not_convert": ["lm_head"]}

@@ -7,6 +7,7 @@ Also ``load(..., quantize="q4_k" | "q6_k")`` (the k-quant quantizers) on the den
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import ml_dtypes
@@ -40,8 +41,18 @@ def _dequantized(data: np.ndarray, scale: np.ndarray) -> np.ndarray:
     return result
 
 
-def _checkpoints(tmp_path: Path, quantization: dict[str, object]) -> tuple[Path, Path]:
-    """An fp8 checkpoint and its dense twin (the same weights, dequantized to float32)."""
+Pack = Callable[[np.ndarray, np.random.Generator], tuple[dict[str, np.ndarray], np.ndarray]]
+
+
+def _pack_blocks(w: np.ndarray, rng: np.random.Generator) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    data, scale = _block_quantize(w, rng)
+    return {"weight": data, "weight_scale_inv": scale}, _dequantized(data, scale)
+
+
+def _checkpoints(tmp_path: Path, quantization: dict[str, object], pack: Pack = _pack_blocks) -> tuple[Path, Path]:
+    """A quantized checkpoint and its dense twin (the same weights, dequantized to float32). ``pack``
+    turns a projection's float32 weight into its stored tensors (by name suffix) and their dequantized
+    value; the default stores HF "fp8" 128x128 blocks."""
     from safetensors.numpy import save_file
 
     rng = np.random.default_rng(11)
@@ -63,9 +74,9 @@ def _checkpoints(tmp_path: Path, quantization: dict[str, object]) -> tuple[Path,
         for norm in ("input_layernorm.weight", "post_attention_layernorm.weight"):
             fp8[p + norm] = dense[p + norm] = w(HIDDEN) + 1
         for name in PROJECTIONS:
-            data, scale = _block_quantize(w(*shapes[name]), rng)
-            fp8[p + name + ".weight"], fp8[p + name + ".weight_scale_inv"] = data, scale
-            dense[p + name + ".weight"] = _dequantized(data, scale)
+            stored, dequantized = pack(w(*shapes[name]), rng)
+            fp8 |= {f"{p}{name}.{suffix}": value for suffix, value in stored.items()}
+            dense[p + name + ".weight"] = dequantized
     paths = []
     for label, tensors, extra in (("fp8", fp8, {"quantization_config": quantization}), ("dense", dense, {})):
         directory = tmp_path / label
