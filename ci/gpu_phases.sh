@@ -43,6 +43,8 @@ cd "$(dirname "$0")/.."
 source ci/gpu_env.sh || exit 1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/nvidia-smi.txt"
 date -u +%Y-%m-%dT%H:%M:%SZ | tee "$OUT/date.txt"
+python3 -m pygpukit info >"$OUT/pygpukit-info.txt" 2>&1 || true  # driver, NVRTC, cuBLASLt versions and paths
+grep -i -A2 "cublaslt" "$OUT/pygpukit-info.txt" | head -4
 summary=()
 status=0
 
