@@ -91,7 +91,7 @@ for phase in "$@"; do
         ${NCU_EXTRA:-} python3 benchmarks/tools/kernel_times.py --plain --cases fft,stft2048 --calls 1 ;;
     initcheck) run initcheck 200 python3 ci/initcheck_probe.py --timeout 45 --json "$OUT/initcheck_probe.json" ;;
     quant-tests)
-      run quant-tests 300 "${pytest_q[@]}" -m gpu packages/pygpukit-ops/tests/test_quant_weight_only.py \
+      run quant-tests 480 "${pytest_q[@]}" -m gpu packages/pygpukit-ops/tests/test_quant_weight_only.py \
         packages/pygpukit-ops/tests/test_quant_int4.py packages/pygpukit-ops/tests/test_quant_fp8_block.py \
         packages/pygpukit-ops/tests/test_quant_nvf4.py packages/pygpukit-ops/tests/test_quant_gemv.py \
         packages/pygpukit-ops/tests/test_quant_experts.py ;;
