@@ -264,7 +264,7 @@ def quant_moe_case(fmt: str, tokens: int) -> Case:
     GEMV (up to 32 routed rows) or the grouped GEMM. The peer is transformers' MoE block in torch on
     the decoded bfloat16 experts (a loop over the experts that received tokens: index, gate-up, SwiGLU,
     down, index_add). Checked on the first 4 tokens against pygpukit's dense ``moe_mlp`` on the decoded
-    weights."""
+    weights. GB/s counts the packed bytes of the experts a step is expected to read (random routing)."""
     experts, hidden, inter, k = QUANT_MOE
 
     def make() -> Bench:
@@ -313,7 +313,9 @@ def quant_moe_case(fmt: str, tokens: int) -> Case:
 
         return Bench(ours, check, torch_run)
 
-    weight_bytes = _packed_bytes(fmt, experts * 2 * inter, hidden) + _packed_bytes(fmt, experts * hidden, inter)
+    # GB/s of the experts a step reads: with random routing, E (1 - (1 - k / E)^tokens) experts on average.
+    touched = experts * (1.0 - (1.0 - k / experts) ** tokens)
+    weight_bytes = touched * (_packed_bytes(fmt, 2 * inter, hidden) + _packed_bytes(fmt, hidden, inter))
     flops = 2.0 * tokens * k * 3 * inter * hidden
     return Case("quant", f"moe_mlp {fmt} {experts}x{hidden}x{inter} k{k}", "bfloat16", f"{tokens} tokens",
                 flops=flops, nbytes=weight_bytes, make=make)  # fmt: skip
