@@ -265,7 +265,7 @@ class CausalTransformerModel:
             shape = x.shape
             flat = x.reshape(-1, c.hidden_size)
             logits = ops.linear(flat, layer.w_router)
-            # moe_mlp hands QuantizedExperts to pygpukit.ops.quant.quantized_moe_mlp
+            # QuantizedExperts run through moe_mlp too (the quantized grouped GEMV / GEMM)
             out = ops.moe_mlp(flat, logits, layer.experts_gate_up, layer.experts_down,
                               c.num_experts_per_tok, renormalize=c.norm_topk_prob, activation="silu")  # fmt: skip
             return out.reshape(shape)

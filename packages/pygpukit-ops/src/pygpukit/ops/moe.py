@@ -788,18 +788,17 @@ def moe_mlp(
         from .quant.experts import project_experts
 
         project_experts(x_perm, stacked, offsets, gate_up)
-        _glu(gate, up, h, _ACTIVATIONS[activation])
-        project_experts(h, down_w, offsets, x_perm)
-        return moe_unpermute(x_perm, permutation, weights, result)
-    if pair is None:
+    elif pair is None:
         grouped_gemm(x_perm, stacked, offsets, layout, gate_up)
     else:
-        assert pair is not None
         grouped_gemm(x_perm, pair[0], offsets, layout, gate)
         grouped_gemm(x_perm, pair[1], offsets, layout, up)
     _glu(gate, up, h, _ACTIVATIONS[activation])
-    down = grouped_gemm(h, down_w, offsets, layout, x_perm)  # x_perm is free again
-    return moe_unpermute(down, permutation, weights, result)
+    if quantized:  # the down projection into x_perm, free again
+        project_experts(h, down_w, offsets, x_perm)
+    else:
+        grouped_gemm(h, down_w, offsets, layout, x_perm)
+    return moe_unpermute(x_perm, permutation, weights, result)
 
 
 # -- compile-check enumeration ------------------------------------------------------------------------

@@ -15,8 +15,9 @@
   its GEMV (native/kernels/quant/fp8_block_gemv.cu); ``nvf4``: :class:`NVF4Tensor` (e2m1 values, e4m3
   scales per 16, a float32 tensor scale) and its dequantizing GEMV (native/kernels/quant/nvf4_gemv.cu).
 - ``fp8_act``: :func:`quantize_fp8`, dynamic e4m3 quantization of activations (W8A8 with scaled_matmul).
-- ``experts``: :class:`QuantizedExperts` (MoE experts in a GGUF block format) and
-  :func:`quantized_moe_mlp`, what ``pygpukit.ops.moe_mlp`` runs for them.
+- ``experts``: :class:`QuantizedExperts` (MoE experts in a GGUF block format), the grouped GEMV and
+  grouped GEMM that ``pygpukit.ops.moe_mlp`` runs their projections through, and
+  :func:`quantized_moe_mlp` (the same call as ``moe_mlp``).
 
 See docs/quantization.md.
 """

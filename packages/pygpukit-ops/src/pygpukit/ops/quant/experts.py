@@ -1,12 +1,13 @@
-"""Mixture-of-experts weights kept in a GGUF block format: :class:`QuantizedExperts` and the MoE MLP that
-runs on them (:func:`quantized_moe_mlp`, what :func:`pygpukit.ops.moe_mlp` hands such weights to).
+"""Mixture-of-experts weights kept in a GGUF block format: :class:`QuantizedExperts` and the projections
+:func:`pygpukit.ops.moe_mlp` runs them through (:func:`project_experts`; :func:`quantized_moe_mlp` is
+the same call as ``moe_mlp``).
 
 A stack of E experts' (N, K) linear weights is one :class:`~pygpukit.ops.quant.QuantizedTensor` of
 (E * N, K) rows (a row is whole blocks, so the experts' raw rows concatenate; expert e's rows are
 [e * N, (e + 1) * N)), as GGUF files store ``ffn_gate_exps`` / ``ffn_up_exps`` / ``ffn_down_exps``.
 A Mixtral 8x7B layer's experts in Q4_K take 28 % of their bf16 bytes.
 
-:func:`quantized_moe_mlp` routes as the dense block does (:func:`~pygpukit.ops.moe_topk_gating`, the
+``moe_mlp`` routes them as it routes dense experts (:func:`~pygpukit.ops.moe_topk_gating`, the
 stable :func:`~pygpukit.ops.moe_permute`), then runs each projection as one launch that finds each
 row's expert from the offsets on the device, so no host synchronisation at any size and a step can be
 captured in a CUDA graph:
@@ -266,7 +267,9 @@ def project_experts(a: GPUArray, w: QuantizedExperts, offsets: GPUArray, out: GP
     """out[r] = a[r] @ W_e.T for every permuted row r of expert e's group (``offsets`` from
     :func:`~pygpukit.ops.moe_permute`): the grouped GEMV up to :data:`GROUPED_MAX_ROWS` rows, the
     grouped GEMM beyond for fp16 / bf16, else one quantized linear per expert after reading the offsets
-    on the host. ``a`` and ``out`` have unit stride along their rows; ``out`` may be a view."""
+    on the host. ``a`` (rows, K) and ``out`` (rows, N) are contiguous (moe_mlp's workspace views)."""
+    if not (a.is_contiguous and out.is_contiguous):
+        raise ShapeError(f"project_experts: a and out must be contiguous, got strides {a.strides} and {out.strides}")
     rows = a.shape[0]
     if rows <= GROUPED_MAX_ROWS or (a.dtype in _GEMM_DTYPES and not is_cuda()):
         _grouped(a, w, offsets, out)
