@@ -248,16 +248,33 @@ def test_benchmark_compare_lines() -> None:
 
 # -- NVRTC ------------------------------------------------------------------------------------------
 @pytest.mark.nvrtc
-def test_kernels_compile_without_warnings() -> None:
+@pytest.mark.parametrize("file", ["gguf_gemv.cu", "gguf_gemv_mma.cu"])
+def test_kernels_compile_without_warnings(file: str) -> None:
     from pygpukit.core.compiler import compile_source
     from pygpukit.ops._kernels import name_expressions
 
-    source = Path(__file__).resolve().parents[3] / "native" / "kernels" / "quant" / "gguf_gemv.cu"
-    chosen = [e for e in name_expressions("quant/gguf_gemv.cu") if "__nv_bfloat16" in e]
+    source = Path(__file__).resolve().parents[3] / "native" / "kernels" / "quant" / file
+    chosen = [e for e in name_expressions(f"quant/{file}") if "__nv_bfloat16" in e]
+    assert chosen
     for arch in ("80", "90"):
         program = compile_source(source.read_text(), arch=arch, name=source.name, include_dirs=[source.parent],
                                  name_expressions=chosen)  # fmt: skip
         assert program.log.strip() == "", program.log
+
+
+def test_mma_gemv_launch_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tensor-core GEMV's warps per tile (2 to 8, never more than the blocks of a row) and its
+    shared memory: 3 stages of 16 rows padded to a stride of 8 or 24 words modulo 32, plus the sums."""
+    from pygpukit.ops.quant import gemv as module
+
+    monkeypatch.setattr(module, "sm_count", lambda: 132)
+    assert module._mma_warps(14336, 4096) == 4
+    assert module._mma_warps(4096, 4096) == 8
+    assert module._mma_warps(4096, 512) == 2  # two blocks per row
+    assert module._mma_warps(16, 256) == 2
+    assert module._mma_shared("Q4_K", 8) == 8 * (3 * 16 * 160 + 512)
+    assert module._mma_shared("Q5_K", 4) == 4 * (3 * 16 * 224 + 512)
+    assert module._mma_shared("Q5_K", 8) <= 227 * 1024 // 2  # two blocks per SM on Hopper
 
 
 # -- the GPU ----------------------------------------------------------------------------------------
@@ -357,3 +374,56 @@ def test_gpu_gemv_many_x_steps(rng: np.random.Generator, name: str, dtype: DType
         check(quantized_gemv(upload(x)[:, 1:], q).to_numpy(), x[:, 1:], w, dtype)
         again = quantized_gemv(upload(x[:, :k]), q).to_numpy()
         assert np.array_equal(again, quantized_gemv(upload(x[:, :k]), q).to_numpy())  # deterministic
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["Q4_K", "Q5_K"])
+@pytest.mark.parametrize("warps", [2, 4, 8])
+def test_gpu_mma_gemv_every_split(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, name: str,
+                                  warps: int) -> None:  # fmt: skip
+    """The tensor-core kernel (16-row tiles, warps splitting K): tiles with rows past N, fewer blocks
+    per row than warps (idle warps), several blocks per warp (the cp.async stages wrap around), every
+    row count in fp16 and bf16, aligned and unaligned x, bias; equal to the SIMT kernel within the
+    bound and deterministic."""
+    from pygpukit.ops.quant import gemv as module
+
+    monkeypatch.setattr(module, "_MMA_WARPS_FOR_TESTS", warps)
+    for n, blocks in ((21, 1), (16, 3), (45, 7), (130, 17)):
+        k = blocks * 256
+        raw = weight_bytes(rng, name, n, k)
+        q = QuantizedTensor.from_raw(raw, name, (n, k))
+        w = decoded(name, raw, n, k)
+        for dtype in (gp.float16, gp.bfloat16):
+            for m in (1, 2, 5, 8):
+                x = activations(rng, (m, k + 1), dtype)
+                b = activations(rng, (n,), dtype)
+                got = quantized_gemv(upload(x[:, :k]), q, bias=upload(b)).to_numpy()
+                check(got, x[:, :k], w, dtype, b)
+                check(quantized_gemv(upload(x)[:, 1:], q).to_numpy(), x[:, 1:], w, dtype)
+                assert np.array_equal(got, quantized_gemv(upload(x[:, :k]), q, bias=upload(b)).to_numpy())
+                monkeypatch.setattr(module, "USE_MMA_GEMV", False)
+                simt = quantized_gemv(upload(x[:, :k]), q, bias=upload(b)).to_numpy()
+                monkeypatch.setattr(module, "USE_MMA_GEMV", True)
+                check(simt, x[:, :k], w, dtype, b)
+
+
+@pytest.mark.gpu
+def test_gpu_mma_gemv_large_scales_and_graph(rng: np.random.Generator) -> None:
+    """A Llama-shaped Q4_K weight with realistic scales through the tensor-core kernel, inside a
+    captured graph: replays equal the eager result bit for bit."""
+    n, k = 1024, 4096
+    raw = weight_bytes(rng, "Q4_K", n, k)
+    q = QuantizedTensor.from_raw(raw, "Q4_K", (n, k))
+    xh = activations(rng, (1, k), gp.bfloat16)
+    x = upload(xh)
+    with gp.Stream() as stream:
+        out = gp.empty((1, n), gp.bfloat16)
+        eager = quantized_gemv(x, q, out).to_numpy().copy()
+        graph = gp.CudaGraph()
+        with graph.capture(stream):
+            quantized_gemv(x, q, out)
+        out.copy_(gp.full((1, n), float("nan"), "bfloat16"))
+        graph.replay(stream)
+        stream.synchronize()
+        assert out.to_numpy().tobytes() == eager.tobytes()
+    check(eager, xh, decoded("Q4_K", raw, n, k), gp.bfloat16)

@@ -335,6 +335,8 @@ def select_cases(args: argparse.Namespace, notes: list[str] | None = None) -> li
         if unknown:
             raise ValueError(f"unknown --quant formats {', '.join(unknown)} (known: {', '.join(QUANT_CHOICES)})")
         cases.extend(quant_cases(formats, quick))
+        # the device copy bandwidth in the same run: issue 18's GEMV targets are a share of it
+        cases.append(_elementwise_case("copy", "bfloat16", 2**24 if quick else 2**28))
     if "gemv" in suites:
         for dtype in _suite_dtypes("gemv", given, ["bfloat16"], notes):
             for k, n in GEMV_SHAPES[:2] if quick else GEMV_SHAPES:

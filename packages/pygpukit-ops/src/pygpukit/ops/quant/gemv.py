@@ -1,19 +1,24 @@
 """Products with GGUF block-quantized weights (:class:`~pygpukit.ops.quant.tensor.QuantizedTensor`).
 
-- :func:`quantized_gemv`: the decode path, ``y (M, N) = x (M, K) @ W.T`` for M = 1 .. 8, one kernel
-  (native/kernels/quant/gguf_gemv.cu) that reads W's packed blocks straight from device memory: a
-  warp per row of W (2 to 8 warps per row where N is too small to fill the device: :func:`_split`),
-  16-byte loads of the blocks, x staged once per block in shared memory as float32 (with its group
-  sums), float32 accumulation. Instantiated per format,
-  activation dtype (float32, float16, bfloat16) and rows of x rounded up to 1, 2, 4 or 8.
+- :func:`quantized_gemv`: the decode path, ``y (M, N) = x (M, K) @ W.T`` for M = 1 .. 8, reading W's
+  packed blocks straight from device memory. Q4_K and Q5_K weights with fp16 / bf16 x (the weight's
+  start 16-byte aligned, as every upload is) go to the tensor-core kernel
+  (native/kernels/quant/gguf_gemv_mma.cu): the quants as exact small integers in mma.sync tiles of
+  16 rows, each sub-block's products scaled in float32 afterwards, 2 to 8 warps per tile splitting K
+  (:func:`_mma_warps`). Every other case goes to native/kernels/quant/gguf_gemv.cu: a warp per row
+  of W (2 to 8 warps per row where N is too small to fill the device: :func:`_split`), 16-byte loads
+  of the blocks, x staged once per block in shared memory as float32 (with its group sums), float32
+  accumulation, instantiated per format, activation dtype (float32, float16, bfloat16) and rows of x
+  rounded up to 1, 2, 4 or 8.
 - :func:`quantized_linear`: ``act(x @ W.T + b)`` for x of any leading shape: the GEMV up to 8 rows;
   beyond (prefill), W is dequantized to x's dtype in row tiles and each tile goes through the
   existing GEMM (:func:`pygpukit.ops.linear`), so at most :data:`PREFILL_TILE_BYTES` of decoded
   weight exist at a time. ``pygpukit.ops.linear(x, q)`` with a QuantizedTensor lands here.
 
-Precision: the kernel sums in float32 in its own order (per lane over 8-element groups, then a warp
-tree), so results differ from a float64 reference by float32 rounding of a K-term dot product: the
-tests bound ``|y - ref| <= 2e-5 * sum_k |x_k| |w_k| + 1 ulp of the output dtype``. The CPU simulation
+Precision: the kernels sum in float32 in their own order (the tensor cores per 16 elements, or per
+lane over 8-element groups, then a warp tree), so results differ from a float64 reference by float32
+rounding of a K-term dot product: the tests bound
+``|y - ref| <= 2e-5 * sum_k |x_k| |w_k| + 1 ulp of the output dtype``. The CPU simulation
 backend computes the same product in NumPy (weights decoded to float32 as the gguf package decodes
 them, the product in float64 like the backend's ``linear``, one rounding).
 Prefill (more than 8 rows) multiplies W *rounded once to x's dtype* (the dequantized tile), so with
@@ -73,6 +78,54 @@ _X_STAGE_BYTES = _SEGMENT * 4 + _SEGMENT // 16 * 4  # dynamic shared memory per 
 _SPLIT_FOR_TESTS: int | None = None  # forces the warps-per-row split (tests)
 _INT32_MAX = 2**31 - 1
 _KERNELS: PlanCache[JITKernel] = PlanCache("ops.quant_gemv")
+_MMA_FILE = "quant/gguf_gemv_mma.cu"
+_MMA_FORMATS = ("Q4_K", "Q5_K")  # the tensor-core kernel's formats (fp16 / bf16 x, 16-byte aligned weight)
+_MMA_DTYPES = (float16, bfloat16)
+_MMA_TILE = 16  # rows of W per block of the tensor-core kernel
+_MMA_PARAMS = _PARAMS[:-1]  # no split
+_MMA_WARPS_FOR_TESTS: int | None = None  # forces the tensor-core kernel's warps per block (tests)
+USE_MMA_GEMV = True  # False: every format through gguf_gemv.cu (benchmarks compare the two)
+
+
+def _mma_expression(fmt: str, dtype: DType) -> str:
+    return f"{NAMESPACE}qgemv::gguf_gemv_mma<{_IDS[fmt]}, {dtype.ctype}>"
+
+
+_MMA_STAGES = 3  # kMmaStages of the kernel
+_MMA_BLOCK_BYTES = {"Q4_K": 144, "Q5_K": 176}
+
+
+def _mma_shared(fmt: str, warps: int) -> int:
+    """The kernel's dynamic shared memory (MmaStage): per warp kMmaStages copies of 16 rows of one block,
+    the row stride in words padded to 8 or 24 modulo 32, and 16 x 8 float partial sums."""
+    words = -(-_MMA_BLOCK_BYTES[fmt] // 16) * 4
+    while words % 32 not in (8, 24):
+        words += 4
+    return warps * (_MMA_STAGES * _MMA_TILE * 4 * words + _MMA_TILE * 8 * 4)
+
+
+def _mma_kernel(fmt: str, dtype: DType) -> JITKernel:
+    key = ("mma", fmt, dtype, thread_device())
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        expression = _mma_expression(fmt, dtype)
+        kernel = group(_MMA_FILE, (expression,)).kernel(expression, _MMA_PARAMS)
+        kernel.set_max_dynamic_shared_memory(_mma_shared(fmt, 8))
+        _KERNELS.put(key, kernel)
+    return kernel
+
+
+def _mma_warps(n: int, k: int) -> int:
+    """Warps per 16-row tile of the tensor-core kernel (2, 4 or 8; each takes every warps-th k-quant
+    block of the tile): more while the grid has fewer than 16 warps per SM and every warp still gets
+    a block."""
+    if _MMA_WARPS_FOR_TESTS is not None:
+        return _MMA_WARPS_FOR_TESTS
+    tiles, blocks = -(-n // _MMA_TILE), k // 256
+    warps = 2
+    while warps < 8 and 2 * warps <= blocks and tiles * warps < 16 * sm_count():
+        warps *= 2
+    return warps
 
 
 def _expression(fmt: str, dtype: DType, bucket: int) -> str:
@@ -192,30 +245,52 @@ class _Launch:
     """A checked GEMV call shape: the kernel, its grid and scalars; ``run`` launches it for one call's
     addresses (x's 16-byte alignment read then). With ``code`` an activation follows on the device."""
 
-    __slots__ = ("aligned", "code", "grid", "kernel", "scalars", "shared", "split")
+    __slots__ = ("aligned", "code", "fmt", "grid", "kernel", "mma", "scalars", "shared", "split")
 
     def __init__(self, fmt: str, dtype: DType, m: int, n: int, k: int, ldx: int, ldy: int, itemsize: int,
                  code: int) -> None:  # fmt: skip
+        self.fmt = fmt
+        self.scalars = (m, n, k, ldx, ldy)
+        self.aligned = (ldx * itemsize) % 16 == 0
+        self.code = code
+        self.kernel: JITKernel | None = None  # gguf_gemv.cu's, made when a call first needs it
+        self.grid = self.shared = self.split = 0
+        # the tensor-core kernel (taken when the weight's start is 16-byte aligned): kernel, grid, block,
+        # shared memory
+        self.mma: tuple[JITKernel, int, int, int] | None = None
+        if USE_MMA_GEMV and fmt in _MMA_FORMATS and dtype in _MMA_DTYPES:
+            warps = _mma_warps(n, k)
+            self.mma = (_mma_kernel(fmt, dtype), -(-n // _MMA_TILE), 32 * warps, _mma_shared(fmt, warps))
+        else:
+            self._fallback(dtype)
+
+    def _fallback(self, dtype: DType) -> JITKernel:
+        m, n, k = self.scalars[:3]
         bucket = _bucket(m)
-        self.kernel = _kernel(fmt, dtype, bucket)
         split = _split(n, k, bucket) if _SPLIT_FOR_TESTS is None else min(_SPLIT_FOR_TESTS, _MAX_X_SEGMENTS // bucket)
         self.grid = -(-n // (_ROWS_PER_BLOCK // split))
         self.shared = bucket * split * _X_STAGE_BYTES
-        self.scalars = (m, n, k, ldx, ldy)
         self.split = split
-        self.aligned = (ldx * itemsize) % 16 == 0
-        self.code = code
+        self.kernel = kernel = _kernel(self.fmt, dtype, bucket)
+        return kernel
 
     def run(self, x2: GPUArray, q: QuantizedTensor, bias: GPUArray | None, out2: GPUArray,
             stream: Stream | None) -> None:  # fmt: skip
         x_ptr = x2.device_ptr
+        w_ptr = q.data.device_ptr
         vector = int(self.aligned and x_ptr % 16 == 0)
-        args = (x_ptr, q.data.device_ptr, out2.device_ptr, 0 if bias is None else bias.device_ptr, *self.scalars,
-                vector, self.split)  # fmt: skip
-        if stream is None:
-            launch(self.kernel, args, self.grid, 256, self.shared)
+        common = (x_ptr, w_ptr, out2.device_ptr, 0 if bias is None else bias.device_ptr, *self.scalars, vector)
+        if self.mma is not None and w_ptr % 16 == 0:
+            kernel, grid, block, shared = self.mma
+            args: tuple[int, ...] = common
         else:
-            self.kernel(*args, grid=self.grid, block=256, shared_mem=self.shared, stream=stream)
+            kernel = self.kernel if self.kernel is not None else self._fallback(x2.dtype)
+            grid, block, shared = self.grid, 256, self.shared
+            args = (*common, self.split)
+        if stream is None:
+            launch(kernel, args, grid, block, shared)
+        else:
+            kernel(*args, grid=grid, block=block, shared_mem=shared, stream=stream)
         if self.code:
             _activate(out2, self.code, stream)
 
@@ -349,7 +424,8 @@ def quantized_linear(
 
 # -- compile-check enumeration ----------------------------------------------------------------------
 def _enumerate() -> Groups:
-    return {_FILE: [_expressions(f, d) for f in QUANT_FORMATS for d in _DTYPES]}
+    return {_FILE: [_expressions(f, d) for f in QUANT_FORMATS for d in _DTYPES],
+            _MMA_FILE: [(_mma_expression(f, d),) for f in _MMA_FORMATS for d in _MMA_DTYPES]}  # fmt: skip
 
 
 register_enumerator(_enumerate)

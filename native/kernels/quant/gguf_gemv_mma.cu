@@ -1,0 +1,293 @@
+// Decode GEMV over GGUF k-quant weights on the tensor cores (pygpukit/ops/quant/gemv.py):
+//
+//   gguf_gemv_mma<Type, T>(x, w, y, bias, rows, n, k, ldx, ldy, vector)
+//       y[m, r] = sum_k x[m, k] * W[r, k] (+ bias[r]) for m < rows <= 8 and r < n, T fp16 or bf16,
+//       float32 accumulation; W's rows are k / 256 blocks of ggml type Type (Q4_K = 12, Q5_K = 13)
+//       back to back, the weight's start 16-byte aligned (so every block and its fields are).
+//
+// Why tensor cores for a GEMV: decoding a weight to float and one FMA per row of x costs about five
+// instructions per weight, as much issue time as the H100 needs to stream the packed bytes. Here the
+// quants stay small integers, which fp16 and bf16 hold exactly, and the multiply-add is one
+// mma.sync.m16n8k16 per 16 x 16 weights: the eight rows of x are the eight columns of B.
+//
+// Work split: a block of `warps` warps takes 16 rows of W (one mma row tile); warp w walks the
+// k-quant blocks w, w + warps, ... of those rows. Lane (g, t) = (lane / 4, lane % 4) reads rows g and
+// g + 8 of the tile: the block's 16-byte header (d, dmin, the packed 6-bit scales and mins) and, for
+// each 32-element sub-block, the quants of elements 8t .. 8t + 7 (8 bytes at a time). So the four
+// lanes of a row hold a quarter of every sub-block, and each mma sums over one sub-block only: the
+// products of a sub-block are scaled by its d * scale in float32 after the mma, and its min term
+// -dmin * min * sum(x) uses the sum of x over the sub-block that an mma with an all-ones A gives in
+// the accumulators' layout.
+//
+// Fragment layout (PTX m16n8k16, row.col): A register 0 holds row g at k slots 2t, 2t + 1, register 2
+// slots 2t + 8, 2t + 9 (registers 1 and 3 the same for row g + 8); B register 0 holds slots 2t, 2t + 1
+// of column g, register 1 slots 2t + 8, 2t + 9. The dot product does not depend on which element sits
+// in which slot as long as A and B agree: for the four elements e0 .. e3 a lane contributes per mma,
+// slots (2t, 2t + 1) take (e0, e2) and slots (2t + 8, 2t + 9) take (e1, e3). Then a quant word's bytes
+// 0 and 2 form one A register ((word & 0x000f000f) | magic: each 16-bit half becomes the float
+// 128 + q in bf16, 1024 + q in fp16, exact) and bytes 1 and 3 the other; one packed fma removes the
+// magic (exact: small integers); x's (e0, e1), (e2, e3) words are permuted to (e0, e2), (e1, e3).
+//
+// Each warp stages its blocks in shared memory with cp.async (kMmaStages deep, rows padded so that
+// the fragment reads are free of bank conflicts), so that two blocks per warp are in flight while one
+// is multiplied, whatever the register budget. The block's warps (2, 4 or 8) add their partial sums
+// through shared memory in a fixed order: results do not depend on timing. Dynamic shared memory:
+// warps * (kMmaStages * 16 * row stride + 16 * 8 floats) (ops/quant/gemv.py: _mma_shared).
+#include "../gemm/gemm_common.cuh"
+#include "../gemm/matmul_common.cuh"
+#include "gguf_formats.cuh"
+
+namespace pygpukit {
+namespace ops {
+namespace qgemv {
+
+constexpr int kMmaTileRows = 16;  // rows of W per block (the mma's M)
+constexpr int kMmaMaxRows = 8;    // rows of x (the mma's N)
+
+// The packed-integer trick per element type: kMagic ORed into a half holding a small integer q gives
+// the float kBase + q; strip(v) returns the pair's values minus kBase (and minus Bias), exactly.
+template <typename T>
+struct Magic;
+
+template <>
+struct Magic<__nv_bfloat16> {
+  static constexpr unsigned kMagic = 0x43004300u;  // 128.0 in both halves; 7 mantissa bits hold q < 128
+  static constexpr unsigned kOne = 0x3f803f80u;
+  template <int Bias>
+  __device__ __forceinline__ static unsigned strip(unsigned v) {
+    static_assert(Bias >= 0 && Bias < 128, "bf16 holds 128 + q exactly for q < 128");
+    constexpr unsigned kNeg = 0xc300u | static_cast<unsigned>(Bias);  // -(128 + Bias)
+    unsigned r;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(v), "r"(kOne), "r"(kNeg | (kNeg << 16)));
+    return r;
+  }
+};
+
+template <>
+struct Magic<__half> {
+  static constexpr unsigned kMagic = 0x64006400u;  // 1024.0 in both halves
+  static constexpr unsigned kOne = 0x3c003c00u;
+  template <int Bias>
+  __device__ __forceinline__ static unsigned strip(unsigned v) {
+    static_assert(Bias >= 0 && Bias < 1024, "fp16 holds 1024 + q exactly for q < 1024");
+    constexpr unsigned kNeg = 0xe400u | static_cast<unsigned>(Bias);  // -(1024 + Bias)
+    unsigned r;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(v), "r"(kOne), "r"(kNeg | (kNeg << 16)));
+    return r;
+  }
+};
+
+// A lane's bytes of one block of one row, read from the block's staged copy: the 16-byte header and,
+// per pair of sub-blocks, the 8 quant bytes of elements 8t .. 8t + 7 (Q5_K also its 8 bytes of fifth
+// bits).
+struct KRaw {
+  uint4 head;
+  uint2 q[4];
+  uint2 h;
+};
+
+template <int Type>
+struct MmaFormat;
+
+template <>
+struct MmaFormat<12> {  // Q4_K: header, then 4 x 32 bytes of nibbles (low: sub-block 2j, high: 2j + 1)
+  static constexpr int kBytes = 144;
+  __device__ __forceinline__ static KRaw load(const unsigned char* block, int t) {
+    KRaw r;
+    r.head = *reinterpret_cast<const uint4*>(block);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) r.q[j] = *reinterpret_cast<const uint2*>(block + 16 + 32 * j + 8 * t);
+    r.h = make_uint2(0u, 0u);
+    return r;
+  }
+  // The quants (0 .. 15) of sub-block sb's elements 8t + 4 * half + (0 .. 3), one per byte.
+  __device__ __forceinline__ static unsigned quad(const KRaw& r, int sb, int half) {
+    const unsigned w = half == 0 ? r.q[sb >> 1].x : r.q[sb >> 1].y;
+    return (w >> (4 * (sb & 1))) & 0x0f0f0f0fu;
+  }
+};
+
+template <>
+struct MmaFormat<13> {  // Q5_K: header, 32 bytes of fifth bits (bit sb: sub-block sb), Q4_K's nibbles
+  static constexpr int kBytes = 176;
+  __device__ __forceinline__ static KRaw load(const unsigned char* block, int t) {
+    KRaw r;
+    r.head = *reinterpret_cast<const uint4*>(block);
+    r.h = *reinterpret_cast<const uint2*>(block + 16 + 8 * t);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) r.q[j] = *reinterpret_cast<const uint2*>(block + 48 + 32 * j + 8 * t);
+    return r;
+  }
+  __device__ __forceinline__ static unsigned quad(const KRaw& r, int sb, int half) {
+    const unsigned w = half == 0 ? r.q[sb >> 1].x : r.q[sb >> 1].y;
+    const unsigned h = half == 0 ? r.h.x : r.h.y;
+    return ((w >> (4 * (sb & 1))) & 0x0f0f0f0fu) | (((h >> sb) & 0x01010101u) << 4);
+  }
+};
+
+// Staging of a warp's 16 rows of one block in shared memory: row stride in 4-byte words the smallest
+// multiple of 4 (16-byte rows) at or above the block that is 8 or 24 modulo 32, so that the 64-bit
+// reads of a half warp (rows g .. g + 3, lanes t at 8-byte steps) hit 32 distinct banks.
+template <int Bytes>
+struct MmaStage {
+  __host__ __device__ static constexpr int stride_words(int w) {
+    return (w % 32 == 8 || w % 32 == 24) ? w : stride_words(w + 4);
+  }
+  static constexpr int kStride = 4 * stride_words((Bytes + 15) / 16 * 4);
+  static constexpr int kChunks =
+      Bytes / 16;  // 16-byte copies per row (the k-quant blocks are multiples of 16)
+  static constexpr int kBytes = kMmaTileRows * kStride;
+};
+
+constexpr int kMmaStages = 3;  // blocks of a warp in flight: two loading while one is multiplied
+
+// 2^23 + byte j of w as a float (one byte permute).
+__device__ __forceinline__ float magic_byte(unsigned w, int j) {
+  return __uint_as_float(__byte_perm(w, 0x4b000000u, 0x7440u | static_cast<unsigned>(j)));
+}
+
+// The scale d * sc and offset -dmin * m of sub-block sb from a Q4_K / Q5_K header: the 6-bit fields
+// unpacked four at a time, d * sc as fma(d, 2^23 + sc, -d * 2^23) (one rounding, as d * float(sc)).
+struct KScales {
+  float d, dmin, dk, mk;
+  unsigned sc0, sc1, mn0, mn1;
+  __device__ __forceinline__ explicit KScales(const uint4& head) {
+    d = float_from_half_bits(head.x & 0xffffu);
+    dmin = float_from_half_bits(head.x >> 16);
+    dk = -d * 8388608.0f;
+    mk = dmin * 8388608.0f;
+    sc0 = head.y & 0x3f3f3f3fu;
+    mn0 = head.z & 0x3f3f3f3fu;
+    sc1 = (head.w & 0x0f0f0f0fu) | ((head.y >> 2) & 0x30303030u);
+    mn1 = ((head.w >> 4) & 0x0f0f0f0fu) | ((head.z >> 2) & 0x30303030u);
+  }
+  __device__ __forceinline__ float scale(int sb) const {
+    return fmaf(d, magic_byte(sb < 4 ? sc0 : sc1, sb & 3), dk);
+  }
+  __device__ __forceinline__ float offset(int sb) const {
+    return fmaf(-dmin, magic_byte(sb < 4 ? mn0 : mn1, sb & 3), mk);
+  }
+};
+
+template <int Type, typename T>
+__global__ void __launch_bounds__(256, 3)
+    gguf_gemv_mma(const T* __restrict__ x, const unsigned char* __restrict__ w, T* __restrict__ y,
+                  const T* __restrict__ bias, int rows, int n, int k, long long ldx, long long ldy,
+                  int vector) {
+  using F = MmaFormat<Type>;
+  using S = MmaStage<F::kBytes>;
+  using M = Magic<T>;
+  extern __shared__ __align__(16) unsigned char smem[];  // [warps][stages][16 rows][stride], then sums
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warps = static_cast<int>(blockDim.x) >> 5;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int g = lane >> 2;
+  const int t = lane & 3;
+  const int row0 = static_cast<int>(blockIdx.x) * kMmaTileRows;
+  const int blocks_per_row = k / 256;
+  const long long row_bytes = static_cast<long long>(blocks_per_row) * F::kBytes;
+  unsigned char* stages = smem + warp * (kMmaStages * S::kBytes);
+  float* partial = reinterpret_cast<float*>(smem + warps * (kMmaStages * S::kBytes));  // [warps][16][8]
+  const bool has_x = g < rows;
+  const T* x_row = x + (has_x ? static_cast<long long>(g) * ldx : 0) + 8 * t;
+  const bool vec = vector != 0;
+  const unsigned ones[4] = {M::kOne, M::kOne, M::kOne, M::kOne};
+  const int mine = blocks_per_row > warp ? (blocks_per_row - warp + warps - 1) / warps : 0;
+
+  // Copy the warp's i-th block (block warp + i * warps of each of the 16 rows; rows past n read row
+  // n - 1, whose sums are not stored) into stage i % kMmaStages, 16 bytes per lane and step.
+  auto copy = [&](int i) {
+    if (i < mine) {
+      const long long offset = static_cast<long long>(warp + i * warps) * F::kBytes;
+      unsigned char* stage = stages + (i % kMmaStages) * S::kBytes;
+      for (int c = lane; c < kMmaTileRows * S::kChunks; c += 32) {
+        const int r = c / S::kChunks, chunk = c - r * S::kChunks;
+        const unsigned char* src = w + row_bytes * min(row0 + r, n - 1) + offset + 16 * chunk;
+        gemm::cp_async_16(gemm::shared_address(stage + r * S::kStride + 16 * chunk), src);
+      }
+    }
+    gemm::cp_async_commit();  // an empty group past the end keeps the wait count uniform
+  };
+#pragma unroll
+  for (int i = 0; i < kMmaStages - 1; ++i) copy(i);
+
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 1
+  for (int i = 0; i < mine; ++i) {
+    copy(i + kMmaStages - 1);
+    gemm::cp_async_wait<kMmaStages - 1>();
+    __syncwarp();
+    const unsigned char* stage = stages + (i % kMmaStages) * S::kBytes;
+    const KRaw raw_a = F::load(stage + g * S::kStride, t);
+    const KRaw raw_b = F::load(stage + (g + 8) * S::kStride, t);
+    const KScales scales_a(raw_a.head), scales_b(raw_b.head);
+    const T* xb = x_row + static_cast<long long>(warp + i * warps) * 256;
+#pragma unroll
+    for (int sb = 0; sb < 8; ++sb) {
+      // x: elements 8t .. 8t + 7 of the sub-block for column g (zeros for columns past rows)
+      uint4 xv = make_uint4(0u, 0u, 0u, 0u);
+      if (has_x && vec) {
+        xv = __ldg(reinterpret_cast<const uint4*>(xb + 32 * sb));
+      } else if (has_x) {
+        const unsigned short* p = reinterpret_cast<const unsigned short*>(xb + 32 * sb);
+        xv.x = static_cast<unsigned>(__ldg(p)) | (static_cast<unsigned>(__ldg(p + 1)) << 16);
+        xv.y = static_cast<unsigned>(__ldg(p + 2)) | (static_cast<unsigned>(__ldg(p + 3)) << 16);
+        xv.z = static_cast<unsigned>(__ldg(p + 4)) | (static_cast<unsigned>(__ldg(p + 5)) << 16);
+        xv.w = static_cast<unsigned>(__ldg(p + 6)) | (static_cast<unsigned>(__ldg(p + 7)) << 16);
+      }
+      float dot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const unsigned x01 = half == 0 ? xv.x : xv.z;
+        const unsigned x23 = half == 0 ? xv.y : xv.w;
+        const unsigned b0 = __byte_perm(x01, x23, 0x5410u);  // (e0, e2)
+        const unsigned b1 = __byte_perm(x01, x23, 0x7632u);  // (e1, e3)
+        const unsigned qa = F::quad(raw_a, sb, half);
+        const unsigned qb = F::quad(raw_b, sb, half);
+        const unsigned a[4] = {
+            M::template strip<0>((qa & 0x00ff00ffu) | M::kMagic),
+            M::template strip<0>((qb & 0x00ff00ffu) | M::kMagic),
+            M::template strip<0>(((qa >> 8) & 0x00ff00ffu) | M::kMagic),
+            M::template strip<0>(((qb >> 8) & 0x00ff00ffu) | M::kMagic),
+        };
+        matmul::Mma<T>::run(dot, a, b0, b1);
+        matmul::Mma<T>::run(sum, ones, b0, b1);  // the sum of x over the sub-block, per column
+      }
+      const float sa = scales_a.scale(sb), sb_ = scales_b.scale(sb);
+      const float oa = scales_a.offset(sb), ob = scales_b.offset(sb);
+      acc[0] = fmaf(sa, dot[0], fmaf(oa, sum[0], acc[0]));
+      acc[1] = fmaf(sa, dot[1], fmaf(oa, sum[1], acc[1]));
+      acc[2] = fmaf(sb_, dot[2], fmaf(ob, sum[2], acc[2]));
+      acc[3] = fmaf(sb_, dot[3], fmaf(ob, sum[3], acc[3]));
+    }
+    __syncwarp();  // every lane has read the stage before a later copy overwrites it
+  }
+  gemm::cp_async_wait<0>();
+
+  // accumulators: rows g and g + 8 of the tile, columns 2t and 2t + 1
+  float* own = partial + warp * (kMmaTileRows * kMmaMaxRows);
+  own[g * kMmaMaxRows + 2 * t] = acc[0];
+  own[g * kMmaMaxRows + 2 * t + 1] = acc[1];
+  own[(g + 8) * kMmaMaxRows + 2 * t] = acc[2];
+  own[(g + 8) * kMmaMaxRows + 2 * t + 1] = acc[3];
+  __syncthreads();
+  if (tid < kMmaTileRows * kMmaMaxRows) {
+    const int r = tid & (kMmaTileRows - 1);
+    const int c = tid >> 4;
+    const int row = row0 + r;
+    if (c < rows && row < n) {
+      float total = 0.0f;
+      for (int p = 0; p < warps; ++p)
+        total += partial[p * (kMmaTileRows * kMmaMaxRows) + r * kMmaMaxRows + c];
+      if (bias != nullptr) total += to_float(bias[row]);
+      y[c * ldy + row] = from_float<T>(total);
+    }
+  }
+}
+
+}  // namespace qgemv
+}  // namespace ops
+}  // namespace pygpukit
