@@ -169,6 +169,65 @@ struct KScales {
   }
 };
 
+// The block's epilogue: each warp's accumulators (rows g and g + 8 of the tile, columns 2t and
+// 2t + 1) into `partial` ([warps][16][8] floats), then 128 threads add the warps' sums in order, add
+// the bias and store rows of y that exist.
+template <typename T>
+__device__ __forceinline__ void store_tile(const float (&acc)[4], float* partial, T* __restrict__ y,
+                                           const T* __restrict__ bias, int rows, int n, long long ldy,
+                                           int row0) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warps = static_cast<int>(blockDim.x) >> 5;
+  const int lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  float* own = partial + (tid >> 5) * (kMmaTileRows * kMmaMaxRows);
+  own[g * kMmaMaxRows + 2 * t] = acc[0];
+  own[g * kMmaMaxRows + 2 * t + 1] = acc[1];
+  own[(g + 8) * kMmaMaxRows + 2 * t] = acc[2];
+  own[(g + 8) * kMmaMaxRows + 2 * t + 1] = acc[3];
+  __syncthreads();
+  if (tid < kMmaTileRows * kMmaMaxRows) {
+    const int r = tid & (kMmaTileRows - 1);
+    const int c = tid >> 4;
+    const int row = row0 + r;
+    if (c < rows && row < n) {
+      float total = 0.0f;
+      for (int p = 0; p < warps; ++p)
+        total += partial[p * (kMmaTileRows * kMmaMaxRows) + r * kMmaMaxRows + c];
+      if (bias != nullptr) total += to_float(bias[row]);
+      y[c * ldy + row] = from_float<T>(total);
+    }
+  }
+}
+
+// The four x elements of column g at p as one B-fragment pair: (e0, e2), (e1, e3) (zeros past rows).
+template <typename T>
+__device__ __forceinline__ void x_quad(const T* p, bool has_x, bool vec, unsigned& b0, unsigned& b1) {
+  unsigned x01 = 0u, x23 = 0u;
+  if (has_x && vec) {
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
+    x01 = v.x;
+    x23 = v.y;
+  } else if (has_x) {
+    const unsigned short* h = reinterpret_cast<const unsigned short*>(p);
+    x01 = static_cast<unsigned>(__ldg(h)) | (static_cast<unsigned>(__ldg(h + 1)) << 16);
+    x23 = static_cast<unsigned>(__ldg(h + 2)) | (static_cast<unsigned>(__ldg(h + 3)) << 16);
+  }
+  b0 = __byte_perm(x01, x23, 0x5410u);
+  b1 = __byte_perm(x01, x23, 0x7632u);
+}
+
+// A fragment registers from the quant bytes of rows g (qa) and g + 8 (qb), each byte q + Bias < 128:
+// bytes 0 and 2 at k slots (2t, 2t + 1), bytes 1 and 3 at (2t + 8, 2t + 9).
+template <typename T, int Bias>
+__device__ __forceinline__ void a_fragment(unsigned qa, unsigned qb, unsigned (&a)[4]) {
+  using M = Magic<T>;
+  a[0] = M::template strip<Bias>((qa & 0x00ff00ffu) | M::kMagic);
+  a[1] = M::template strip<Bias>((qb & 0x00ff00ffu) | M::kMagic);
+  a[2] = M::template strip<Bias>(((qa >> 8) & 0x00ff00ffu) | M::kMagic);
+  a[3] = M::template strip<Bias>(((qb >> 8) & 0x00ff00ffu) | M::kMagic);
+}
+
 template <int Type, typename T>
 __global__ void __launch_bounds__(256, 3)
     gguf_gemv_mma(const T* __restrict__ x, const unsigned char* __restrict__ w, T* __restrict__ y,
@@ -247,12 +306,8 @@ __global__ void __launch_bounds__(256, 3)
         const unsigned b1 = __byte_perm(x01, x23, 0x7632u);  // (e1, e3)
         const unsigned qa = F::quad(raw_a, sb, half);
         const unsigned qb = F::quad(raw_b, sb, half);
-        const unsigned a[4] = {
-            M::template strip<0>((qa & 0x00ff00ffu) | M::kMagic),
-            M::template strip<0>((qb & 0x00ff00ffu) | M::kMagic),
-            M::template strip<0>(((qa >> 8) & 0x00ff00ffu) | M::kMagic),
-            M::template strip<0>(((qb >> 8) & 0x00ff00ffu) | M::kMagic),
-        };
+        unsigned a[4];
+        a_fragment<T, 0>(qa, qb, a);
         matmul::Mma<T>::run(dot, a, b0, b1);
         matmul::Mma<T>::run(sum, ones, b0, b1);  // the sum of x over the sub-block, per column
       }
@@ -267,25 +322,136 @@ __global__ void __launch_bounds__(256, 3)
   }
   gemm::cp_async_wait<0>();
 
-  // accumulators: rows g and g + 8 of the tile, columns 2t and 2t + 1
-  float* own = partial + warp * (kMmaTileRows * kMmaMaxRows);
-  own[g * kMmaMaxRows + 2 * t] = acc[0];
-  own[g * kMmaMaxRows + 2 * t + 1] = acc[1];
-  own[(g + 8) * kMmaMaxRows + 2 * t] = acc[2];
-  own[(g + 8) * kMmaMaxRows + 2 * t + 1] = acc[3];
-  __syncthreads();
-  if (tid < kMmaTileRows * kMmaMaxRows) {
-    const int r = tid & (kMmaTileRows - 1);
-    const int c = tid >> 4;
-    const int row = row0 + r;
-    if (c < rows && row < n) {
-      float total = 0.0f;
-      for (int p = 0; p < warps; ++p)
-        total += partial[p * (kMmaTileRows * kMmaMaxRows) + r * kMmaMaxRows + c];
-      if (bias != nullptr) total += to_float(bias[row]);
-      y[c * ldy + row] = from_float<T>(total);
+  store_tile(acc, partial, y, bias, rows, n, ldy, row0);
+}
+
+// Q6_K (210-byte blocks: 128 bytes of low nibbles ql, 64 of 2-bit highs qh, 16 int8 scales, f16 d;
+// element e = 128 h + 32 Q + l has q = (ql[64 h + 32 (Q & 1) + l] >> 4 (Q >> 1)) & 15 | ((qh[32 h + l] >> 2
+// Q) & 3) << 4, minus 32, and scale d * scales[e / 16]). Its blocks start only 2-byte aligned, so each warp
+// stages the 16-byte aligned chunks that hold a block (14 of them: the block's start is `lead` bytes past the
+// first, lead even and at most 14) and reads its words at lead + offset with two aligned 4-byte reads and a
+// funnel shift. A group of 16 elements shares a scale: one mma per group (lane t: elements 4t .. 4t + 3, one
+// ql and one qh word per row), no minimum, so no sum of x.
+constexpr int kQ6Bytes = 210;
+constexpr int kQ6Chunks = 14;              // 16-byte chunks from a block's aligned-down start
+constexpr int kQ6Stride = 16 * kQ6Chunks;  // 56 words: 24 modulo 32
+constexpr int kQ6StageBytes = kMmaTileRows * kQ6Stride;
+
+// The 4 bytes at byte p (even) of a staged row.
+__device__ __forceinline__ unsigned staged_word(const unsigned char* row, int p) {
+  const unsigned* words = reinterpret_cast<const unsigned*>(row + (p & ~3));
+  return __funnelshift_r(words[0], words[1], (p & 3) * 8);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256, 3)
+    gguf_gemv_mma_q6k(const T* __restrict__ x, const unsigned char* __restrict__ w, T* __restrict__ y,
+                      const T* __restrict__ bias, int rows, int n, int k, long long ldx, long long ldy,
+                      int vector) {
+  extern __shared__ __align__(16) unsigned char smem[];  // [warps][stages][16 rows][stride], then sums
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warps = static_cast<int>(blockDim.x) >> 5;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int g = lane >> 2;
+  const int t = lane & 3;
+  const int row0 = static_cast<int>(blockIdx.x) * kMmaTileRows;
+  const int blocks_per_row = k / 256;
+  const long long row_bytes = static_cast<long long>(blocks_per_row) * kQ6Bytes;
+  unsigned char* stages = smem + warp * (kMmaStages * kQ6StageBytes);
+  float* partial = reinterpret_cast<float*>(smem + warps * (kMmaStages * kQ6StageBytes));
+  const bool has_x = g < rows;
+  const T* x_row = x + (has_x ? static_cast<long long>(g) * ldx : 0) + 4 * t;
+  const bool vec = vector != 0;
+  const int mine = blocks_per_row > warp ? (blocks_per_row - warp + warps - 1) / warps : 0;
+  const unsigned char* row_a = w + row_bytes * min(row0 + g, n - 1);
+  const unsigned char* row_b = w + row_bytes * min(row0 + g + 8, n - 1);
+  const unsigned long long end = reinterpret_cast<unsigned long long>(w) + row_bytes * n;
+
+  // Copy the 16-byte aligned chunks holding the warp's i-th block of each row (rows past n read row
+  // n - 1) into stage i % kMmaStages; chunks past the weight's end are skipped (never read).
+  auto copy = [&](int i) {
+    if (i < mine) {
+      const long long offset = static_cast<long long>(warp + i * warps) * kQ6Bytes;
+      unsigned char* stage = stages + (i % kMmaStages) * kQ6StageBytes;
+      for (int c = lane; c < kMmaTileRows * kQ6Chunks; c += 32) {
+        const int r = c / kQ6Chunks, chunk = c - r * kQ6Chunks;
+        const unsigned long long start =
+            reinterpret_cast<unsigned long long>(w + row_bytes * min(row0 + r, n - 1) + offset);
+        const unsigned long long src = (start & ~15ull) + 16ull * chunk;
+        if (src < end && src < start + kQ6Bytes) {
+          gemm::cp_async_16(gemm::shared_address(stage + r * kQ6Stride + 16 * chunk),
+                            reinterpret_cast<const void*>(src));
+        }
+      }
     }
+    gemm::cp_async_commit();
+  };
+#pragma unroll
+  for (int i = 0; i < kMmaStages - 1; ++i) copy(i);
+
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 1
+  for (int i = 0; i < mine; ++i) {
+    copy(i + kMmaStages - 1);
+    gemm::cp_async_wait<kMmaStages - 1>();
+    __syncwarp();
+    const int b = warp + i * warps;
+    const unsigned char* stage = stages + (i % kMmaStages) * kQ6StageBytes;
+    const int lead_a = static_cast<int>(
+        reinterpret_cast<unsigned long long>(row_a + static_cast<long long>(b) * kQ6Bytes) & 15);
+    const int lead_b = static_cast<int>(
+        reinterpret_cast<unsigned long long>(row_b + static_cast<long long>(b) * kQ6Bytes) & 15);
+    const float da = float_from_half_bits(staged_word(stage + g * kQ6Stride, lead_a + 208) & 0xffffu);
+    const float db = float_from_half_bits(staged_word(stage + (g + 8) * kQ6Stride, lead_b + 208) & 0xffffu);
+    const T* xb = x_row + static_cast<long long>(b) * 256;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      // int8 scales of the half's 8 groups, biased to unsigned bytes (^ 0x80)
+      const unsigned sca0 = staged_word(stage + g * kQ6Stride, lead_a + 192 + 8 * h) ^ 0x80808080u;
+      const unsigned sca1 = staged_word(stage + g * kQ6Stride, lead_a + 196 + 8 * h) ^ 0x80808080u;
+      const unsigned scb0 = staged_word(stage + (g + 8) * kQ6Stride, lead_b + 192 + 8 * h) ^ 0x80808080u;
+      const unsigned scb1 = staged_word(stage + (g + 8) * kQ6Stride, lead_b + 196 + 8 * h) ^ 0x80808080u;
+#pragma unroll
+      for (int i16 = 0; i16 < 2; ++i16) {
+        const int l = 16 * i16 + 4 * t;
+        const unsigned qha = staged_word(stage + g * kQ6Stride, lead_a + 128 + 32 * h + l);
+        const unsigned qhb = staged_word(stage + (g + 8) * kQ6Stride, lead_b + 128 + 32 * h + l);
+#pragma unroll
+        for (int qodd = 0; qodd < 2; ++qodd) {
+          const unsigned qla = staged_word(stage + g * kQ6Stride, lead_a + 64 * h + 32 * qodd + l);
+          const unsigned qlb = staged_word(stage + (g + 8) * kQ6Stride, lead_b + 64 * h + 32 * qodd + l);
+#pragma unroll
+          for (int qhigh = 0; qhigh < 2; ++qhigh) {
+            const int quarter = 2 * qhigh + qodd;         // Q
+            const int group = 8 * h + 2 * quarter + i16;  // elements 16 group .. 16 group + 15
+            const unsigned va =
+                ((qla >> (4 * qhigh)) & 0x0f0f0f0fu) | (((qha >> (2 * quarter)) & 0x03030303u) << 4);
+            const unsigned vb =
+                ((qlb >> (4 * qhigh)) & 0x0f0f0f0fu) | (((qhb >> (2 * quarter)) & 0x03030303u) << 4);
+            unsigned a[4];
+            a_fragment<T, 32>(va, vb, a);
+            unsigned b0, b1;
+            x_quad(xb + 16 * group, has_x, vec, b0, b1);
+            float dot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            matmul::Mma<T>::run(dot, a, b0, b1);
+            const int j = group & 7;  // the scale's byte within the half's 8
+            const float ka = magic_byte(j < 4 ? sca0 : sca1, j & 3) - 8388736.0f;  // 2^23 + 128
+            const float kb = magic_byte(j < 4 ? scb0 : scb1, j & 3) - 8388736.0f;
+            const float s_a = da * ka, s_b = db * kb;
+            acc[0] = fmaf(s_a, dot[0], acc[0]);
+            acc[1] = fmaf(s_a, dot[1], acc[1]);
+            acc[2] = fmaf(s_b, dot[2], acc[2]);
+            acc[3] = fmaf(s_b, dot[3], acc[3]);
+          }
+        }
+      }
+    }
+    __syncwarp();
   }
+  gemm::cp_async_wait<0>();
+  store_tile(acc, partial, y, bias, rows, n, ldy, row0);
 }
 
 }  // namespace qgemv

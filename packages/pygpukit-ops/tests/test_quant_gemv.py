@@ -275,6 +275,7 @@ def test_mma_gemv_launch_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
     assert module._mma_shared("Q4_K", 8) == 8 * (3 * 16 * 160 + 512)
     assert module._mma_shared("Q5_K", 4) == 4 * (3 * 16 * 224 + 512)
     assert module._mma_shared("Q5_K", 8) <= 227 * 1024 // 2  # two blocks per SM on Hopper
+    assert module._mma_shared("Q6_K", 8) == 8 * (3 * 16 * 224 + 512)
 
 
 # -- the GPU ----------------------------------------------------------------------------------------
@@ -342,8 +343,8 @@ def test_gpu_gemv_warps_per_row(rng: np.random.Generator, monkeypatch: pytest.Mo
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["Q4_K", "Q5_K", "Q4_0"])
-@pytest.mark.parametrize("offset", [0, 4, 8, 1])
+@pytest.mark.parametrize("name", ["Q4_K", "Q5_K", "Q4_0", "Q6_K"])
+@pytest.mark.parametrize("offset", [0, 4, 8, 1, 2, 14])
 def test_gpu_gemv_weight_at_any_byte_offset(rng: np.random.Generator, name: str, offset: int) -> None:
     """Blocks that start 16-byte aligned (Q4_K and Q5_K then read their quants with 64-bit loads) and
     blocks that do not (a weight viewed at an offset inside a larger buffer: the funnel-shift reads)."""
@@ -377,7 +378,7 @@ def test_gpu_gemv_many_x_steps(rng: np.random.Generator, name: str, dtype: DType
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["Q4_K", "Q5_K"])
+@pytest.mark.parametrize("name", ["Q4_K", "Q5_K", "Q6_K"])
 @pytest.mark.parametrize("warps", [2, 4, 8])
 def test_gpu_mma_gemv_every_split(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, name: str,
                                   warps: int) -> None:  # fmt: skip

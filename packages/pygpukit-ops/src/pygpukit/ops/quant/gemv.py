@@ -1,11 +1,11 @@
 """Products with GGUF block-quantized weights (:class:`~pygpukit.ops.quant.tensor.QuantizedTensor`).
 
 - :func:`quantized_gemv`: the decode path, ``y (M, N) = x (M, K) @ W.T`` for M = 1 .. 8, reading W's
-  packed blocks straight from device memory. Q4_K and Q5_K weights with fp16 / bf16 x (the weight's
-  start 16-byte aligned, as every upload is) go to the tensor-core kernel
+  packed blocks straight from device memory. Q4_K, Q5_K (the weight's start 16-byte aligned, as
+  every upload is) and Q6_K weights with fp16 / bf16 x go to the tensor-core kernels
   (native/kernels/quant/gguf_gemv_mma.cu): the quants as exact small integers in mma.sync tiles of
-  16 rows, each sub-block's products scaled in float32 afterwards, 2 to 8 warps per tile splitting K
-  (:func:`_mma_warps`). Every other case goes to native/kernels/quant/gguf_gemv.cu: a warp per row
+  16 rows, each scale group's products scaled in float32 afterwards, 2 to 8 warps per tile splitting
+  K (:func:`_mma_warps`). Every other case goes to native/kernels/quant/gguf_gemv.cu: a warp per row
   of W (2 to 8 warps per row where N is too small to fill the device: :func:`_split`), 16-byte loads
   of the blocks, x staged once per block in shared memory as float32 (with its group sums), float32
   accumulation, instantiated per format, activation dtype (float32, float16, bfloat16) and rows of x
@@ -79,7 +79,7 @@ _SPLIT_FOR_TESTS: int | None = None  # forces the warps-per-row split (tests)
 _INT32_MAX = 2**31 - 1
 _KERNELS: PlanCache[JITKernel] = PlanCache("ops.quant_gemv")
 _MMA_FILE = "quant/gguf_gemv_mma.cu"
-_MMA_FORMATS = ("Q4_K", "Q5_K")  # the tensor-core kernel's formats (fp16 / bf16 x, 16-byte aligned weight)
+_MMA_FORMATS = ("Q4_K", "Q5_K", "Q6_K")  # the tensor-core kernels' formats (fp16 / bf16 x)
 _MMA_DTYPES = (float16, bfloat16)
 _MMA_TILE = 16  # rows of W per block of the tensor-core kernel
 _MMA_PARAMS = _PARAMS[:-1]  # no split
@@ -88,6 +88,8 @@ USE_MMA_GEMV = True  # False: every format through gguf_gemv.cu (benchmarks comp
 
 
 def _mma_expression(fmt: str, dtype: DType) -> str:
+    if fmt == "Q6_K":
+        return f"{NAMESPACE}qgemv::gguf_gemv_mma_q6k<{dtype.ctype}>"
     return f"{NAMESPACE}qgemv::gguf_gemv_mma<{_IDS[fmt]}, {dtype.ctype}>"
 
 
@@ -96,11 +98,15 @@ _MMA_BLOCK_BYTES = {"Q4_K": 144, "Q5_K": 176}
 
 
 def _mma_shared(fmt: str, warps: int) -> int:
-    """The kernel's dynamic shared memory (MmaStage): per warp kMmaStages copies of 16 rows of one block,
-    the row stride in words padded to 8 or 24 modulo 32, and 16 x 8 float partial sums."""
-    words = -(-_MMA_BLOCK_BYTES[fmt] // 16) * 4
-    while words % 32 not in (8, 24):
-        words += 4
+    """The kernel's dynamic shared memory: per warp kMmaStages copies of 16 rows of one block and
+    16 x 8 float partial sums. Q4_K / Q5_K (MmaStage): the row stride in words padded to 8 or 24
+    modulo 32; Q6_K: 14 aligned 16-byte chunks per row (kQ6Stride)."""
+    if fmt == "Q6_K":
+        words = 56
+    else:
+        words = -(-_MMA_BLOCK_BYTES[fmt] // 16) * 4
+        while words % 32 not in (8, 24):
+            words += 4
     return warps * (_MMA_STAGES * _MMA_TILE * 4 * words + _MMA_TILE * 8 * 4)
 
 
@@ -280,7 +286,7 @@ class _Launch:
         w_ptr = q.data.device_ptr
         vector = int(self.aligned and x_ptr % 16 == 0)
         common = (x_ptr, w_ptr, out2.device_ptr, 0 if bias is None else bias.device_ptr, *self.scalars, vector)
-        if self.mma is not None and w_ptr % 16 == 0:
+        if self.mma is not None and (w_ptr % 16 == 0 or self.fmt == "Q6_K"):
             kernel, grid, block, shared = self.mma
             args: tuple[int, ...] = common
         else:
