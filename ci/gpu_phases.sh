@@ -24,8 +24,8 @@
 #   fp8-tests       scaled_matmul's scale kinds and fp8 output, the fp8 activation quantizer, the block-FP8
 #                   weights (W8A16 GEMV, W8A8 prefill) and the HF fp8 checkpoint test, all on the CUDA backend
 #   gemv-tests      the gpu-marked tests of the GGUF decode GEMVs (test_quant_gemv.py: SIMT and tensor-core kernels)
-#   gemv-bench      python -m pygpukit.benchmark.quant_gemv: $GEMV_FORMATS through the SIMT kernel (--simt), then
-#                   the default kernels compared with it, as shares of the copy bandwidth measured in the run
+#   gemv-bench      python -m pygpukit.benchmark.quant_gemv: $GEMV_SIMT_FORMATS through the SIMT kernel (--simt), then
+#                   $GEMV_FORMATS through the default kernels compared with it, as shares of the copy bandwidth measured in the run
 #   gemm-tests      the built-in GEMM kernels' and the MoE ops' gpu-marked tests (the mma.sync main loop that the
 #                   dense, grouped and quantized grouped GEMMs share)
 #   linear-tests    test_matmul.py's linear tests on the GPU (out=, epilogues; not the every-route sweep)
@@ -100,7 +100,7 @@ for phase in "$@"; do
         packages/pygpukit-ops/tests/test_quant_experts.py ;;
     gemv-tests) run gemv-tests 240 "${pytest_q[@]}" -m gpu packages/pygpukit-ops/tests/test_quant_gemv.py ;;
     gemv-bench)
-      run gemv-bench-simt 150 python3 -m pygpukit.benchmark.quant_gemv --formats "${GEMV_FORMATS:-Q4_K,Q5_K}" --simt \
+      run gemv-bench-simt 150 python3 -m pygpukit.benchmark.quant_gemv --formats "${GEMV_SIMT_FORMATS:-Q4_K,Q5_K,Q6_K}" --simt \
         --json "$OUT/quant_gemv_simt.json"
       run gemv-bench 240 python3 -m pygpukit.benchmark.quant_gemv --formats "${GEMV_FORMATS:-Q4_K,Q5_K,Q6_K,Q8_0,FP8,AWQ}" \
         --json "$OUT/quant_gemv.json" --compare "$OUT/quant_gemv_simt.json" ;;
