@@ -454,6 +454,146 @@ __global__ void __launch_bounds__(256, 3)
   store_tile(acc, partial, y, bias, rows, n, ldy, row0);
 }
 
+// Q8_0 (34-byte blocks of 32 elements: f16 d, 32 int8 quants): a warp step covers 8 blocks (256
+// elements, 272 bytes) of each of its 16 rows, staged as the 18 aligned 16-byte chunks that hold them
+// (their start is `lead` bytes past the first chunk); K need only be a multiple of 32 (a last step of
+// fewer blocks). Lane t takes elements 8t .. 8t + 7 of each block: two mma steps of 4. int8 quants
+// are not exact in bf16 after the 128 + q trick, so with u = q + 128 = 16 (h + 8) + l the A fragment
+// is 16 h (exact: a multiple of 16 below 128 in magnitude) plus, in a second mma into the same
+// accumulators, l (0 .. 15); fp16 holds 1024 + u and takes one mma of q.
+constexpr int kQ8Bytes = 34;
+constexpr int kQ8StepBlocks = 8;
+constexpr int kQ8Chunks = 18;              // (15 + 8 * 34) bytes round up to 16-byte chunks
+constexpr int kQ8Stride = 16 * kQ8Chunks;  // 72 words: 8 modulo 32
+constexpr int kQ8StageBytes = kMmaTileRows * kQ8Stride;
+
+// A fragment registers of 16 h from the high nibbles of u (rows g and g + 8): bf16 only.
+__device__ __forceinline__ void a_fragment_high16(unsigned ha, unsigned hb, unsigned (&a)[4]) {
+  using M = Magic<__nv_bfloat16>;
+  constexpr unsigned kSixteen = 0x41804180u;  // 16.0 in both halves
+  constexpr unsigned kNeg = 0xc508c508u;      // -(128 + 8) * 16 = -2176
+  const unsigned v[4] = {(ha & 0x00ff00ffu) | M::kMagic, (hb & 0x00ff00ffu) | M::kMagic,
+                         ((ha >> 8) & 0x00ff00ffu) | M::kMagic, ((hb >> 8) & 0x00ff00ffu) | M::kMagic};
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(a[i]) : "r"(v[i]), "r"(kSixteen), "r"(kNeg));
+}
+
+template <typename T>
+struct IsHalf {
+  static constexpr bool value = false;
+};
+template <>
+struct IsHalf<__half> {
+  static constexpr bool value = true;
+};
+
+// dot += the products of one k16 step of Q8_0 quant words (rows g and g + 8) with x's fragment.
+template <typename T>
+__device__ __forceinline__ void q8_mma(unsigned wa, unsigned wb, unsigned b0, unsigned b1, float (&dot)[4]) {
+  const unsigned ua = wa ^ 0x80808080u, ub = wb ^ 0x80808080u;  // u = q + 128
+  unsigned a[4];
+  if constexpr (IsHalf<T>::value) {
+    a_fragment<T, 128>(ua, ub, a);  // fp16: 1024 + u exact
+    matmul::Mma<T>::run(dot, a, b0, b1);
+  } else {
+    a_fragment_high16((ua >> 4) & 0x0f0f0f0fu, (ub >> 4) & 0x0f0f0f0fu, a);
+    matmul::Mma<T>::run(dot, a, b0, b1);
+    a_fragment<T, 0>(ua & 0x0f0f0f0fu, ub & 0x0f0f0f0fu, a);
+    matmul::Mma<T>::run(dot, a, b0, b1);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256, 3)
+    gguf_gemv_mma_q8_0(const T* __restrict__ x, const unsigned char* __restrict__ w, T* __restrict__ y,
+                       const T* __restrict__ bias, int rows, int n, int k, long long ldx, long long ldy,
+                       int vector) {
+  extern __shared__ __align__(16) unsigned char smem[];  // [warps][stages][16 rows][stride], then sums
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warps = static_cast<int>(blockDim.x) >> 5;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int g = lane >> 2;
+  const int t = lane & 3;
+  const int row0 = static_cast<int>(blockIdx.x) * kMmaTileRows;
+  const int blocks_per_row = k / 32;
+  const int steps = (blocks_per_row + kQ8StepBlocks - 1) / kQ8StepBlocks;
+  const long long row_bytes = static_cast<long long>(blocks_per_row) * kQ8Bytes;
+  unsigned char* stages = smem + warp * (kMmaStages * kQ8StageBytes);
+  float* partial = reinterpret_cast<float*>(smem + warps * (kMmaStages * kQ8StageBytes));
+  const bool has_x = g < rows;
+  const T* x_row = x + (has_x ? static_cast<long long>(g) * ldx : 0) + 8 * t;
+  const bool vec = vector != 0;
+  const int mine = steps > warp ? (steps - warp + warps - 1) / warps : 0;
+  const unsigned char* row_a = w + row_bytes * min(row0 + g, n - 1);
+  const unsigned char* row_b = w + row_bytes * min(row0 + g + 8, n - 1);
+
+  // Copy the aligned chunks holding step warp + i * warps of each row (rows past n read row n - 1)
+  // into stage i % kMmaStages; chunks past the row's last byte are skipped (never read).
+  auto copy = [&](int i) {
+    if (i < mine) {
+      const long long offset = static_cast<long long>(warp + i * warps) * (kQ8StepBlocks * kQ8Bytes);
+      unsigned char* stage = stages + (i % kMmaStages) * kQ8StageBytes;
+      for (int c = lane; c < kMmaTileRows * kQ8Chunks; c += 32) {
+        const int r = c / kQ8Chunks, chunk = c - r * kQ8Chunks;
+        const unsigned char* row = w + row_bytes * min(row0 + r, n - 1);
+        const unsigned long long start = reinterpret_cast<unsigned long long>(row + offset);
+        const unsigned long long last = reinterpret_cast<unsigned long long>(row + row_bytes);
+        const unsigned long long src = (start & ~15ull) + 16ull * chunk;
+        if (src < last && src < start + kQ8StepBlocks * kQ8Bytes) {
+          gemm::cp_async_16(gemm::shared_address(stage + r * kQ8Stride + 16 * chunk),
+                            reinterpret_cast<const void*>(src));
+        }
+      }
+    }
+    gemm::cp_async_commit();
+  };
+#pragma unroll
+  for (int i = 0; i < kMmaStages - 1; ++i) copy(i);
+
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 1
+  for (int i = 0; i < mine; ++i) {
+    copy(i + kMmaStages - 1);
+    gemm::cp_async_wait<kMmaStages - 1>();
+    __syncwarp();
+    const int step = warp + i * warps;
+    const long long offset = static_cast<long long>(step) * (kQ8StepBlocks * kQ8Bytes);
+    const unsigned char* stage = stages + (i % kMmaStages) * kQ8StageBytes;
+    const unsigned char* sa = stage + g * kQ8Stride;
+    const unsigned char* sb = stage + (g + 8) * kQ8Stride;
+    const int lead_a = static_cast<int>(reinterpret_cast<unsigned long long>(row_a + offset) & 15);
+    const int lead_b = static_cast<int>(reinterpret_cast<unsigned long long>(row_b + offset) & 15);
+    const int blocks = min(kQ8StepBlocks, blocks_per_row - step * kQ8StepBlocks);
+    const T* xs = x_row + static_cast<long long>(step) * (kQ8StepBlocks * 32);
+#pragma unroll
+    for (int j = 0; j < kQ8StepBlocks; ++j) {
+      if (j < blocks) {  // uniform over the warp
+        const int at_a = lead_a + kQ8Bytes * j, at_b = lead_b + kQ8Bytes * j;
+        float dot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          unsigned b0, b1;
+          x_quad(xs + 32 * j + 4 * half, has_x, vec, b0, b1);
+          q8_mma<T>(staged_word(sa, at_a + 2 + 8 * t + 4 * half),
+                    staged_word(sb, at_b + 2 + 8 * t + 4 * half), b0, b1, dot);
+        }
+        const float da = float_from_half_bits(staged_word(sa, at_a) & 0xffffu);
+        const float db = float_from_half_bits(staged_word(sb, at_b) & 0xffffu);
+        acc[0] = fmaf(da, dot[0], acc[0]);
+        acc[1] = fmaf(da, dot[1], acc[1]);
+        acc[2] = fmaf(db, dot[2], acc[2]);
+        acc[3] = fmaf(db, dot[3], acc[3]);
+      }
+    }
+    __syncwarp();
+  }
+  gemm::cp_async_wait<0>();
+  store_tile(acc, partial, y, bias, rows, n, ldy, row0);
+}
+
 }  // namespace qgemv
 }  // namespace ops
 }  // namespace pygpukit

@@ -276,6 +276,7 @@ def test_mma_gemv_launch_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
     assert module._mma_shared("Q5_K", 4) == 4 * (3 * 16 * 224 + 512)
     assert module._mma_shared("Q5_K", 8) <= 227 * 1024 // 2  # two blocks per SM on Hopper
     assert module._mma_shared("Q6_K", 8) == 8 * (3 * 16 * 224 + 512)
+    assert module._mma_shared("Q8_0", 8) <= 227 * 1024 // 2
 
 
 # -- the GPU ----------------------------------------------------------------------------------------
@@ -343,7 +344,7 @@ def test_gpu_gemv_warps_per_row(rng: np.random.Generator, monkeypatch: pytest.Mo
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["Q4_K", "Q5_K", "Q4_0", "Q6_K"])
+@pytest.mark.parametrize("name", ["Q4_K", "Q5_K", "Q4_0", "Q6_K", "Q8_0"])
 @pytest.mark.parametrize("offset", [0, 4, 8, 1, 2, 14])
 def test_gpu_gemv_weight_at_any_byte_offset(rng: np.random.Generator, name: str, offset: int) -> None:
     """Blocks that start 16-byte aligned (Q4_K and Q5_K then read their quants with 64-bit loads) and
@@ -378,7 +379,7 @@ def test_gpu_gemv_many_x_steps(rng: np.random.Generator, name: str, dtype: DType
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["Q4_K", "Q5_K", "Q6_K"])
+@pytest.mark.parametrize("name", ["Q4_K", "Q5_K", "Q6_K", "Q8_0"])
 @pytest.mark.parametrize("warps", [2, 4, 8])
 def test_gpu_mma_gemv_every_split(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, name: str,
                                   warps: int) -> None:  # fmt: skip
@@ -390,7 +391,7 @@ def test_gpu_mma_gemv_every_split(rng: np.random.Generator, monkeypatch: pytest.
 
     monkeypatch.setattr(module, "_MMA_WARPS_FOR_TESTS", warps)
     for n, blocks in ((21, 1), (16, 3), (45, 7), (130, 17)):
-        k = blocks * 256
+        k = blocks * 256 if name != "Q8_0" else blocks * 32 + 256 * (blocks > 3)  # Q8_0: partial last steps
         raw = weight_bytes(rng, name, n, k)
         q = QuantizedTensor.from_raw(raw, name, (n, k))
         w = decoded(name, raw, n, k)

@@ -2,7 +2,7 @@
 
 - :func:`quantized_gemv`: the decode path, ``y (M, N) = x (M, K) @ W.T`` for M = 1 .. 8, reading W's
   packed blocks straight from device memory. Q4_K, Q5_K (the weight's start 16-byte aligned, as
-  every upload is) and Q6_K weights with fp16 / bf16 x go to the tensor-core kernels
+  every upload is), Q6_K and Q8_0 weights with fp16 / bf16 x go to the tensor-core kernels
   (native/kernels/quant/gguf_gemv_mma.cu): the quants as exact small integers in mma.sync tiles of
   16 rows, each scale group's products scaled in float32 afterwards, 2 to 8 warps per tile splitting
   K (:func:`_mma_warps`). Every other case goes to native/kernels/quant/gguf_gemv.cu: a warp per row
@@ -79,7 +79,7 @@ _SPLIT_FOR_TESTS: int | None = None  # forces the warps-per-row split (tests)
 _INT32_MAX = 2**31 - 1
 _KERNELS: PlanCache[JITKernel] = PlanCache("ops.quant_gemv")
 _MMA_FILE = "quant/gguf_gemv_mma.cu"
-_MMA_FORMATS = ("Q4_K", "Q5_K", "Q6_K")  # the tensor-core kernels' formats (fp16 / bf16 x)
+_MMA_FORMATS = ("Q4_K", "Q5_K", "Q6_K", "Q8_0")  # the tensor-core kernels' formats (fp16 / bf16 x)
 _MMA_DTYPES = (float16, bfloat16)
 _MMA_TILE = 16  # rows of W per block of the tensor-core kernel
 _MMA_PARAMS = _PARAMS[:-1]  # no split
@@ -90,6 +90,8 @@ USE_MMA_GEMV = True  # False: every format through gguf_gemv.cu (benchmarks comp
 def _mma_expression(fmt: str, dtype: DType) -> str:
     if fmt == "Q6_K":
         return f"{NAMESPACE}qgemv::gguf_gemv_mma_q6k<{dtype.ctype}>"
+    if fmt == "Q8_0":
+        return f"{NAMESPACE}qgemv::gguf_gemv_mma_q8_0<{dtype.ctype}>"
     return f"{NAMESPACE}qgemv::gguf_gemv_mma<{_IDS[fmt]}, {dtype.ctype}>"
 
 
@@ -100,9 +102,9 @@ _MMA_BLOCK_BYTES = {"Q4_K": 144, "Q5_K": 176}
 def _mma_shared(fmt: str, warps: int) -> int:
     """The kernel's dynamic shared memory: per warp kMmaStages copies of 16 rows of one block and
     16 x 8 float partial sums. Q4_K / Q5_K (MmaStage): the row stride in words padded to 8 or 24
-    modulo 32; Q6_K: 14 aligned 16-byte chunks per row (kQ6Stride)."""
-    if fmt == "Q6_K":
-        words = 56
+    modulo 32; Q6_K: 14 aligned 16-byte chunks per row (kQ6Stride); Q8_0: 18 per step of 8 blocks."""
+    if fmt in ("Q6_K", "Q8_0"):
+        words = 56 if fmt == "Q6_K" else 72  # kQ6Stride, kQ8Stride
     else:
         words = -(-_MMA_BLOCK_BYTES[fmt] // 16) * 4
         while words % 32 not in (8, 24):
@@ -127,7 +129,7 @@ def _mma_warps(n: int, k: int) -> int:
     a block."""
     if _MMA_WARPS_FOR_TESTS is not None:
         return _MMA_WARPS_FOR_TESTS
-    tiles, blocks = -(-n // _MMA_TILE), k // 256
+    tiles, blocks = -(-n // _MMA_TILE), -(-k // 256)  # Q8_0: steps of 8 blocks
     warps = 2
     while warps < 8 and 2 * warps <= blocks and tiles * warps < 16 * sm_count():
         warps *= 2
@@ -286,7 +288,7 @@ class _Launch:
         w_ptr = q.data.device_ptr
         vector = int(self.aligned and x_ptr % 16 == 0)
         common = (x_ptr, w_ptr, out2.device_ptr, 0 if bias is None else bias.device_ptr, *self.scalars, vector)
-        if self.mma is not None and (w_ptr % 16 == 0 or self.fmt == "Q6_K"):
+        if self.mma is not None and (w_ptr % 16 == 0 or self.fmt in ("Q6_K", "Q8_0")):
             kernel, grid, block, shared = self.mma
             args: tuple[int, ...] = common
         else:
