@@ -103,6 +103,7 @@ def test_dequantize_and_prefill_on_a_stream(rng: np.random.Generator) -> None:
 @pytest.mark.nvrtc
 def test_kernels_compile_without_warnings() -> None:
     assert_compiles("quant/wo_gemv.cu", 2 * 3 * 4, only="__nv_bfloat16")
+    assert_compiles("quant/wo_gemv_mma.cu", 2 * 2)
 
 
 @pytest.mark.gpu
@@ -122,3 +123,36 @@ def test_gpu_unaligned_x_takes_the_scalar_path(rng: np.random.Generator) -> None
     check(got, x[:, 1:], stored(cw), gp.float16)
     view = upload(x)[:, 1:]  # not contiguous: linear copies it
     check(gp.ops.linear(view, cw).to_numpy(), x[:, 1:], stored(cw), gp.float16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", KINDS)
+def test_gpu_tensor_core_gemv_on_every_stored_value(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch,
+                                                    kind: str) -> None:  # fmt: skip
+    """The tensor-core GEMV (fp16 / bf16 x, K a multiple of 64) on raw random bytes: every FP8 value but
+    NaN (subnormals, the largest, both signs) and every INT8 value, odd N, rows 1 .. 8, bias; the same
+    bound as the SIMT kernel's, which it is also compared with, and deterministic."""
+    from pygpukit.ops.quant import weight_only
+
+    n, k = 45, 1088
+    raw = rng.integers(0, 256, size=(n, k), dtype=np.uint8)
+    if kind == "fp8_e4m3":
+        raw[(raw & 0x7F) == 0x7F] ^= 0x01  # no NaN patterns
+        data = raw.view(ml_dtypes.float8_e4m3fn)
+    else:
+        data = raw.view(np.int8)
+    scale = (rng.uniform(0.5, 2.0, size=n) * 10.0 ** rng.uniform(-3, 1, size=n)).astype(np.float32)
+    cw = ChannelQuantizedTensor(gp.from_numpy(data), gp.from_numpy(scale), kind)
+    want = data.astype(np.float64) * scale.astype(np.float64)[:, None]
+    for dtype in (gp.float16, gp.bfloat16):
+        for rows in (1, 3, 8):
+            xd = upload(rng.standard_normal((rows, k)).astype(np.float32)).astype(dtype)
+            bd = upload(rng.standard_normal(n).astype(np.float32)).astype(dtype)
+            x, b = xd.to_numpy().astype(np.float64), bd.to_numpy().astype(np.float64)
+            got = gp.ops.linear(xd, cw, bd).to_numpy()
+            check(got, x, want, dtype, b)
+            assert np.array_equal(got, gp.ops.linear(xd, cw, bd).to_numpy())
+            monkeypatch.setattr(weight_only, "USE_MMA_GEMV", False)
+            simt = gp.ops.linear(xd, cw, bd).to_numpy()
+            monkeypatch.setattr(weight_only, "USE_MMA_GEMV", True)
+            check(simt, x, want, dtype, b)

@@ -6,8 +6,10 @@ makes one from float weights (scale = max |W[r]| / 448 for FP8, / 127 for INT8; 
 float32 quotient cast to float8_e4m3fn with round-to-nearest-even, as ``torch``'s cast and ml_dtypes
 round; INT8 values round half to even). ``pygpukit.ops.linear(x, cw)`` runs:
 
-- up to 8 rows of x: one GEMV kernel (native/kernels/quant/wo_gemv.cu) reading the 1-byte weights with
-  16-byte loads, float32 accumulation, the scale applied once per output;
+- up to 8 rows of x: a GEMV kernel reading the 1-byte weights with 16-byte loads, float32 accumulation,
+  the scale applied once per output: on the tensor cores for fp16 / bf16 x and K a multiple of 64
+  (native/kernels/quant/wo_gemv_mma.cu: 16 rows of W per mma tile, the weights widened exactly to
+  x's type in registers), else a warp per row (native/kernels/quant/wo_gemv.cu);
 - more rows: W dequantized to x's dtype on the device, then the GEMM dispatch.
 
 The CPU simulation backend computes the product in float64 from the stored values and scales.
@@ -21,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from pygpukit.core.array import GPUArray, from_numpy
-from pygpukit.core.dtypes import DType, as_dtype, float32
+from pygpukit.core.dtypes import DType, as_dtype, bfloat16, float16, float32
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel
 from pygpukit.core.plans import PlanCache
@@ -35,6 +37,9 @@ from . import _linear
 __all__ = ["WEIGHT_ONLY_KINDS", "ChannelQuantizedTensor", "quantize_per_channel", "weight_only_linear"]
 
 _FILE = "quant/wo_gemv.cu"
+_MMA_FILE = "quant/wo_gemv_mma.cu"
+_MMA_DTYPES = (float16, bfloat16)
+USE_MMA_GEMV = True  # False: every call through wo_gemv.cu (benchmarks compare the two)
 WEIGHT_ONLY_KINDS = ("fp8_e4m3", "int8")
 _STORAGE = {"fp8_e4m3": "float8_e4m3fn", "int8": "int8"}
 _LIMIT = {"fp8_e4m3": 448.0, "int8": 127.0}
@@ -134,8 +139,20 @@ def _kernel(w: DType, dtype: DType, rows: int) -> JITKernel:
     )
 
 
+def _mma_expression(w: DType, dtype: DType) -> str:
+    return f"{NAMESPACE}qgemv::wo_gemv_mma<{w.ctype}, {dtype.ctype}>"
+
+
+def _mma_kernel(w: DType, dtype: DType) -> JITKernel:
+    expression = _mma_expression(w, dtype)
+    return _linear.cached_kernel(_KERNELS, ("mma", w, dtype),
+                                 lambda: group(_MMA_FILE, (expression,)).kernel(expression, _PARAMS))  # fmt: skip
+
+
 def _gemv(w: ChannelQuantizedTensor, x2: GPUArray, out: GPUArray, bias: GPUArray | None) -> _linear.GemvLaunch:
-    """The GEMV launch of :func:`weight_only_linear` (up to 8 rows of x2)."""
+    """The GEMV launch of :func:`weight_only_linear` (up to 8 rows of x2): the tensor-core kernel
+    (wo_gemv_mma.cu, 16 rows of W per block) for fp16 / bf16 x, K a multiple of 64 and W and its row
+    stride 16-byte aligned; else wo_gemv.cu (a warp per row)."""
     (rows, k), n = x2.shape, w.shape[0]
     ldw = row_major_ld(w.data)
     assert ldw is not None  # checked by the constructor
@@ -143,6 +160,8 @@ def _gemv(w: ChannelQuantizedTensor, x2: GPUArray, out: GPUArray, bias: GPUArray
     vector = int(k % 16 == 0 and (x_ptr | w_ptr) % 16 == 0 and (k * x2.itemsize) % 16 == 0 and ldw % 16 == 0)
     args = (x_ptr, w_ptr, w.scale.device_ptr, out.device_ptr, 0 if bias is None else bias.device_ptr, rows, n, k,
             k, ldw, n, vector)  # fmt: skip
+    if USE_MMA_GEMV and x2.dtype in _MMA_DTYPES and k % 64 == 0 and w_ptr % 16 == 0 and ldw % 16 == 0:
+        return _mma_kernel(w.data.dtype, x2.dtype), args, -(-n // 16)
     return _kernel(w.data.dtype, x2.dtype, rows), args, -(-n // 8)
 
 
@@ -157,7 +176,9 @@ def weight_only_linear(x: GPUArray, w: ChannelQuantizedTensor, b: GPUArray | Non
 
 
 def _enumerate() -> Groups:
-    return {_FILE: [_expressions(as_dtype(s), d) for s in _STORAGE.values() for d in _linear.DTYPES]}
+    kinds = [as_dtype(s) for s in _STORAGE.values()]
+    return {_FILE: [_expressions(w, d) for w in kinds for d in _linear.DTYPES],
+            _MMA_FILE: [(_mma_expression(w, d),) for w in kinds for d in _MMA_DTYPES]}  # fmt: skip
 
 
 register_enumerator(_enumerate)
