@@ -100,9 +100,9 @@ for phase in "$@"; do
         packages/pygpukit-ops/tests/test_quant_experts.py ;;
     gemv-tests) run gemv-tests 240 "${pytest_q[@]}" -m gpu packages/pygpukit-ops/tests/test_quant_gemv.py ;;
     gemv-bench)
-      run gemv-bench-simt 150 python3 -m pygpukit.benchmark.quant_gemv --formats "${GEMV_SIMT_FORMATS:-Q4_K,Q5_K,Q6_K}" --simt \
+      run gemv-bench-simt 150 python3 -m pygpukit.benchmark.quant_gemv --formats "${GEMV_SIMT_FORMATS:-Q4_K,Q5_K,Q6_K,Q8_0,FP8,INT8}" --simt \
         --json "$OUT/quant_gemv_simt.json"
-      run gemv-bench 240 python3 -m pygpukit.benchmark.quant_gemv --formats "${GEMV_FORMATS:-Q4_K,Q5_K,Q6_K,Q8_0,FP8,AWQ}" \
+      run gemv-bench 240 python3 -m pygpukit.benchmark.quant_gemv --formats "${GEMV_FORMATS:-Q4_K,Q5_K,Q6_K,Q8_0,FP8,INT8,AWQ}" \
         --json "$OUT/quant_gemv.json" --compare "$OUT/quant_gemv_simt.json" ;;
     fp8-tests)
       run fp8-tests 300 "${pytest_q[@]}" packages/pygpukit-ops/tests/test_scaled_matmul_scales.py \

@@ -6,8 +6,9 @@ device's measured copy bandwidth (issue 18's target: >= 75% for Q4_K, Q8_0, FP8 
                                             [--iterations 200] [--json results.json] [--compare old.json]
                                             [--simt]
 
-``--simt`` sends Q4_K and Q5_K through the SIMT kernel (gguf_gemv.cu) rather than the tensor-core one
-(gguf_gemv_mma.cu): run it with ``--json simt.json``, then without it and ``--compare simt.json``.
+``--simt`` sends the GGUF, FP8 and INT8 GEMVs through their SIMT kernels (gguf_gemv.cu, wo_gemv.cu)
+rather than the tensor-core ones (gguf_gemv_mma.cu, wo_gemv_mma.cu): run it with ``--json simt.json``,
+then without it and ``--compare simt.json``.
 
 Copy bandwidth: ``dst.copy_(src)`` of a 1 GiB buffer (bytes read + bytes written per second). GEMV
 bandwidth: the weight's packed bytes (plus x and y) per second at each shape. Two timings, each with
@@ -182,8 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--compare", help="an earlier run's --json file: print old / new times per case")
     parser.add_argument("--simt", action="store_true",
-                        help="Q4_K and Q5_K through the SIMT kernel (gguf_gemv.cu) instead of the tensor-core one, "
-                             "to compare the two with --json / --compare")  # fmt: skip
+                        help="the GGUF, FP8 and INT8 GEMVs through their SIMT kernels instead of the tensor-core "
+                             "ones, to compare the two with --json / --compare")  # fmt: skip
     args = parser.parse_args(argv)
     formats = [f.strip().upper() for f in args.formats.split(",") if f.strip()]
     unknown = [f for f in formats if f not in (*QUANT_FORMATS, "FP8", "INT8", "AWQ", "GPTQ")]
@@ -198,9 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         print("quant_gemv benchmark: needs the CUDA backend (no GPU found)", file=sys.stderr)
         return 2
     if args.simt:
-        from pygpukit.ops.quant import gemv
+        from pygpukit.ops.quant import gemv, weight_only
 
-        gemv.USE_MMA_GEMV = False
+        gemv.USE_MMA_GEMV = weight_only.USE_MMA_GEMV = False
     results = run(formats, rows, args.dtype, args.iterations, SHAPES_7B)
     results["kernel"] = "simt" if args.simt else "default"
     if args.json:
