@@ -121,7 +121,11 @@ __global__ void __launch_bounds__(256, 3)
   using F = MmaFormat<Type>;
   using S = MmaStage<F::kBytes>;
   using M = Magic<T>;
-  extern __shared__ __align__(16) unsigned char smem[];  // [warps][stages][16 rows][stride], then sums
+  constexpr int kCopies = (kMmaTileRows * S::kChunks + 31) / 32;  // weight chunks per lane and block
+  // bf16 keeps the magic 128 in the A values (removed through the sum of x, below): exact products,
+  // the sum about 17 times the size of the dot product; fp16's 1024 would be too large, it strips it.
+  constexpr bool kFold = !IsHalf<T>::value;
+  extern __shared__ __align__(16) unsigned char smem[];  // [warps][stages][W rows, x rows], then sums
 
   const int tid = static_cast<int>(threadIdx.x);
   const int warps = static_cast<int>(blockDim.x) >> 5;
@@ -132,24 +136,43 @@ __global__ void __launch_bounds__(256, 3)
   const int row0 = static_cast<int>(blockIdx.x) * kMmaTileRows;
   const int blocks_per_row = k / 256;
   const long long row_bytes = static_cast<long long>(blocks_per_row) * F::kBytes;
-  unsigned char* stages = smem + warp * (kMmaStages * S::kBytes);
-  float* partial = reinterpret_cast<float*>(smem + warps * (kMmaStages * S::kBytes));  // [warps][16][8]
+  const bool vec = vector != 0;
+  const int x_rows = vec ? rows : 0;  // rows of x staged with the weights (16-byte aligned x only)
+  const int stage_bytes = S::kBytes + x_rows * kMmaXStride;
+  unsigned char* stages = smem + warp * (kMmaStages * stage_bytes);
+  float* partial = reinterpret_cast<float*>(smem + warps * (kMmaStages * stage_bytes));  // [warps][16][8]
   const bool has_x = g < rows;
   const T* x_row = x + (has_x ? static_cast<long long>(g) * ldx : 0) + 8 * t;
-  const bool vec = vector != 0;
   const unsigned ones[4] = {M::kOne, M::kOne, M::kOne, M::kOne};
   const int mine = blocks_per_row > warp ? (blocks_per_row - warp + warps - 1) / warps : 0;
 
-  // Copy the warp's i-th block (block warp + i * warps of each of the 16 rows; rows past n read row
-  // n - 1, whose sums are not stored) into stage i % kMmaStages, 16 bytes per lane and step.
+  // This lane's weight chunks of every block: chunk c = lane + 32 j of the tile's 16 x kChunks (rows
+  // past n read row n - 1, whose sums are not stored), as source offsets from the block's start in
+  // row 0 and destinations in the stage.
+  long long src[kCopies];
+  int dst[kCopies];
+#pragma unroll
+  for (int j = 0; j < kCopies; ++j) {
+    const int c = min(lane + 32 * j, kMmaTileRows * S::kChunks - 1);
+    const int r = c / S::kChunks, chunk = c - r * S::kChunks;
+    src[j] = row_bytes * min(row0 + r, n - 1) + 16 * chunk;
+    dst[j] = r * S::kStride + 16 * chunk;
+  }
+  // Copy the warp's i-th block (block warp + i * warps of each row) and the matching 256 elements of
+  // every row of x into stage i % kMmaStages.
   auto copy = [&](int i) {
     if (i < mine) {
-      const long long offset = static_cast<long long>(warp + i * warps) * F::kBytes;
-      unsigned char* stage = stages + (i % kMmaStages) * S::kBytes;
-      for (int c = lane; c < kMmaTileRows * S::kChunks; c += 32) {
-        const int r = c / S::kChunks, chunk = c - r * S::kChunks;
-        const unsigned char* src = w + row_bytes * min(row0 + r, n - 1) + offset + 16 * chunk;
-        gemm::cp_async_16(gemm::shared_address(stage + r * S::kStride + 16 * chunk), src);
+      const int b = warp + i * warps;
+      const unsigned char* block = w + static_cast<long long>(b) * F::kBytes;
+      unsigned char* stage = stages + (i % kMmaStages) * stage_bytes;
+      const unsigned base = gemm::shared_address(stage);
+#pragma unroll
+      for (int j = 0; j < kCopies; ++j) {
+        if (lane + 32 * j < kMmaTileRows * S::kChunks) gemm::cp_async_16(base + dst[j], block + src[j]);
+      }
+      for (int m = 0; m < x_rows; ++m) {
+        gemm::cp_async_16(base + S::kBytes + m * kMmaXStride + 16 * lane,
+                          x + m * ldx + static_cast<long long>(b) * 256 + 8 * lane);
       }
     }
     gemm::cp_async_commit();  // an empty group past the end keeps the wait count uniform
@@ -163,17 +186,18 @@ __global__ void __launch_bounds__(256, 3)
     copy(i + kMmaStages - 1);
     gemm::cp_async_wait<kMmaStages - 1>();
     __syncwarp();
-    const unsigned char* stage = stages + (i % kMmaStages) * S::kBytes;
+    const unsigned char* stage = stages + (i % kMmaStages) * stage_bytes;
     const KRaw raw_a = F::load(stage + g * S::kStride, t);
     const KRaw raw_b = F::load(stage + (g + 8) * S::kStride, t);
     const KScales scales_a(raw_a.head), scales_b(raw_b.head);
+    const unsigned char* xs = stage + S::kBytes + g * kMmaXStride + 16 * t;
     const T* xb = x_row + static_cast<long long>(warp + i * warps) * 256;
 #pragma unroll
     for (int sb = 0; sb < 8; ++sb) {
       // x: elements 8t .. 8t + 7 of the sub-block for column g (zeros for columns past rows)
       uint4 xv = make_uint4(0u, 0u, 0u, 0u);
       if (has_x && vec) {
-        xv = __ldg(reinterpret_cast<const uint4*>(xb + 32 * sb));
+        xv = *reinterpret_cast<const uint4*>(xs + 64 * sb);
       } else if (has_x) {
         const unsigned short* p = reinterpret_cast<const unsigned short*>(xb + 32 * sb);
         xv.x = static_cast<unsigned>(__ldg(p)) | (static_cast<unsigned>(__ldg(p + 1)) << 16);
@@ -192,12 +216,18 @@ __global__ void __launch_bounds__(256, 3)
         const unsigned qa = F::quad(raw_a, sb, half);
         const unsigned qb = F::quad(raw_b, sb, half);
         unsigned a[4];
-        a_fragment<T, 0>(qa, qb, a);
+        if constexpr (kFold) {
+          a_fragment_magic<T>(qa, qb, a);
+        } else {
+          a_fragment<T, 0>(qa, qb, a);
+        }
         matmul::Mma<T>::run(dot, a, b0, b1);
         matmul::Mma<T>::run(sum, ones, b0, b1);  // the sum of x over the sub-block, per column
       }
       const float sa = scales_a.scale(sb), sb_ = scales_b.scale(sb);
-      const float oa = scales_a.offset(sb), ob = scales_b.offset(sb);
+      // with the magic kept, dot = sum (q + 128) x: the offset term takes -128 s
+      const float oa = kFold ? fmaf(-128.0f, sa, scales_a.offset(sb)) : scales_a.offset(sb);
+      const float ob = kFold ? fmaf(-128.0f, sb_, scales_b.offset(sb)) : scales_b.offset(sb);
       acc[0] = fmaf(sa, dot[0], fmaf(oa, sum[0], acc[0]));
       acc[1] = fmaf(sa, dot[1], fmaf(oa, sum[1], acc[1]));
       acc[2] = fmaf(sb_, dot[2], fmaf(ob, sum[2], acc[2]));

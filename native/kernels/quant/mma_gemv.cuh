@@ -27,6 +27,7 @@ namespace qgemv {
 
 constexpr int kMmaTileRows = 16;  // rows of W per block (the mma's M)
 constexpr int kMmaMaxRows = 8;    // rows of x (the mma's N)
+constexpr int kMmaXStride = 576;  // bytes per staged row of x: 256 elements + 64 (conflict-free reads)
 
 // The packed-integer trick per element type: kMagic ORed into a half holding a small integer q gives
 // the float kBase + q; strip(v) returns the pair's values minus kBase (and minus Bias), exactly.
@@ -67,7 +68,7 @@ __device__ __forceinline__ float magic_byte(unsigned w, int j) {
 }
 
 // The block's epilogue: each warp's accumulators (rows g and g + 8 of the tile, columns 2t and
-// 2t + 1) into `partial` ([warps][16][8] floats), then 128 threads add the warps' sums in order,
+// 2t + 1) into `partial` ([warps][16][8] floats), then the threads add the warps' sums in order,
 // multiply by the row's scale (when given), add the bias and store rows of y that exist.
 template <typename T>
 __device__ __forceinline__ void store_tile(const float (&acc)[4], float* partial, T* __restrict__ y,
@@ -83,9 +84,9 @@ __device__ __forceinline__ void store_tile(const float (&acc)[4], float* partial
   own[(g + 8) * kMmaMaxRows + 2 * t] = acc[2];
   own[(g + 8) * kMmaMaxRows + 2 * t + 1] = acc[3];
   __syncthreads();
-  if (tid < kMmaTileRows * kMmaMaxRows) {
-    const int r = tid & (kMmaTileRows - 1);
-    const int c = tid >> 4;
+  for (int item = tid; item < kMmaTileRows * kMmaMaxRows; item += static_cast<int>(blockDim.x)) {
+    const int r = item & (kMmaTileRows - 1);
+    const int c = item >> 4;
     const int row = row0 + r;
     if (c < rows && row < n) {
       float total = 0.0f;
@@ -113,6 +114,16 @@ __device__ __forceinline__ void x_quad(const T* p, bool has_x, bool vec, unsigne
   }
   b0 = __byte_perm(x01, x23, 0x5410u);
   b1 = __byte_perm(x01, x23, 0x7632u);
+}
+
+// A fragment registers holding kBase + q (the magic kept: the caller corrects with the sum of x).
+template <typename T>
+__device__ __forceinline__ void a_fragment_magic(unsigned qa, unsigned qb, unsigned (&a)[4]) {
+  using M = Magic<T>;
+  a[0] = (qa & 0x00ff00ffu) | M::kMagic;
+  a[1] = (qb & 0x00ff00ffu) | M::kMagic;
+  a[2] = ((qa >> 8) & 0x00ff00ffu) | M::kMagic;
+  a[3] = ((qb >> 8) & 0x00ff00ffu) | M::kMagic;
 }
 
 // A fragment registers from the quant bytes of rows g (qa) and g + 8 (qb), each byte q + Bias < 128:

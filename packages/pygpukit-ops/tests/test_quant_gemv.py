@@ -273,8 +273,9 @@ def test_mma_gemv_launch_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
     assert module._mma_warps(4096, 512) == 2  # two blocks per row
     assert module._mma_warps(16, 256) == 2
     assert module._mma_shared("Q4_K", 8) == 8 * (3 * 16 * 160 + 512)
+    assert module._mma_shared("Q4_K", 4, 2) == 4 * (3 * (16 * 160 + 2 * 576) + 512)
     assert module._mma_shared("Q5_K", 4) == 4 * (3 * 16 * 224 + 512)
-    assert module._mma_shared("Q5_K", 8) <= 227 * 1024 // 2  # two blocks per SM on Hopper
+    assert module._mma_shared("Q5_K", 8, 8) <= 227 * 1024  # one block per SM at worst on Hopper
     assert module._mma_shared("Q6_K", 8) == 8 * (3 * 16 * 224 + 512)
     assert module._mma_shared("Q8_0", 8) <= 227 * 1024 // 2
 
@@ -390,6 +391,7 @@ def test_gpu_mma_gemv_every_split(rng: np.random.Generator, monkeypatch: pytest.
     from pygpukit.ops.quant import gemv as module
 
     monkeypatch.setattr(module, "_MMA_WARPS_FOR_TESTS", warps)
+    monkeypatch.setattr(module, "MMA_MIN_ROWS", dict.fromkeys(module.MMA_MIN_ROWS, 1))
     for n, blocks in ((21, 1), (16, 3), (45, 7), (130, 17)):
         k = blocks * 256 if name != "Q8_0" else blocks * 32 + 256 * (blocks > 3)  # Q8_0: partial last steps
         raw = weight_bytes(rng, name, n, k)

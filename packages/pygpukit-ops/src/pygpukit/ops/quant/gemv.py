@@ -96,20 +96,28 @@ def _mma_expression(fmt: str, dtype: DType) -> str:
 
 
 _MMA_STAGES = 3  # kMmaStages of the kernel
+_MMA_X_STRIDE = 576  # kMmaXStride
+# Rows of x from which a format takes the tensor-core kernel: on the H100 (2026-12-07) Q6_K and Q8_0 at
+# M = 1 ran faster through gguf_gemv.cu (their staged reads cost more than the SIMT decode), at M = 8
+# 1.7-3x slower.
+MMA_MIN_ROWS = {"Q4_K": 1, "Q5_K": 1, "Q6_K": 2, "Q8_0": 2}
 _MMA_BLOCK_BYTES = {"Q4_K": 144, "Q5_K": 176}
 
 
-def _mma_shared(fmt: str, warps: int) -> int:
-    """The kernel's dynamic shared memory: per warp kMmaStages copies of 16 rows of one block and
-    16 x 8 float partial sums. Q4_K / Q5_K (MmaStage): the row stride in words padded to 8 or 24
-    modulo 32; Q6_K: 14 aligned 16-byte chunks per row (kQ6Stride); Q8_0: 18 per step of 8 blocks."""
+def _mma_shared(fmt: str, warps: int, x_rows: int = 0) -> int:
+    """The kernel's dynamic shared memory: per warp kMmaStages copies of 16 rows of one block (Q4_K /
+    Q5_K also of ``x_rows`` rows of x, kMmaXStride bytes each: 16-byte aligned x is staged with the
+    weights) and 16 x 8 float partial sums. Q4_K / Q5_K (MmaStage): the row stride in words padded to 8
+    or 24 modulo 32; Q6_K: 14 aligned 16-byte chunks per row (kQ6Stride); Q8_0: 18 per step of 8
+    blocks."""
     if fmt in ("Q6_K", "Q8_0"):
         words = 56 if fmt == "Q6_K" else 72  # kQ6Stride, kQ8Stride
+        x_rows = 0
     else:
         words = -(-_MMA_BLOCK_BYTES[fmt] // 16) * 4
         while words % 32 not in (8, 24):
             words += 4
-    return warps * (_MMA_STAGES * _MMA_TILE * 4 * words + _MMA_TILE * 8 * 4)
+    return warps * (_MMA_STAGES * (_MMA_TILE * 4 * words + x_rows * _MMA_X_STRIDE) + _MMA_TILE * 8 * 4)
 
 
 def _mma_kernel(fmt: str, dtype: DType) -> JITKernel:
@@ -118,7 +126,7 @@ def _mma_kernel(fmt: str, dtype: DType) -> JITKernel:
     if kernel is None:
         expression = _mma_expression(fmt, dtype)
         kernel = group(_MMA_FILE, (expression,)).kernel(expression, _MMA_PARAMS)
-        kernel.set_max_dynamic_shared_memory(_mma_shared(fmt, 8))
+        kernel.set_max_dynamic_shared_memory(_mma_shared(fmt, 8, 8))
         _KERNELS.put(key, kernel)
     return kernel
 
@@ -265,10 +273,12 @@ class _Launch:
         self.grid = self.shared = self.split = 0
         # the tensor-core kernel (taken when the weight's start is 16-byte aligned): kernel, grid, block,
         # shared memory
-        self.mma: tuple[JITKernel, int, int, int] | None = None
-        if USE_MMA_GEMV and fmt in _MMA_FORMATS and dtype in _MMA_DTYPES:
+        # (kernel, grid, block, shared memory with x staged, without)
+        self.mma: tuple[JITKernel, int, int, int, int] | None = None
+        if USE_MMA_GEMV and fmt in _MMA_FORMATS and dtype in _MMA_DTYPES and m >= MMA_MIN_ROWS[fmt]:
             warps = _mma_warps(n, k)
-            self.mma = (_mma_kernel(fmt, dtype), -(-n // _MMA_TILE), 32 * warps, _mma_shared(fmt, warps))
+            self.mma = (_mma_kernel(fmt, dtype), -(-n // _MMA_TILE), 32 * warps, _mma_shared(fmt, warps, m),
+                        _mma_shared(fmt, warps))  # fmt: skip
         else:
             self._fallback(dtype)
 
@@ -288,8 +298,10 @@ class _Launch:
         w_ptr = q.data.device_ptr
         vector = int(self.aligned and x_ptr % 16 == 0)
         common = (x_ptr, w_ptr, out2.device_ptr, 0 if bias is None else bias.device_ptr, *self.scalars, vector)
-        if self.mma is not None and (w_ptr % 16 == 0 or self.fmt in ("Q6_K", "Q8_0")):
-            kernel, grid, block, shared = self.mma
+        # Q4_K / Q5_K read their blocks as aligned 16-byte chunks; Q6_K's staging assumes even starts
+        if self.mma is not None and w_ptr % (2 if self.fmt in ("Q6_K", "Q8_0") else 16) == 0:
+            kernel, grid, block, staged, unstaged = self.mma
+            shared = staged if vector else unstaged
             args: tuple[int, ...] = common
         else:
             kernel = self.kernel if self.kernel is not None else self._fallback(x2.dtype)
