@@ -431,3 +431,22 @@ def test_gpu_mma_gemv_large_scales_and_graph(rng: np.random.Generator) -> None:
         stream.synchronize()
         assert out.to_numpy().tobytes() == eager.tobytes()
     check(eager, xh, decoded("Q4_K", raw, n, k), gp.bfloat16)
+
+
+@pytest.mark.parametrize("rows", [1, 5, 12])
+def test_linear_out_writes_in_place(rng: np.random.Generator, rows: int) -> None:
+    """``linear(x, q, b, act, out=)`` writes the result into ``out`` (the decode GEMV straight into it up
+    to 8 rows), equal to the call without ``out``; a wrong ``out`` raises naming it."""
+    n, k = 37, 512
+    raw = weight_bytes(rng, "Q4_K", n, k)
+    q = QuantizedTensor.from_raw(raw, "Q4_K", (n, k))
+    x = upload(activations(rng, (rows, k), gp.bfloat16))
+    b = upload(activations(rng, (n,), gp.bfloat16))
+    out = gp.empty((rows, n), gp.bfloat16)
+    got = gp.ops.linear(x, q, b, "silu", out=out)
+    assert got is out
+    assert np.array_equal(out.to_numpy(), gp.ops.linear(x, q, b, "silu").to_numpy())
+    with pytest.raises(ShapeError, match="out must have shape"):
+        gp.ops.linear(x, q, out=gp.empty((rows, n + 1), gp.bfloat16))
+    with pytest.raises(DTypeError, match="out must be a GPUArray"):
+        gp.ops.linear(x, q, out=np.zeros((rows, n)))  # type: ignore[arg-type]

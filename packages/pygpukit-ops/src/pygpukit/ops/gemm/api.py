@@ -357,12 +357,9 @@ def linear(
     if not isinstance(w, GPUArray) and getattr(w, "_quantized", False):
         from ..quant.gemv import quantized_linear  # a QuantizedTensor: its own GEMV/GEMM (pygpukit.ops.quant)
 
-        result = quantized_linear(x, w, b, activation, stream=stream)
-        if out is None:
-            return result
-        _check_out(out, result.shape, result.dtype, "linear", result.buffer.device)
-        out.copy_(result)
-        return out
+        if out is not None and not isinstance(out, GPUArray):
+            raise DTypeError(f"linear: out must be a GPUArray, got {type(out).__name__}")
+        return quantized_linear(x, w, b, activation, stream=stream, out=out)  # checks out's shape and dtype
     _check_pair(x, w, "linear")
     assert isinstance(w, GPUArray)  # _check_pair raised otherwise
     code = check_activation(activation, "linear")

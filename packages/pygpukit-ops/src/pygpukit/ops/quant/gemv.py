@@ -379,6 +379,27 @@ def quantized_linear(
         if isinstance(w, Int4Tensor):
             return int4_linear(x, w, b, activation, stream=stream, out=out)
     if out is not None:
+        want = (*x.shape[:-1], w.shape[0]) if isinstance(x, GPUArray) else None
+        if not isinstance(out, GPUArray):
+            raise DTypeError(f"linear: out must be a GPUArray, got {type(out).__name__}")
+        if want is not None and (out.shape != want or out.dtype != x.dtype):
+            raise ShapeError(f"linear: out must have shape {want} and dtype {x.dtype}, got {out.shape} {out.dtype}")
+        rows = int(np.prod(want[:-1])) if want is not None and len(want) > 1 else 1
+        if (isinstance(w, QuantizedTensor) and want is not None and rows <= QUANT_GEMV_MAX_ROWS
+                and out.is_contiguous and x.is_contiguous):  # fmt: skip
+            # the decode GEMV straight into out: nothing allocated (graph-capturable)
+            code = check_activation(activation, "linear")
+            x2, out2 = x.reshape(rows, x.shape[-1]), out.reshape(rows, w.shape[0])
+            if not is_cuda():  # as without out: the activation before the one rounding
+                _check_x(x, w.shape[1], "linear")
+                bias = check_bias(b, w.shape[0], x.dtype, "linear", x.dtype)
+                check_devices("linear", [v for v in (x, w.data, bias, out) if v is not None])
+                _host_product(x2, w, bias, code, out2)
+                return out
+            quantized_gemv(x2, w, out2, bias=b, stream=stream)
+            if code:
+                _activate(out, code, stream)
+            return out
         result = quantized_linear(x, w, b, activation, stream=stream)
         out.copy_(result.reshape(out.shape))
         return out
