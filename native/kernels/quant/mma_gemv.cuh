@@ -116,25 +116,24 @@ __device__ __forceinline__ void x_quad(const T* p, bool has_x, bool vec, unsigne
   b1 = __byte_perm(x01, x23, 0x7632u);
 }
 
-// A fragment registers holding kBase + q (the magic kept: the caller corrects with the sum of x).
+// A fragment registers holding kBase + q (the magic kept: the caller corrects with the sum of x): one
+// byte permute each, quant bytes 0 and 2 (1 and 3) under the magic's high byte.
 template <typename T>
 __device__ __forceinline__ void a_fragment_magic(unsigned qa, unsigned qb, unsigned (&a)[4]) {
-  using M = Magic<T>;
-  a[0] = (qa & 0x00ff00ffu) | M::kMagic;
-  a[1] = (qb & 0x00ff00ffu) | M::kMagic;
-  a[2] = ((qa >> 8) & 0x00ff00ffu) | M::kMagic;
-  a[3] = ((qb >> 8) & 0x00ff00ffu) | M::kMagic;
+  constexpr unsigned kHigh = (Magic<T>::kMagic >> 8) * 0x01010101u;  // the magic's exponent byte, four times
+  a[0] = __byte_perm(qa, kHigh, 0x4240u);
+  a[1] = __byte_perm(qb, kHigh, 0x4240u);
+  a[2] = __byte_perm(qa, kHigh, 0x4341u);
+  a[3] = __byte_perm(qb, kHigh, 0x4341u);
 }
 
 // A fragment registers from the quant bytes of rows g (qa) and g + 8 (qb), each byte q + Bias < 128:
 // bytes 0 and 2 at k slots (2t, 2t + 1), bytes 1 and 3 at (2t + 8, 2t + 9).
 template <typename T, int Bias>
 __device__ __forceinline__ void a_fragment(unsigned qa, unsigned qb, unsigned (&a)[4]) {
-  using M = Magic<T>;
-  a[0] = M::template strip<Bias>((qa & 0x00ff00ffu) | M::kMagic);
-  a[1] = M::template strip<Bias>((qb & 0x00ff00ffu) | M::kMagic);
-  a[2] = M::template strip<Bias>(((qa >> 8) & 0x00ff00ffu) | M::kMagic);
-  a[3] = M::template strip<Bias>(((qb >> 8) & 0x00ff00ffu) | M::kMagic);
+  a_fragment_magic<T>(qa, qb, a);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) a[i] = Magic<T>::template strip<Bias>(a[i]);
 }
 
 // A fragment registers of 16 h from the high nibbles of u (rows g and g + 8): bf16 only.

@@ -172,5 +172,7 @@ def test_gpu_fp8_checkpoint_matches_the_dense_model(tmp_path: Path) -> None:
         for ids in ([3, 9, 27], [3, 9, 27, 1, 50, 7, 7, 2, 60, 11, 5, 5]):
             got = model.forward(ids).to_numpy().astype(np.float64)
             want = dense.forward(ids).to_numpy().astype(np.float64)
-            tolerance = 1e-3 if dtype == "float32" else 5e-2
+            # up to 8 tokens the block-FP8 GEMV reads the weights exactly (W8A16); the 12-token prefill of
+            # this "dynamic" checkpoint quantizes x to fp8 (W8A8 on Hopper), an error of its own
+            tolerance = 1e-3 if dtype == "float32" and len(ids) <= 8 else 5e-2
             assert np.abs(got - want).max() <= tolerance * np.abs(want).max()

@@ -33,11 +33,18 @@ def _fp8(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray[Any, An
     return (rng.standard_normal(shape) * 4).astype(E4M3)
 
 
+def _accumulation() -> float:
+    """Relative accumulation error of an fp8 GEMM (times sum |x| |w|): float32 on the CPU simulation;
+    on the GPU the fp8 tensor cores keep about 14 mantissa bits between cuBLASLt's promotions to
+    float32 (measured on the H100: excesses up to 5e-5 over a 1e-5 bound), so 2^-13."""
+    return 2.0**-13 if backend_state().name == "cuda" else 1e-5
+
+
 def _bound(x: np.ndarray[Any, Any], w: np.ndarray[Any, Any], out: Any) -> np.ndarray[Any, Any]:
-    """|error| bound per element: the output rounding of the result plus fp32 accumulation."""
+    """|error| bound per element: the output rounding of the result plus the fp8 GEMM's accumulation."""
     eps = 2.0**-8 if out == ml_dtypes.bfloat16 else 2.0**-23
     mag = np.abs(x) @ np.abs(w)
-    return eps * np.abs(x @ w) + 1e-5 * mag + 1e-30
+    return eps * np.abs(x @ w) + _accumulation() * mag + 1e-30
 
 
 def _check(got: np.ndarray[Any, Any], ref: np.ndarray[Any, Any], bound: np.ndarray[Any, Any]) -> None:
@@ -98,8 +105,9 @@ def test_fp8_output_is_saturated_and_scaled() -> None:
     assert got.dtype.name == "float8_e4m3fn"
     ref = np.clip(12.0 * (a.astype(np.float64) * 0.25) @ (w.astype(np.float64) * 0.5).T, -448, 448)
     host = got.to_numpy().astype(np.float64)
-    # One e4m3 rounding (relative 2^-4) of a float32-accumulated value; saturated entries exact.
-    assert np.all(np.abs(host - ref) <= 2.0**-4 * np.abs(ref) + 2.0**-9)
+    mag = 12.0 * np.abs(a.astype(np.float64) * 0.25) @ np.abs(w.astype(np.float64) * 0.5).T
+    # One e4m3 rounding (relative 2^-4) of the accumulated value; saturated entries exact.
+    assert np.all(np.abs(host - ref) <= 2.0**-4 * np.abs(ref) + 2.0**-9 + _accumulation() * mag)
     assert np.abs(ref).max() == 448.0  # some entries did saturate
 
 
