@@ -26,6 +26,8 @@
 #   gemv-tests      the gpu-marked tests of the GGUF decode GEMVs (test_quant_gemv.py: SIMT and tensor-core kernels)
 #   gemv-bench      python -m pygpukit.benchmark.quant_gemv: $GEMV_SIMT_FORMATS through the SIMT kernel (--simt), then
 #                   $GEMV_FORMATS through the default kernels compared with it, as shares of the copy bandwidth measured in the run
+#   gemv-warps      the tensor-core GGUF GEMVs at 2, 4 and 8 warps per tile (Q4_K, Q5_K, Q6_K, Q8_0; three shapes)
+#   ncu-gemv        Nsight Compute sections of one Q4_K tensor-core GEMV launch (14336 x 4096, M = 1)
 #   gemm-tests      the built-in GEMM kernels' and the MoE ops' gpu-marked tests (the mma.sync main loop that the
 #                   dense, grouped and quantized grouped GEMMs share)
 #   linear-tests    test_matmul.py's linear tests on the GPU (out=, epilogues; not the every-route sweep)
@@ -104,6 +106,17 @@ for phase in "$@"; do
         --json "$OUT/quant_gemv_simt.json"
       run gemv-bench 240 python3 -m pygpukit.benchmark.quant_gemv --formats "${GEMV_FORMATS:-Q4_K,Q5_K,Q6_K,Q8_0,FP8,INT8,AWQ}" \
         --json "$OUT/quant_gemv.json" --compare "$OUT/quant_gemv_simt.json" ;;
+    gemv-warps)
+      for warps in 2 4 8; do
+        run "gemv-warps$warps" 60 python3 -m pygpukit.benchmark.quant_gemv --formats Q4_K,Q5_K,Q6_K,Q8_0 --rows 1,8 \
+          --shapes 14336x4096,4096x14336,4096x4096 --mma-warps "$warps" --iterations 100
+      done ;;
+    ncu-gemv)
+      run ncu-gemv 120 /usr/local/cuda/bin/ncu --clock-control none --kernel-name regex:gguf_gemv_mma --launch-skip 2 \
+        --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
+        --section MemoryWorkloadAnalysis_Tables --section WarpStateStats --section SchedulerStats \
+        --section InstructionStats --section ComputeWorkloadAnalysis ${NCU_EXTRA:-} \
+        python3 -m pygpukit.benchmark.quant_gemv --formats Q4_K --rows 1 --shapes 14336x4096 --iterations 3 ;;
     fp8-tests)
       run fp8-tests 300 "${pytest_q[@]}" packages/pygpukit-ops/tests/test_scaled_matmul_scales.py \
         $(ls packages/pygpukit-ops/tests/test_quant_fp8_act.py 2>/dev/null) packages/pygpukit-ops/tests/test_quant_fp8_block.py \

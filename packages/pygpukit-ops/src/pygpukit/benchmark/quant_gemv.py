@@ -4,7 +4,7 @@ device's measured copy bandwidth (issue 18's target: >= 75% for Q4_K, Q8_0, FP8 
 
     python -m pygpukit.benchmark.quant_gemv [--formats Q4_K,Q8_0,fp8] [--rows 1,8] [--dtype bfloat16]
                                             [--iterations 200] [--json results.json] [--compare old.json]
-                                            [--simt]
+                                            [--shapes 14336x4096,...] [--mma-warps 2|4|8] [--simt]
 
 ``--simt`` sends the GGUF, FP8 and INT8 GEMVs through their SIMT kernels (gguf_gemv.cu, wo_gemv.cu)
 rather than the tensor-core ones (gguf_gemv_mma.cu, wo_gemv_mma.cu): run it with ``--json simt.json``,
@@ -182,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--compare", help="an earlier run's --json file: print old / new times per case")
+    parser.add_argument("--shapes", help="N x K shapes instead of the 7B/8B ones, e.g. 14336x4096,4096x14336")
+    parser.add_argument("--mma-warps", type=int, choices=(2, 4, 8),
+                        help="warps per 16-row tile of the tensor-core GGUF kernels (default: per shape)")  # fmt: skip
     parser.add_argument("--simt", action="store_true",
                         help="the GGUF, FP8 and INT8 GEMVs through their SIMT kernels instead of the tensor-core "
                              "ones, to compare the two with --json / --compare")  # fmt: skip
@@ -202,7 +205,17 @@ def main(argv: list[str] | None = None) -> int:
         from pygpukit.ops.quant import gemv, weight_only
 
         gemv.USE_MMA_GEMV = weight_only.USE_MMA_GEMV = False
-    results = run(formats, rows, args.dtype, args.iterations, SHAPES_7B)
+    if args.mma_warps:
+        from pygpukit.ops.quant import gemv as gguf_gemv
+
+        gguf_gemv._MMA_WARPS_FOR_TESTS = args.mma_warps
+    shapes = SHAPES_7B
+    if args.shapes:
+        try:
+            shapes = [(int(a), int(b)) for a, b in (item.lower().split("x") for item in args.shapes.split(","))]
+        except ValueError:
+            parser.error(f"--shapes takes N x K pairs such as 14336x4096, got {args.shapes!r}")
+    results = run(formats, rows, args.dtype, args.iterations, shapes)
     results["kernel"] = "simt" if args.simt else "default"
     if args.json:
         with open(args.json, "w") as f:
