@@ -252,6 +252,27 @@ constexpr int kQ6Chunks = 14;              // 16-byte chunks from a block's alig
 constexpr int kQ6Stride = 16 * kQ6Chunks;  // 56 words: 24 modulo 32
 constexpr int kQ6StageBytes = kMmaTileRows * kQ6Stride;
 
+// Copy into `stage` the aligned 16-byte chunks that hold bytes [offset, offset + span) of each of the
+// tile's 16 rows (rows past n read row n - 1): chunk c of row r to r * Stride + 16 c. Chunks past the
+// span or the row's last byte are skipped (never read; a 16-byte aligned chunk that holds a byte of the
+// weight never crosses a page).
+template <int Chunks, int Stride>
+__device__ __forceinline__ void copy_unaligned(unsigned char* stage, const unsigned char* w,
+                                               long long row_bytes, int row0, int n, long long offset,
+                                               int span, int lane) {
+  for (int c = lane; c < kMmaTileRows * Chunks; c += 32) {
+    const int r = c / Chunks, chunk = c - r * Chunks;
+    const unsigned char* row = w + row_bytes * min(row0 + r, n - 1);
+    const unsigned long long start = reinterpret_cast<unsigned long long>(row + offset);
+    const unsigned long long last = reinterpret_cast<unsigned long long>(row + row_bytes);
+    const unsigned long long src = (start & ~15ull) + 16ull * chunk;
+    if (src < last && src < start + span) {
+      gemm::cp_async_16(gemm::shared_address(stage + r * Stride + 16 * chunk),
+                        reinterpret_cast<const void*>(src));
+    }
+  }
+}
+
 // The 4 bytes at byte p (even) of a staged row.
 __device__ __forceinline__ unsigned staged_word(const unsigned char* row, int p) {
   const unsigned* words = reinterpret_cast<const unsigned*>(row + (p & ~3));
@@ -282,24 +303,13 @@ __global__ void __launch_bounds__(256, 3)
   const int mine = blocks_per_row > warp ? (blocks_per_row - warp + warps - 1) / warps : 0;
   const unsigned char* row_a = w + row_bytes * min(row0 + g, n - 1);
   const unsigned char* row_b = w + row_bytes * min(row0 + g + 8, n - 1);
-  const unsigned long long end = reinterpret_cast<unsigned long long>(w) + row_bytes * n;
 
-  // Copy the 16-byte aligned chunks holding the warp's i-th block of each row (rows past n read row
-  // n - 1) into stage i % kMmaStages; chunks past the weight's end are skipped (never read).
+  // Copy the aligned chunks holding the warp's i-th block of each row into stage i % kMmaStages.
   auto copy = [&](int i) {
     if (i < mine) {
-      const long long offset = static_cast<long long>(warp + i * warps) * kQ6Bytes;
-      unsigned char* stage = stages + (i % kMmaStages) * kQ6StageBytes;
-      for (int c = lane; c < kMmaTileRows * kQ6Chunks; c += 32) {
-        const int r = c / kQ6Chunks, chunk = c - r * kQ6Chunks;
-        const unsigned long long start =
-            reinterpret_cast<unsigned long long>(w + row_bytes * min(row0 + r, n - 1) + offset);
-        const unsigned long long src = (start & ~15ull) + 16ull * chunk;
-        if (src < end && src < start + kQ6Bytes) {
-          gemm::cp_async_16(gemm::shared_address(stage + r * kQ6Stride + 16 * chunk),
-                            reinterpret_cast<const void*>(src));
-        }
-      }
+      copy_unaligned<kQ6Chunks, kQ6Stride>(stages + (i % kMmaStages) * kQ6StageBytes, w, row_bytes, row0, n,
+                                           static_cast<long long>(warp + i * warps) * kQ6Bytes, kQ6Bytes,
+                                           lane);
     }
     gemm::cp_async_commit();
   };
@@ -408,23 +418,12 @@ __global__ void __launch_bounds__(256, 3)
   const unsigned char* row_a = w + row_bytes * min(row0 + g, n - 1);
   const unsigned char* row_b = w + row_bytes * min(row0 + g + 8, n - 1);
 
-  // Copy the aligned chunks holding step warp + i * warps of each row (rows past n read row n - 1)
-  // into stage i % kMmaStages; chunks past the row's last byte are skipped (never read).
+  // Copy the aligned chunks holding step warp + i * warps of each row into stage i % kMmaStages.
   auto copy = [&](int i) {
     if (i < mine) {
-      const long long offset = static_cast<long long>(warp + i * warps) * (kQ8StepBlocks * kQ8Bytes);
-      unsigned char* stage = stages + (i % kMmaStages) * kQ8StageBytes;
-      for (int c = lane; c < kMmaTileRows * kQ8Chunks; c += 32) {
-        const int r = c / kQ8Chunks, chunk = c - r * kQ8Chunks;
-        const unsigned char* row = w + row_bytes * min(row0 + r, n - 1);
-        const unsigned long long start = reinterpret_cast<unsigned long long>(row + offset);
-        const unsigned long long last = reinterpret_cast<unsigned long long>(row + row_bytes);
-        const unsigned long long src = (start & ~15ull) + 16ull * chunk;
-        if (src < last && src < start + kQ8StepBlocks * kQ8Bytes) {
-          gemm::cp_async_16(gemm::shared_address(stage + r * kQ8Stride + 16 * chunk),
-                            reinterpret_cast<const void*>(src));
-        }
-      }
+      constexpr int kSpan = kQ8StepBlocks * kQ8Bytes;
+      copy_unaligned<kQ8Chunks, kQ8Stride>(stages + (i % kMmaStages) * kQ8StageBytes, w, row_bytes, row0, n,
+                                           static_cast<long long>(warp + i * warps) * kSpan, kSpan, lane);
     }
     gemm::cp_async_commit();
   };
