@@ -262,16 +262,17 @@ def test_kernels_compile_without_warnings(file: str) -> None:
         assert program.log.strip() == "", program.log
 
 
-def test_mma_gemv_launch_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mma_gemv_launch_sizes() -> None:
     """The tensor-core GEMV's warps per tile (2 to 8, never more than the blocks of a row) and its
     shared memory: 3 stages of 16 rows padded to a stride of 8 or 24 words modulo 32, plus the sums."""
     from pygpukit.ops.quant import gemv as module
 
-    monkeypatch.setattr(module, "sm_count", lambda: 132)
-    assert module._mma_warps(14336, 4096) == 4
-    assert module._mma_warps(4096, 4096) == 8
-    assert module._mma_warps(4096, 512) == 2  # two blocks per row
-    assert module._mma_warps(16, 256) == 2
+    assert module._mma_warps("Q4_K", 1, 4096) == 8
+    assert module._mma_warps("Q4_K", 8, 14336) == 4
+    assert module._mma_warps("Q6_K", 8, 4096) == 8
+    assert module._mma_warps("Q8_0", 3, 1024) == 4  # four steps of 8 blocks
+    assert module._mma_warps("Q4_K", 1, 512) == 2  # two blocks per row
+    assert module._mma_warps("Q5_K", 1, 256) == 2
     assert module._mma_shared("Q4_K", 8) == 8 * (3 * 16 * 160 + 512)
     assert module._mma_shared("Q4_K", 4, 2) == 4 * (3 * (16 * 160 + 2 * 576) + 512)
     assert module._mma_shared("Q5_K", 4) == 4 * (3 * 16 * 224 + 512)

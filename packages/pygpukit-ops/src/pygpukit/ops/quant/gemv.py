@@ -131,16 +131,18 @@ def _mma_kernel(fmt: str, dtype: DType) -> JITKernel:
     return kernel
 
 
-def _mma_warps(n: int, k: int) -> int:
+def _mma_warps(fmt: str, m: int, k: int) -> int:
     """Warps per 16-row tile of the tensor-core kernel (2, 4 or 8; each takes every warps-th k-quant
-    block of the tile): more while the grid has fewer than 16 warps per SM and every warp still gets
-    a block."""
+    block, or Q8_0 step of 8 blocks, of the tile): 8, but 4 for Q4_K / Q5_K with more than 4 rows of x,
+    and never more than a row has blocks. From the H100 run of 2026-12-07 (`gemv-warps`, Llama-3-8B
+    shapes): at M = 1 eight warps were fastest or tied everywhere; at M = 8 four for Q4_K / Q5_K (7-25 %
+    ahead of eight), eight for Q6_K and Q8_0."""
     if _MMA_WARPS_FOR_TESTS is not None:
         return _MMA_WARPS_FOR_TESTS
-    tiles, blocks = -(-n // _MMA_TILE), -(-k // 256)  # Q8_0: steps of 8 blocks
-    warps = 2
-    while warps < 8 and 2 * warps <= blocks and tiles * warps < 16 * sm_count():
-        warps *= 2
+    blocks = -(-k // 256)
+    warps = 4 if fmt in ("Q4_K", "Q5_K") and m > 4 else 8
+    while warps > 2 and warps > blocks:
+        warps //= 2
     return warps
 
 
@@ -276,7 +278,7 @@ class _Launch:
         # (kernel, grid, block, shared memory with x staged, without)
         self.mma: tuple[JITKernel, int, int, int, int] | None = None
         if USE_MMA_GEMV and fmt in _MMA_FORMATS and dtype in _MMA_DTYPES and m >= MMA_MIN_ROWS[fmt]:
-            warps = _mma_warps(n, k)
+            warps = _mma_warps(fmt, m, k)
             self.mma = (_mma_kernel(fmt, dtype), -(-n // _MMA_TILE), 32 * warps, _mma_shared(fmt, warps, m),
                         _mma_shared(fmt, warps))  # fmt: skip
         else:
