@@ -4,6 +4,7 @@ plain dict, and a small synthetic SentencePiece-style ("llama") vocabulary."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # llm_testing (the tests import in importlib mode)
 
 SMOLLM2_GGUF_ENV = "PYGPUKIT_SMOLLM2_GGUF"
 # CI sets this (noxfile's tests session, after `python -m pygpukit models pull`): a missing model fails.

@@ -6,12 +6,12 @@ errors. The GPU-marked twin runs the same comparison in bfloat16 with the graph 
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from llm_testing import sibling
 
 import pygpukit as gp
 import pygpukit.llm as llm
@@ -21,19 +21,9 @@ from pygpukit.core.memory import memory_stats
 from pygpukit.llm import DecodeBatch, DecodeM1, SamplingParams
 from pygpukit.llm.decode_batch import FINISHED
 
-
-def _load(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(f"_llm_{name}", Path(__file__).with_name(f"{name}.py"))
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_tm = _load("test_model")
-_ds = _load("test_decode_strategies")
-_spec = _load("test_decode_spec")
+_tm = sibling("test_model")
+_ds = sibling("test_decode_strategies")
+_spec = sibling("test_decode_spec")
 SAMPLING = SamplingParams(temperature=0.9, top_k=40, top_p=0.95)
 PROMPTS = [np.random.default_rng(n).integers(0, _tm.VOCAB, n).tolist() for n in (3, 9, 1, 14, 6)]
 

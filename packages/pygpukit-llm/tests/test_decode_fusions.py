@@ -9,12 +9,12 @@ exactly there; the GPU-marked tests compare bfloat16 logits within tolerance.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from llm_testing import sibling
 
 import pygpukit as gp
 import pygpukit.llm as llm
@@ -23,18 +23,8 @@ from pygpukit.core.memory import memory_stats
 from pygpukit.llm import DecodeM1, DecodeM1Graph
 from pygpukit.ops.quant import ChannelQuantizedTensor, QuantizedTensor
 
-
-def _load_sibling(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(f"_fusions_{name}", Path(__file__).with_name(f"{name}.py"))
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_tm = _load_sibling("test_model")
-_ds = _load_sibling("test_decode_strategies")
+_tm = sibling("test_model")
+_ds = sibling("test_decode_strategies")
 PROMPT = [[5, 17, 3, 40, 22, 9]]
 
 

@@ -7,12 +7,12 @@ reports its acceptance rate; the GPU-marked tests run the same comparisons there
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from llm_testing import sibling
 
 import pygpukit as gp
 import pygpukit.llm as llm
@@ -21,18 +21,8 @@ from pygpukit.core.memory import memory_stats
 from pygpukit.llm import DecodeJacobi, DecodeM1, DecodeSpeculative, UnsupportedStrategyError
 from pygpukit.llm.decode_spec import early_exit_model
 
-
-def _load(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(f"_llm_{name}", Path(__file__).with_name(f"{name}.py"))
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_tm = _load("test_model")
-_ds = _load("test_decode_strategies")
+_tm = sibling("test_model")
+_ds = sibling("test_decode_strategies")
 PROMPT = [5, 17, 3, 40, 22, 9]
 
 

@@ -8,12 +8,12 @@ the end run the same comparisons with real CUDA graphs (bfloat16, random config 
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from llm_testing import sibling
 
 import pygpukit as gp
 import pygpukit.llm as llm
@@ -22,18 +22,7 @@ from pygpukit.core.errors import ArgumentError
 from pygpukit.core.memory import memory_stats
 from pygpukit.llm import DecodeM1, DecodeM1Graph, SamplingParams, UnsupportedStrategyError
 
-
-def _test_model() -> Any:
-    """test_model.py of this directory (its random checkpoints and float64 reference)."""
-    spec = importlib.util.spec_from_file_location("_llm_test_model", Path(__file__).with_name("test_model.py"))
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_tm = _test_model()
+_tm = sibling("test_model")  # its random checkpoints and float64 reference
 _config, _save, _weights = _tm._config, _tm._save, _tm._weights
 PROMPT = [[5, 17, 3, 40, 22, 9]]
 SAMPLING = SamplingParams(temperature=0.9, top_k=40, top_p=0.95)

@@ -8,31 +8,21 @@ budget of a pygpukit.scheduler context; errors. The GPU-marked twin runs it in b
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from llm_testing import sibling
 
 import pygpukit as gp
 from pygpukit.core.errors import ArgumentError, OutOfMemoryError
 from pygpukit.core.memory import memory_stats
 from pygpukit.llm import Engine, EngineMemoryError, RequestSampling, UnsupportedStrategyError
 
-
-def _load(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(f"_llm_{name}", Path(__file__).with_name(f"{name}.py"))
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_tm = _load("test_model")
-_ds = _load("test_decode_strategies")
-_spec = _load("test_decode_spec")
+_tm = sibling("test_model")
+_ds = sibling("test_decode_strategies")
+_spec = sibling("test_decode_spec")
 PROMPTS = [np.random.default_rng(n).integers(0, _tm.VOCAB, n).tolist() for n in (3, 9, 1, 14, 6, 11)]
 SAMPLED: dict[str, Any] = {"temperature": 0.9, "top_k": 40, "top_p": 0.95}
 

@@ -6,13 +6,13 @@ greedy tokens of a dense checkpoint holding the dequantized weights; unsupported
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 import pytest
+from llm_testing import sibling
 
 import pygpukit.llm as llm
 from pygpukit.core.errors import ArgumentError
@@ -21,16 +21,7 @@ from pygpukit.ops.quant import ChannelQuantizedTensor
 LINEAR = ("wq", "wk", "wv", "wo", "w_gate_up", "w_down")
 
 
-def _sibling(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(f"_llm_{name}", Path(__file__).with_name(f"{name}.py"))
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_fp8_hf = _sibling("test_quant_fp8_hf")  # its tiny llama checkpoint and dense twin
+_fp8_hf = sibling("test_quant_fp8_hf")  # its tiny llama checkpoint and dense twin
 INTER, HIDDEN = _fp8_hf.INTER, _fp8_hf.HIDDEN
 
 
