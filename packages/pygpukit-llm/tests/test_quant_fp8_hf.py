@@ -7,7 +7,7 @@ Also ``load(..., quantize="q4_k" | "q6_k")`` (the k-quant quantizers) on the den
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import ml_dtypes
@@ -49,7 +49,7 @@ def _pack_blocks(w: np.ndarray, rng: np.random.Generator) -> tuple[dict[str, np.
     return {"weight": data, "weight_scale_inv": scale}, _dequantized(data, scale)
 
 
-def _checkpoints(tmp_path: Path, quantization: dict[str, object], pack: Pack = _pack_blocks) -> tuple[Path, Path]:
+def _checkpoints(tmp_path: Path, quantization: Mapping[str, object], pack: Pack = _pack_blocks) -> tuple[Path, Path]:
     """A quantized checkpoint and its dense twin (the same weights, dequantized to float32). ``pack``
     turns a projection's float32 weight into its stored tensors (by name suffix) and their dequantized
     value; the default stores HF "fp8" 128x128 blocks."""
@@ -91,7 +91,12 @@ _Q, _KV = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
 _SHAPES = {"self_attn.q_proj": (_Q, HIDDEN), "self_attn.k_proj": (_KV, HIDDEN), "self_attn.v_proj": (_KV, HIDDEN),
            "self_attn.o_proj": (HIDDEN, _Q), "mlp.gate_proj": (INTER, HIDDEN), "mlp.up_proj": (INTER, HIDDEN),
            "mlp.down_proj": (HIDDEN, INTER)}  # fmt: skip
-FP8_CONFIG = {"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3", "weight_block_size": [128, 128]}
+FP8_CONFIG: dict[str, object] = {
+    "quant_method": "fp8",
+    "activation_scheme": "dynamic",
+    "fmt": "e4m3",
+    "weight_block_size": [128, 128],
+}
 
 
 def test_fp8_checkpoint_keeps_block_weights_and_matches_the_dense_model(tmp_path: Path) -> None:
@@ -107,12 +112,12 @@ def test_fp8_checkpoint_keeps_block_weights_and_matches_the_dense_model(tmp_path
             assert isinstance(value, BlockFP8Tensor), (attr, type(value))
             assert value.block == (128, 128)
         p = f"model.layers.{i}."
-        wq = layer.wq
+        wq: object = layer.wq
         assert isinstance(wq, BlockFP8Tensor)
         raw = stored.numpy(p + "self_attn.q_proj.weight")
         np.testing.assert_array_equal(wq.data.to_numpy().view(np.uint8), raw.view(np.uint8))
         np.testing.assert_array_equal(wq.scale.to_numpy(), stored.numpy(p + "self_attn.q_proj.weight_scale_inv"))
-        gate_up = layer.w_gate_up
+        gate_up: object = layer.w_gate_up
         assert isinstance(gate_up, BlockFP8Tensor)
         assert gate_up.shape == (2 * INTER, HIDDEN)
         assert gate_up.scale.shape == (2 * INTER // 128, HIDDEN // 128)
