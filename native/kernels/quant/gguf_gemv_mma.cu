@@ -1,9 +1,13 @@
-// Decode GEMV over GGUF k-quant weights on the tensor cores (pygpukit/ops/quant/gemv.py):
+// Decode GEMVs over GGUF weights on the tensor cores (pygpukit/ops/quant/gemv.py; the scheme shared
+// with the FP8 / INT8 kernel is mma_gemv.cuh's):
 //
-//   gguf_gemv_mma<Type, T>(x, w, y, bias, rows, n, k, ldx, ldy, vector)
+//   gguf_gemv_mma<Type, T>(x, w, y, bias, rows, n, k, ldx, ldy, vector)     Q4_K (12), Q5_K (13)
+//   gguf_gemv_mma_q6k<T>(...)                                               Q6_K
+//   gguf_gemv_mma_q8_0<T>(...)                                              Q8_0
 //       y[m, r] = sum_k x[m, k] * W[r, k] (+ bias[r]) for m < rows <= 8 and r < n, T fp16 or bf16,
-//       float32 accumulation; W's rows are k / 256 blocks of ggml type Type (Q4_K = 12, Q5_K = 13)
-//       back to back, the weight's start 16-byte aligned (so every block and its fields are).
+//       float32 accumulation; W's rows are blocks of the ggml type back to back. Q4_K / Q5_K need the
+//       weight's start 16-byte aligned (so every block and its fields are); Q6_K and Q8_0 blocks start
+//       anywhere even (their own comments below).
 //
 // Work split: a block of `warps` warps takes 16 rows of W (one mma row tile); warp w walks the
 // k-quant blocks w, w + warps, ... of those rows. Lane (g, t) = (lane / 4, lane % 4) reads rows g and
