@@ -31,6 +31,7 @@
 #   gemm-tests      the built-in GEMM kernels' and the MoE ops' gpu-marked tests (the mma.sync main loop that the
 #                   dense, grouped and quantized grouped GEMMs share)
 #   linear-tests    test_matmul.py's linear tests on the GPU (out=, epilogues; not the every-route sweep)
+#   llm-profile     the kernel table and chrome trace of one eager decode on $LLM_SHAPES ($LLM_ARGS: e.g. --quant q4_k_m)
 #   llm-tests       the LLM package's gpu-marked tests (random-weight models; the real-model ones skip)
 #   llm-shapes      python -m pygpukit.llm.benchmark on $LLM_SHAPES (default qwen2.5-0.5b) with $LLM_ARGS
 #                   (random-weight models; the compiled torch reference and transformers in the same run)
@@ -127,6 +128,9 @@ for phase in "$@"; do
     llm-shapes)
       run llm-shapes "${LLM_LIMIT:-540}" python3 -m pygpukit.llm.benchmark --shapes "${LLM_SHAPES:-qwen2.5-0.5b}" \
         ${LLM_ARGS:-} --json "$OUT/llm_shapes.json" ;;
+    llm-profile)
+      run llm-profile "${LLM_LIMIT:-300}" python3 -m pygpukit.llm.benchmark --shapes "${LLM_SHAPES:-qwen2.5-0.5b}" \
+        ${LLM_ARGS:-} --batches 1 --prompts 8 --repeats 1 --peers none --profile "$OUT/profile" ;;
     llm-tests) run llm-tests 240 "${pytest_q[@]}" -m gpu packages/pygpukit-llm/tests ;;
     fft-tests) run fft-tests 240 "${pytest_q[@]}" -m gpu packages/pygpukit-audio/tests/test_fft.py \
       packages/pygpukit-audio/tests/test_gpu_dsp.py ;;

@@ -131,6 +131,18 @@ def test_benchmark_cli_on_the_cpu_backend(tmp_path: Path, capsys: pytest.Capture
     assert bench_main(["--shapes", "nope"]) == 2
 
 
+def test_benchmark_cli_profiles_one_decode(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--profile DIR: a kernel table of one eager decode per shape and its chrome trace."""
+    argv = ["--shapes", "smollm2-135m", "--num-layers", "1", "--tokens", "3", "--batches", "1", "--prompts", "8",
+            "--decode-prompt", "5", "--repeats", "1", "--profile", str(tmp_path / "prof")]  # fmt: skip
+    assert bench_main(argv) == 0
+    text = capsys.readouterr().out
+    assert "kernel by kernel" in text
+    assert "kernel launches" in text
+    trace = json.loads((tmp_path / "prof" / "smollm2-135m-decode.json").read_text())
+    assert trace["traceEvents"]
+
+
 def test_benchmark_entry_point_forwards_llm() -> None:
     from pygpukit.benchmark import main as ops_main
 

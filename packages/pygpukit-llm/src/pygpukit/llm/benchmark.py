@@ -72,6 +72,20 @@ def _ours_decode(model: Any, prompts: list[list[int]], tokens: int, repeats: int
             "strategy": model.last_stats.strategy, "tokens": new}  # fmt: skip
 
 
+def _profile_decode(model: Any, prompt: list[int], tokens: int, path: Path) -> str:
+    """One eager (``"m1"``) greedy decode of ``tokens`` new tokens after ``prompt`` under the profiler:
+    device time per kernel, the prompt's prefill included. Writes the chrome trace to ``path`` and
+    returns the summary table (where a decode step's time goes, kernel by kernel)."""
+    from pygpukit.profiling import Profiler
+
+    model.generate(prompt, max_new_tokens=2, temperature=0, ignore_eos=True, strategy="m1")  # buffers made
+    with Profiler(memory=False) as profiler:
+        model.generate(prompt, max_new_tokens=tokens, temperature=0, ignore_eos=True, strategy="m1")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    profiler.export_chrome_trace(path)
+    return str(profiler.summary(top=30))
+
+
 def _ours_engine(model: Any, prompts: list[list[int]], tokens: int, repeats: int) -> dict[str, Any]:
     from .engine import Engine
 
@@ -202,7 +216,7 @@ def run_shape(shape: str, *, dtype: str = "bfloat16", batches: Sequence[int] = (
               decode_prompt: int = 128, prompts: Sequence[int] = (128, 2048), engine: int = 0, repeats: int = 3,
               peers: Sequence[str] = ("compiled", "transformers"), reference: Path | None = None,
               num_layers: int | None = None, copy_gbps: float | None = None, seed: int = 0, quant: str | None = None,
-              log: Callable[[str], None] = print) -> dict[str, Any]:  # fmt: skip
+              profile: Path | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:  # fmt: skip
     """Every measurement of one shape (see the module docstring); returns the JSON row."""
     notes: list[str] = []
     rng = np.random.default_rng(seed)
@@ -223,6 +237,11 @@ def run_shape(shape: str, *, dtype: str = "bfloat16", batches: Sequence[int] = (
         row["decode"].append(entry)
         share = f", {entry['bandwidth_share']:.0%} of the bandwidth limit" if "bandwidth_share" in entry else ""
         log(f"{shape} batch {b}: pygpukit[{ours['strategy']}] {ours['decode_tokens_per_s']:.1f} tok/s{share}")
+    if profile is not None:
+        trace = profile / f"{shape}{'-' + quant if quant else ''}-decode.json"
+        log(f"{shape}: eager decode of {min(tokens, 32)} tokens, kernel by kernel (trace {trace}):")
+        log(_profile_decode(model, decode_prompts[batches[0]][0][:8], min(tokens, 32), trace))
+        row["profile"] = str(trace)
     if engine:
         ours = _ours_engine(model, _prompts(rng, vocab, engine, decode_prompt), tokens, repeats)
         row["engine"] = {"requests": engine, "ours": ours}
@@ -300,6 +319,8 @@ def parser() -> argparse.ArgumentParser:
         "or a llama.cpp mix: q4_k_m, q5_k_m",
     )
     p.add_argument("--json", type=Path, help="write every row here")
+    p.add_argument("--profile", type=Path, metavar="DIR",
+                   help="also profile one eager decode per shape: a kernel table, a chrome trace in DIR")  # fmt: skip
     return p
 
 
@@ -331,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                               decode_prompt=args.decode_prompt, prompts=args.prompts, engine=args.engine,
                               repeats=args.repeats, peers=peers, reference=args.reference,
                               num_layers=args.num_layers, copy_gbps=copy_gbps, quant=args.quant,
-                              log=lambda text: print(text, flush=True)))  # fmt: skip
+                              profile=args.profile, log=lambda text: print(text, flush=True)))  # fmt: skip
         if args.json:  # after every shape, so a run cut short keeps what it measured
             args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "rows": rows}, indent=1) + "\n")
     print(report(rows))
