@@ -171,9 +171,10 @@ def test_quant_cases_are_selected_checked_and_named() -> None:
         "quant/linear Q4_K M=256/bfloat16/4096x4096", "quant/linear AWQ M=256/bfloat16/4096x4096",
         "quant/moe_mlp Q4_K 128x2048x768 k8/bfloat16/1 tokens", "quant/moe_mlp Q4_K 128x2048x768 k8/bfloat16/64 tokens",
         "quant/moe_mlp Q8_0 128x2048x768 k8/bfloat16/1 tokens", "quant/moe_mlp Q8_0 128x2048x768 k8/bfloat16/64 tokens",
+        "elementwise/copy/bfloat16/16777216",  # the copy bandwidth of the same run
     ]  # fmt: skip
-    assert len(keys("--quant", "q6_k,nvf4")) == 3 * 2 + 1  # three decode shapes each, NVF4's prefill
-    assert len(keys("--quant", "q4_k")) == 3 + 1 + 3  # decode shapes, prefill, the MoE layer at 1/64/512 tokens
+    assert len(keys("--quant", "q6_k,nvf4")) == 3 * 2 + 1 + 1  # three decode shapes each, NVF4's prefill, the copy
+    assert len(keys("--quant", "q4_k")) == 3 + 1 + 3 + 1  # decode shapes, prefill, the MoE layer at 1/64/512, copy
     with pytest.raises(ValueError, match="unknown --quant formats Q7_K"):
         keys("--quant", "Q7_K")
     assert main(["--quant", "Q7_K", "--no-progress"]) == 2
