@@ -26,8 +26,12 @@
 #   gemv-tests      the gpu-marked tests of the GGUF decode GEMVs (test_quant_gemv.py: SIMT and tensor-core kernels)
 #   gemv-bench      python -m pygpukit.benchmark.quant_gemv: $GEMV_SIMT_FORMATS through the SIMT kernel (--simt), then
 #                   $GEMV_FORMATS through the default kernels compared with it, as shares of the copy bandwidth measured in the run
-#   gemv-warps      the tensor-core GGUF GEMVs at 2, 4 and 8 warps per tile (Q4_K, Q5_K, Q6_K, Q8_0; three shapes)
-#   ncu-gemv        Nsight Compute sections of one Q4_K tensor-core GEMV launch (14336 x 4096, M = 1)
+#   gemv-warps      the GGUF GEMVs ($GEMV_FORMATS, default Q4_K,Q5_K,Q6_K,Q8_0; $GEMV_SHAPES): the SIMT kernels,
+#                   the tensor-core ones with one block per tile, then the default persistent launch, then at $GEMV_WARPS (default 4 8 16) warps;
+#                   the tensor-core kernels at M = 1 for every format (--mma-all-rows)
+#   wo-rows         FP8 / INT8 per-channel GEMVs at 1-4 rows of x, SIMT against tensor-core kernel (MMA_MIN_ROWS)
+#   ncu-gemv        Nsight Compute sections of one GEMV launch per $NCU_GEMV_CASES entry (default: the Q4_K
+#                   tensor-core kernel, 14336 x 4096, M = 1)
 #   gemm-tests      the built-in GEMM kernels' and the MoE ops' gpu-marked tests (the mma.sync main loop that the
 #                   dense, grouped and quantized grouped GEMMs share)
 #   linear-tests    test_matmul.py's linear tests on the GPU (out=, epilogues; not the every-route sweep)
@@ -108,16 +112,33 @@ for phase in "$@"; do
       run gemv-bench 240 python3 -m pygpukit.benchmark.quant_gemv --formats "${GEMV_FORMATS:-Q4_K,Q5_K,Q6_K,Q8_0,FP8,INT8,AWQ}" \
         --json "$OUT/quant_gemv.json" --compare "$OUT/quant_gemv_simt.json" ;;
     gemv-warps)
-      for warps in 2 4 8; do
-        run "gemv-warps$warps" 60 python3 -m pygpukit.benchmark.quant_gemv --formats Q4_K,Q5_K,Q6_K,Q8_0 --rows 1,8 \
-          --shapes 14336x4096,4096x14336,4096x4096 --mma-warps "$warps" --iterations 100
+      common=(--formats "${GEMV_FORMATS:-Q4_K,Q5_K,Q6_K,Q8_0}" --rows 1,8 --iterations 100 --mma-all-rows
+              --shapes "${GEMV_SHAPES:-14336x4096,4096x14336,4096x4096,1024x4096}")
+      run gemv-simt 90 python3 -m pygpukit.benchmark.quant_gemv "${common[@]}" --simt --json "$OUT/gemv_simt.json"
+      run gemv-tile-per-block 90 python3 -m pygpukit.benchmark.quant_gemv "${common[@]}" --tile-per-block \
+        --json "$OUT/gemv_tile_per_block.json" --compare "$OUT/gemv_simt.json"
+      run gemv-persistent 90 python3 -m pygpukit.benchmark.quant_gemv "${common[@]}" --json "$OUT/gemv_persistent.json" \
+        --compare "$OUT/gemv_tile_per_block.json"
+      for warps in ${GEMV_WARPS:-4 8 16}; do
+        run "gemv-warps$warps" 90 python3 -m pygpukit.benchmark.quant_gemv "${common[@]}" --mma-warps "$warps" \
+          --json "$OUT/gemv_warps$warps.json" --compare "$OUT/gemv_persistent.json"
       done ;;
+    wo-rows)
+      run wo-rows-simt 90 python3 -m pygpukit.benchmark.quant_gemv --formats FP8,INT8 --rows 1,2,3,4 --simt \
+        --json "$OUT/wo_rows_simt.json"
+      run wo-rows-mma 90 python3 -m pygpukit.benchmark.quant_gemv --formats FP8,INT8 --rows 1,2,3,4 \
+        --json "$OUT/wo_rows.json" --compare "$OUT/wo_rows_simt.json" ;;
     ncu-gemv)
-      run ncu-gemv 120 /usr/local/cuda/bin/ncu --clock-control none --kernel-name regex:gguf_gemv_mma --launch-skip 2 \
-        --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
-        --section MemoryWorkloadAnalysis_Tables --section WarpStateStats --section SchedulerStats \
-        --section InstructionStats --section ComputeWorkloadAnalysis ${NCU_EXTRA:-} \
-        python3 -m pygpukit.benchmark.quant_gemv --formats Q4_K --rows 1 --shapes 14336x4096 --iterations 3 ;;
+      # NCU_GEMV_CASES: FORMAT:NxK:ROWS:KERNEL_REGEX[:simt] entries, space-separated
+      for case in ${NCU_GEMV_CASES:-Q4_K:14336x4096:1:gguf_gemv_mma}; do
+        IFS=: read -r fmt shape m regex simt <<<"$case"
+        run "ncu-gemv-$fmt-$shape-m$m${simt:+-simt}" 120 /usr/local/cuda/bin/ncu --clock-control none \
+          --kernel-name "regex:$regex" --launch-skip 2 --launch-count 1 --section SpeedOfLight --section Occupancy \
+          --section LaunchStats --section MemoryWorkloadAnalysis_Tables --section WarpStateStats \
+          --section SchedulerStats --section InstructionStats --section ComputeWorkloadAnalysis ${NCU_EXTRA:-} \
+          python3 -m pygpukit.benchmark.quant_gemv --formats "$fmt" --rows "$m" --shapes "$shape" --iterations 3 \
+          ${simt:+--simt}
+      done ;;
     fp8-tests)
       run fp8-tests 300 "${pytest_q[@]}" packages/pygpukit-ops/tests/test_scaled_matmul_scales.py \
         $(ls packages/pygpukit-ops/tests/test_quant_fp8_act.py 2>/dev/null) packages/pygpukit-ops/tests/test_quant_fp8_block.py \

@@ -9,8 +9,10 @@
 //       weight's start 16-byte aligned (so every block and its fields are); Q6_K and Q8_0 blocks start
 //       anywhere even (their own comments below).
 //
-// Work split: a block of `warps` warps takes 16 rows of W (one mma row tile); warp w walks the
-// k-quant blocks w, w + warps, ... of those rows. Lane (g, t) = (lane / 4, lane % 4) reads rows g and
+// Work split: a block of `warps` warps (2 to 16) takes 16 rows of W at a time (one mma row tile);
+// warp w walks the k-quant blocks w, w + warps, ... of those rows. The grid is at most the blocks the
+// device holds at once; block b takes tiles b, b + gridDim.x, ... (mma_gemv.cuh: TileWalk), its
+// warps' copies running ahead across tiles. Lane (g, t) = (lane / 4, lane % 4) reads rows g and
 // g + 8 of the tile: the block's 16-byte header (d, dmin, the packed 6-bit scales and mins) and, for
 // each 32-element sub-block, the quants of elements 8t .. 8t + 7 (8 bytes at a time). So the four
 // lanes of a row hold a quarter of every sub-block, and each mma sums over one sub-block only: the
@@ -20,9 +22,10 @@
 //
 // Each warp stages its blocks in shared memory with cp.async (kMmaStages deep, rows padded so that
 // the fragment reads are free of bank conflicts), so that two blocks per warp are in flight while one
-// is multiplied, whatever the register budget. The block's warps (2, 4 or 8) add their partial sums
-// through shared memory in a fixed order: results do not depend on timing. Dynamic shared memory:
-// warps * (kMmaStages * 16 * row stride + 16 * 8 floats) (ops/quant/gemv.py: _mma_shared).
+// is multiplied, whatever the register budget. The block's warps add their partial sums through
+// shared memory in a fixed order (the same for any grid): results do not depend on timing. Dynamic
+// shared memory: warps * (kMmaStages * 16 * row stride + 2 * 16 * 8 floats) (ops/quant/gemv.py:
+// _mma_shared).
 #include "gguf_formats.cuh"
 #include "mma_gemv.cuh"
 
@@ -118,7 +121,7 @@ struct KScales {
 };
 
 template <int Type, typename T>
-__global__ void __launch_bounds__(256, 3)
+__global__ void __launch_bounds__(kMmaMaxThreads)
     gguf_gemv_mma(const T* __restrict__ x, const unsigned char* __restrict__ w, T* __restrict__ y,
                   const T* __restrict__ bias, int rows, int n, int k, long long ldx, long long ldy,
                   int vector) {
@@ -137,111 +140,118 @@ __global__ void __launch_bounds__(256, 3)
   const int lane = tid & 31;
   const int g = lane >> 2;
   const int t = lane & 3;
-  const int row0 = static_cast<int>(blockIdx.x) * kMmaTileRows;
   const int blocks_per_row = k / 256;
   const long long row_bytes = static_cast<long long>(blocks_per_row) * F::kBytes;
   const bool vec = vector != 0;
   const int x_rows = vec ? rows : 0;  // rows of x staged with the weights (16-byte aligned x only)
   const int stage_bytes = S::kBytes + x_rows * kMmaXStride;
   unsigned char* stages = smem + warp * (kMmaStages * stage_bytes);
-  float* partial = reinterpret_cast<float*>(smem + warps * (kMmaStages * stage_bytes));  // [warps][16][8]
+  float* partial = reinterpret_cast<float*>(smem + warps * (kMmaStages * stage_bytes));  // [2][warps][16][8]
   const bool has_x = g < rows;
   const T* x_row = x + (has_x ? static_cast<long long>(g) * ldx : 0) + 8 * t;
   const unsigned ones[4] = {M::kOne, M::kOne, M::kOne, M::kOne};
   const int mine = blocks_per_row > warp ? (blocks_per_row - warp + warps - 1) / warps : 0;
+  const TileWalk tiles(n);
+  const int items = tiles.count * mine;
 
   // This lane's weight chunks of every block: chunk c = lane + 32 j of the tile's 16 x kChunks (rows
-  // past n read row n - 1, whose sums are not stored), as source offsets from the block's start in
-  // row 0 and destinations in the stage.
-  long long src[kCopies];
-  int dst[kCopies];
+  // past n read row n - 1, whose sums are not stored): its row in the tile, its offset in the block
+  // and its destination in the stage.
+  int src_row[kCopies], src_off[kCopies], dst[kCopies];
 #pragma unroll
   for (int j = 0; j < kCopies; ++j) {
     const int c = min(lane + 32 * j, kMmaTileRows * S::kChunks - 1);
     const int r = c / S::kChunks, chunk = c - r * S::kChunks;
-    src[j] = row_bytes * min(row0 + r, n - 1) + 16 * chunk;
+    src_row[j] = r;
+    src_off[j] = 16 * chunk;
     dst[j] = r * S::kStride + 16 * chunk;
   }
-  // Copy the warp's i-th block (block warp + i * warps of each row) and the matching 256 elements of
-  // every row of x into stage i % kMmaStages.
-  auto copy = [&](int i) {
-    if (i < mine) {
-      const int b = warp + i * warps;
+  // Copy the cursor's item (block warp + j * warps of each row of its tile) and the matching 256
+  // elements of every row of x into stage item % kMmaStages.
+  CopyCursor next;
+  auto copy = [&]() {
+    if (next.item < items) {
+      const int b = warp + next.j * warps;
+      const int row0 = TileWalk::row0(next.tile);
       const unsigned char* block = w + static_cast<long long>(b) * F::kBytes;
-      unsigned char* stage = stages + (i % kMmaStages) * stage_bytes;
+      unsigned char* stage = stages + (next.item % kMmaStages) * stage_bytes;
       const unsigned base = gemm::shared_address(stage);
 #pragma unroll
       for (int j = 0; j < kCopies; ++j) {
-        if (lane + 32 * j < kMmaTileRows * S::kChunks) gemm::cp_async_16(base + dst[j], block + src[j]);
+        if (lane + 32 * j < kMmaTileRows * S::kChunks) {
+          gemm::cp_async_16(base + dst[j], block + row_bytes * min(row0 + src_row[j], n - 1) + src_off[j]);
+        }
       }
-      for (int m = 0; m < x_rows; ++m) {
-        gemm::cp_async_16(base + S::kBytes + m * kMmaXStride + 16 * lane,
-                          x + m * ldx + static_cast<long long>(b) * 256 + 8 * lane);
-      }
+      stage_x(base + S::kBytes, x, ldx, x_rows, static_cast<long long>(b) * 256, k, lane);
+      next.advance(mine);
     }
     gemm::cp_async_commit();  // an empty group past the end keeps the wait count uniform
   };
 #pragma unroll
-  for (int i = 0; i < kMmaStages - 1; ++i) copy(i);
+  for (int i = 0; i < kMmaStages - 1; ++i) copy();
 
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int i = 0;  // the warp's item being multiplied
 #pragma unroll 1
-  for (int i = 0; i < mine; ++i) {
-    copy(i + kMmaStages - 1);
-    gemm::cp_async_wait<kMmaStages - 1>();
-    __syncwarp();
-    const unsigned char* stage = stages + (i % kMmaStages) * stage_bytes;
-    const KRaw raw_a = F::load(stage + g * S::kStride, t);
-    const KRaw raw_b = F::load(stage + (g + 8) * S::kStride, t);
-    const KScales scales_a(raw_a.head), scales_b(raw_b.head);
-    const unsigned char* xs = stage + S::kBytes + g * kMmaXStride + 16 * t;
-    const T* xb = x_row + static_cast<long long>(warp + i * warps) * 256;
+  for (int tile = 0; tile < tiles.count; ++tile) {
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 1
+    for (int j = 0; j < mine; ++j, ++i) {
+      copy();
+      gemm::cp_async_wait<kMmaStages - 1>();
+      __syncwarp();
+      const unsigned char* stage = stages + (i % kMmaStages) * stage_bytes;
+      const KRaw raw_a = F::load(stage + g * S::kStride, t);
+      const KRaw raw_b = F::load(stage + (g + 8) * S::kStride, t);
+      const KScales scales_a(raw_a.head), scales_b(raw_b.head);
+      const unsigned char* xs = stage + S::kBytes + g * kMmaXStride + 16 * t;
+      const T* xb = x_row + static_cast<long long>(warp + j * warps) * 256;
 #pragma unroll
-    for (int sb = 0; sb < 8; ++sb) {
-      // x: elements 8t .. 8t + 7 of the sub-block for column g (zeros for columns past rows)
-      uint4 xv = make_uint4(0u, 0u, 0u, 0u);
-      if (has_x && vec) {
-        xv = *reinterpret_cast<const uint4*>(xs + 64 * sb);
-      } else if (has_x) {
-        const unsigned short* p = reinterpret_cast<const unsigned short*>(xb + 32 * sb);
-        xv.x = static_cast<unsigned>(__ldg(p)) | (static_cast<unsigned>(__ldg(p + 1)) << 16);
-        xv.y = static_cast<unsigned>(__ldg(p + 2)) | (static_cast<unsigned>(__ldg(p + 3)) << 16);
-        xv.z = static_cast<unsigned>(__ldg(p + 4)) | (static_cast<unsigned>(__ldg(p + 5)) << 16);
-        xv.w = static_cast<unsigned>(__ldg(p + 6)) | (static_cast<unsigned>(__ldg(p + 7)) << 16);
-      }
-      float dot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const unsigned x01 = half == 0 ? xv.x : xv.z;
-        const unsigned x23 = half == 0 ? xv.y : xv.w;
-        const unsigned b0 = __byte_perm(x01, x23, 0x5410u);  // (e0, e2)
-        const unsigned b1 = __byte_perm(x01, x23, 0x7632u);  // (e1, e3)
-        const unsigned qa = F::quad(raw_a, sb, half);
-        const unsigned qb = F::quad(raw_b, sb, half);
-        unsigned a[4];
-        if constexpr (kFold) {
-          a_fragment_magic<T>(qa, qb, a);
-        } else {
-          a_fragment<T, 0>(qa, qb, a);
+      for (int sb = 0; sb < 8; ++sb) {
+        // x: elements 8t .. 8t + 7 of the sub-block for column g (zeros for columns past rows)
+        uint4 xv = make_uint4(0u, 0u, 0u, 0u);
+        if (has_x && vec) {
+          xv = *reinterpret_cast<const uint4*>(xs + 64 * sb);
+        } else if (has_x) {
+          const unsigned short* p = reinterpret_cast<const unsigned short*>(xb + 32 * sb);
+          xv.x = static_cast<unsigned>(__ldg(p)) | (static_cast<unsigned>(__ldg(p + 1)) << 16);
+          xv.y = static_cast<unsigned>(__ldg(p + 2)) | (static_cast<unsigned>(__ldg(p + 3)) << 16);
+          xv.z = static_cast<unsigned>(__ldg(p + 4)) | (static_cast<unsigned>(__ldg(p + 5)) << 16);
+          xv.w = static_cast<unsigned>(__ldg(p + 6)) | (static_cast<unsigned>(__ldg(p + 7)) << 16);
         }
-        matmul::Mma<T>::run(dot, a, b0, b1);
-        matmul::Mma<T>::run(sum, ones, b0, b1);  // the sum of x over the sub-block, per column
+        float dot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const unsigned x01 = half == 0 ? xv.x : xv.z;
+          const unsigned x23 = half == 0 ? xv.y : xv.w;
+          const unsigned b0 = __byte_perm(x01, x23, 0x5410u);  // (e0, e2)
+          const unsigned b1 = __byte_perm(x01, x23, 0x7632u);  // (e1, e3)
+          const unsigned qa = F::quad(raw_a, sb, half);
+          const unsigned qb = F::quad(raw_b, sb, half);
+          unsigned a[4];
+          if constexpr (kFold) {
+            a_fragment_magic<T>(qa, qb, a);
+          } else {
+            a_fragment<T, 0>(qa, qb, a);
+          }
+          matmul::Mma<T>::run(dot, a, b0, b1);
+          matmul::Mma<T>::run(sum, ones, b0, b1);  // the sum of x over the sub-block, per column
+        }
+        const float sa = scales_a.scale(sb), sb_ = scales_b.scale(sb);
+        // with the magic kept, dot = sum (q + 128) x: the offset term takes -128 s
+        const float oa = kFold ? fmaf(-128.0f, sa, scales_a.offset(sb)) : scales_a.offset(sb);
+        const float ob = kFold ? fmaf(-128.0f, sb_, scales_b.offset(sb)) : scales_b.offset(sb);
+        acc[0] = fmaf(sa, dot[0], fmaf(oa, sum[0], acc[0]));
+        acc[1] = fmaf(sa, dot[1], fmaf(oa, sum[1], acc[1]));
+        acc[2] = fmaf(sb_, dot[2], fmaf(ob, sum[2], acc[2]));
+        acc[3] = fmaf(sb_, dot[3], fmaf(ob, sum[3], acc[3]));
       }
-      const float sa = scales_a.scale(sb), sb_ = scales_b.scale(sb);
-      // with the magic kept, dot = sum (q + 128) x: the offset term takes -128 s
-      const float oa = kFold ? fmaf(-128.0f, sa, scales_a.offset(sb)) : scales_a.offset(sb);
-      const float ob = kFold ? fmaf(-128.0f, sb_, scales_b.offset(sb)) : scales_b.offset(sb);
-      acc[0] = fmaf(sa, dot[0], fmaf(oa, sum[0], acc[0]));
-      acc[1] = fmaf(sa, dot[1], fmaf(oa, sum[1], acc[1]));
-      acc[2] = fmaf(sb_, dot[2], fmaf(ob, sum[2], acc[2]));
-      acc[3] = fmaf(sb_, dot[3], fmaf(ob, sum[3], acc[3]));
+      __syncwarp();  // every lane has read the stage before a later copy overwrites it
     }
-    __syncwarp();  // every lane has read the stage before a later copy overwrites it
+    store_tile(acc, partial + (tile & 1) * (warps * kMmaTileRows * kMmaMaxRows), y, bias, rows, n, ldy,
+               TileWalk::row0(tile));
   }
   gemm::cp_async_wait<0>();
-
-  store_tile(acc, partial, y, bias, rows, n, ldy, row0);
 }
 
 // Q6_K (210-byte blocks: 128 bytes of low nibbles ql, 64 of 2-bit highs qh, 16 int8 scales, f16 d;
@@ -284,7 +294,7 @@ __device__ __forceinline__ unsigned staged_word(const unsigned char* row, int p)
 }
 
 template <typename T>
-__global__ void __launch_bounds__(256, 3)
+__global__ void __launch_bounds__(kMmaMaxThreads)
     gguf_gemv_mma_q6k(const T* __restrict__ x, const unsigned char* __restrict__ w, T* __restrict__ y,
                       const T* __restrict__ bias, int rows, int n, int k, long long ldx, long long ldy,
                       int vector) {
@@ -296,91 +306,106 @@ __global__ void __launch_bounds__(256, 3)
   const int lane = tid & 31;
   const int g = lane >> 2;
   const int t = lane & 3;
-  const int row0 = static_cast<int>(blockIdx.x) * kMmaTileRows;
   const int blocks_per_row = k / 256;
   const long long row_bytes = static_cast<long long>(blocks_per_row) * kQ6Bytes;
-  unsigned char* stages = smem + warp * (kMmaStages * kQ6StageBytes);
-  float* partial = reinterpret_cast<float*>(smem + warps * (kMmaStages * kQ6StageBytes));
+  const bool vec = vector != 0;
+  const int x_rows = vec ? rows : 0;  // rows of x staged with the weights (16-byte aligned x only)
+  const int stage_bytes = kQ6StageBytes + x_rows * kMmaXStride;
+  unsigned char* stages = smem + warp * (kMmaStages * stage_bytes);
+  float* partial = reinterpret_cast<float*>(smem + warps * (kMmaStages * stage_bytes));
   const bool has_x = g < rows;
   const T* x_row = x + (has_x ? static_cast<long long>(g) * ldx : 0) + 4 * t;
-  const bool vec = vector != 0;
   const int mine = blocks_per_row > warp ? (blocks_per_row - warp + warps - 1) / warps : 0;
-  const unsigned char* row_a = w + row_bytes * min(row0 + g, n - 1);
-  const unsigned char* row_b = w + row_bytes * min(row0 + g + 8, n - 1);
+  const TileWalk tiles(n);
+  const int items = tiles.count * mine;
 
-  // Copy the aligned chunks holding the warp's i-th block of each row into stage i % kMmaStages.
-  auto copy = [&](int i) {
-    if (i < mine) {
-      copy_unaligned<kQ6Chunks, kQ6Stride>(stages + (i % kMmaStages) * kQ6StageBytes, w, row_bytes, row0, n,
-                                           static_cast<long long>(warp + i * warps) * kQ6Bytes, kQ6Bytes,
-                                           lane);
+  // Copy the aligned chunks holding the cursor's block of each row of its tile, and the matching 256
+  // elements of every row of x, into stage item % kMmaStages.
+  CopyCursor next;
+  auto copy = [&]() {
+    if (next.item < items) {
+      const int b = warp + next.j * warps;
+      unsigned char* stage = stages + (next.item % kMmaStages) * stage_bytes;
+      copy_unaligned<kQ6Chunks, kQ6Stride>(stage, w, row_bytes, TileWalk::row0(next.tile), n,
+                                           static_cast<long long>(b) * kQ6Bytes, kQ6Bytes, lane);
+      stage_x(gemm::shared_address(stage + kQ6StageBytes), x, ldx, x_rows, static_cast<long long>(b) * 256, k,
+              lane);
+      next.advance(mine);
     }
     gemm::cp_async_commit();
   };
 #pragma unroll
-  for (int i = 0; i < kMmaStages - 1; ++i) copy(i);
+  for (int i = 0; i < kMmaStages - 1; ++i) copy();
 
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int i = 0;
 #pragma unroll 1
-  for (int i = 0; i < mine; ++i) {
-    copy(i + kMmaStages - 1);
-    gemm::cp_async_wait<kMmaStages - 1>();
-    __syncwarp();
-    const int b = warp + i * warps;
-    const unsigned char* stage = stages + (i % kMmaStages) * kQ6StageBytes;
-    const int lead_a = static_cast<int>(
-        reinterpret_cast<unsigned long long>(row_a + static_cast<long long>(b) * kQ6Bytes) & 15);
-    const int lead_b = static_cast<int>(
-        reinterpret_cast<unsigned long long>(row_b + static_cast<long long>(b) * kQ6Bytes) & 15);
-    const float da = float_from_half_bits(staged_word(stage + g * kQ6Stride, lead_a + 208) & 0xffffu);
-    const float db = float_from_half_bits(staged_word(stage + (g + 8) * kQ6Stride, lead_b + 208) & 0xffffu);
-    const T* xb = x_row + static_cast<long long>(b) * 256;
+  for (int tile = 0; tile < tiles.count; ++tile) {
+    const int row0 = TileWalk::row0(tile);
+    const unsigned char* row_a = w + row_bytes * min(row0 + g, n - 1);
+    const unsigned char* row_b = w + row_bytes * min(row0 + g + 8, n - 1);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 1
+    for (int jb = 0; jb < mine; ++jb, ++i) {
+      copy();
+      gemm::cp_async_wait<kMmaStages - 1>();
+      __syncwarp();
+      const int b = warp + jb * warps;
+      const unsigned char* stage = stages + (i % kMmaStages) * stage_bytes;
+      const unsigned char* xs = stage + kQ6StageBytes + g * kMmaXStride + 8 * t;
+      const int lead_a = static_cast<int>(
+          reinterpret_cast<unsigned long long>(row_a + static_cast<long long>(b) * kQ6Bytes) & 15);
+      const int lead_b = static_cast<int>(
+          reinterpret_cast<unsigned long long>(row_b + static_cast<long long>(b) * kQ6Bytes) & 15);
+      const float da = float_from_half_bits(staged_word(stage + g * kQ6Stride, lead_a + 208) & 0xffffu);
+      const float db = float_from_half_bits(staged_word(stage + (g + 8) * kQ6Stride, lead_b + 208) & 0xffffu);
+      const T* xb = x_row + static_cast<long long>(b) * 256;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      // int8 scales of the half's 8 groups, biased to unsigned bytes (^ 0x80)
-      const unsigned sca0 = staged_word(stage + g * kQ6Stride, lead_a + 192 + 8 * h) ^ 0x80808080u;
-      const unsigned sca1 = staged_word(stage + g * kQ6Stride, lead_a + 196 + 8 * h) ^ 0x80808080u;
-      const unsigned scb0 = staged_word(stage + (g + 8) * kQ6Stride, lead_b + 192 + 8 * h) ^ 0x80808080u;
-      const unsigned scb1 = staged_word(stage + (g + 8) * kQ6Stride, lead_b + 196 + 8 * h) ^ 0x80808080u;
+      for (int h = 0; h < 2; ++h) {
+        // int8 scales of the half's 8 groups, biased to unsigned bytes (^ 0x80)
+        const unsigned sca0 = staged_word(stage + g * kQ6Stride, lead_a + 192 + 8 * h) ^ 0x80808080u;
+        const unsigned sca1 = staged_word(stage + g * kQ6Stride, lead_a + 196 + 8 * h) ^ 0x80808080u;
+        const unsigned scb0 = staged_word(stage + (g + 8) * kQ6Stride, lead_b + 192 + 8 * h) ^ 0x80808080u;
+        const unsigned scb1 = staged_word(stage + (g + 8) * kQ6Stride, lead_b + 196 + 8 * h) ^ 0x80808080u;
 #pragma unroll
-      for (int i16 = 0; i16 < 2; ++i16) {
-        const int l = 16 * i16 + 4 * t;
-        const unsigned qha = staged_word(stage + g * kQ6Stride, lead_a + 128 + 32 * h + l);
-        const unsigned qhb = staged_word(stage + (g + 8) * kQ6Stride, lead_b + 128 + 32 * h + l);
+        for (int i16 = 0; i16 < 2; ++i16) {
+          const int l = 16 * i16 + 4 * t;
+          const unsigned qha = staged_word(stage + g * kQ6Stride, lead_a + 128 + 32 * h + l);
+          const unsigned qhb = staged_word(stage + (g + 8) * kQ6Stride, lead_b + 128 + 32 * h + l);
 #pragma unroll
-        for (int qodd = 0; qodd < 2; ++qodd) {
-          const unsigned qla = staged_word(stage + g * kQ6Stride, lead_a + 64 * h + 32 * qodd + l);
-          const unsigned qlb = staged_word(stage + (g + 8) * kQ6Stride, lead_b + 64 * h + 32 * qodd + l);
+          for (int qodd = 0; qodd < 2; ++qodd) {
+            const unsigned qla = staged_word(stage + g * kQ6Stride, lead_a + 64 * h + 32 * qodd + l);
+            const unsigned qlb = staged_word(stage + (g + 8) * kQ6Stride, lead_b + 64 * h + 32 * qodd + l);
 #pragma unroll
-          for (int qhigh = 0; qhigh < 2; ++qhigh) {
-            const int quarter = 2 * qhigh + qodd;         // Q
-            const int group = 8 * h + 2 * quarter + i16;  // elements 16 group .. 16 group + 15
-            const unsigned va =
-                ((qla >> (4 * qhigh)) & 0x0f0f0f0fu) | (((qha >> (2 * quarter)) & 0x03030303u) << 4);
-            const unsigned vb =
-                ((qlb >> (4 * qhigh)) & 0x0f0f0f0fu) | (((qhb >> (2 * quarter)) & 0x03030303u) << 4);
-            unsigned a[4];
-            a_fragment<T, 32>(va, vb, a);
-            unsigned b0, b1;
-            x_quad(xb + 16 * group, has_x, vec, b0, b1);
-            float dot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            matmul::Mma<T>::run(dot, a, b0, b1);
-            const int j = group & 7;  // the scale's byte within the half's 8
-            const float ka = magic_byte(j < 4 ? sca0 : sca1, j & 3) - 8388736.0f;  // 2^23 + 128
-            const float kb = magic_byte(j < 4 ? scb0 : scb1, j & 3) - 8388736.0f;
-            const float s_a = da * ka, s_b = db * kb;
-            acc[0] = fmaf(s_a, dot[0], acc[0]);
-            acc[1] = fmaf(s_a, dot[1], acc[1]);
-            acc[2] = fmaf(s_b, dot[2], acc[2]);
-            acc[3] = fmaf(s_b, dot[3], acc[3]);
+            for (int qhigh = 0; qhigh < 2; ++qhigh) {
+              const int quarter = 2 * qhigh + qodd;         // Q
+              const int group = 8 * h + 2 * quarter + i16;  // elements 16 group .. 16 group + 15
+              const unsigned va =
+                  ((qla >> (4 * qhigh)) & 0x0f0f0f0fu) | (((qha >> (2 * quarter)) & 0x03030303u) << 4);
+              const unsigned vb =
+                  ((qlb >> (4 * qhigh)) & 0x0f0f0f0fu) | (((qhb >> (2 * quarter)) & 0x03030303u) << 4);
+              unsigned a[4];
+              a_fragment<T, 32>(va, vb, a);
+              unsigned b0, b1;
+              x_quad_staged(xs + 32 * group, xb + 16 * group, has_x, vec, b0, b1);
+              float dot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+              matmul::Mma<T>::run(dot, a, b0, b1);
+              const int j = group & 7;  // the scale's byte within the half's 8
+              const float ka = magic_byte(j < 4 ? sca0 : sca1, j & 3) - 8388736.0f;  // 2^23 + 128
+              const float kb = magic_byte(j < 4 ? scb0 : scb1, j & 3) - 8388736.0f;
+              const float s_a = da * ka, s_b = db * kb;
+              acc[0] = fmaf(s_a, dot[0], acc[0]);
+              acc[1] = fmaf(s_a, dot[1], acc[1]);
+              acc[2] = fmaf(s_b, dot[2], acc[2]);
+              acc[3] = fmaf(s_b, dot[3], acc[3]);
+            }
           }
         }
       }
+      __syncwarp();
     }
-    __syncwarp();
+    store_tile(acc, partial + (tile & 1) * (warps * kMmaTileRows * kMmaMaxRows), y, bias, rows, n, ldy, row0);
   }
   gemm::cp_async_wait<0>();
-  store_tile(acc, partial, y, bias, rows, n, ldy, row0);
 }
 
 // Q8_0 (34-byte blocks of 32 elements: f16 d, 32 int8 quants): a warp step covers 8 blocks (256
@@ -397,7 +422,7 @@ constexpr int kQ8Stride = 16 * kQ8Chunks;  // 72 words: 8 modulo 32
 constexpr int kQ8StageBytes = kMmaTileRows * kQ8Stride;
 
 template <typename T>
-__global__ void __launch_bounds__(256, 3)
+__global__ void __launch_bounds__(kMmaMaxThreads)
     gguf_gemv_mma_q8_0(const T* __restrict__ x, const unsigned char* __restrict__ w, T* __restrict__ y,
                        const T* __restrict__ bias, int rows, int n, int k, long long ldx, long long ldy,
                        int vector) {
@@ -409,70 +434,86 @@ __global__ void __launch_bounds__(256, 3)
   const int lane = tid & 31;
   const int g = lane >> 2;
   const int t = lane & 3;
-  const int row0 = static_cast<int>(blockIdx.x) * kMmaTileRows;
   const int blocks_per_row = k / 32;
   const int steps = (blocks_per_row + kQ8StepBlocks - 1) / kQ8StepBlocks;
   const long long row_bytes = static_cast<long long>(blocks_per_row) * kQ8Bytes;
-  unsigned char* stages = smem + warp * (kMmaStages * kQ8StageBytes);
-  float* partial = reinterpret_cast<float*>(smem + warps * (kMmaStages * kQ8StageBytes));
+  const bool vec = vector != 0;
+  const int x_rows = vec ? rows : 0;  // rows of x staged with the weights (16-byte aligned x only)
+  const int stage_bytes = kQ8StageBytes + x_rows * kMmaXStride;
+  unsigned char* stages = smem + warp * (kMmaStages * stage_bytes);
+  float* partial = reinterpret_cast<float*>(smem + warps * (kMmaStages * stage_bytes));
   const bool has_x = g < rows;
   const T* x_row = x + (has_x ? static_cast<long long>(g) * ldx : 0) + 8 * t;
-  const bool vec = vector != 0;
   const int mine = steps > warp ? (steps - warp + warps - 1) / warps : 0;
-  const unsigned char* row_a = w + row_bytes * min(row0 + g, n - 1);
-  const unsigned char* row_b = w + row_bytes * min(row0 + g + 8, n - 1);
+  const TileWalk tiles(n);
+  const int items = tiles.count * mine;
+  constexpr int kSpan = kQ8StepBlocks * kQ8Bytes;
 
-  // Copy the aligned chunks holding step warp + i * warps of each row into stage i % kMmaStages.
-  auto copy = [&](int i) {
-    if (i < mine) {
-      constexpr int kSpan = kQ8StepBlocks * kQ8Bytes;
-      copy_unaligned<kQ8Chunks, kQ8Stride>(stages + (i % kMmaStages) * kQ8StageBytes, w, row_bytes, row0, n,
-                                           static_cast<long long>(warp + i * warps) * kSpan, kSpan, lane);
+  // Copy the aligned chunks holding the cursor's step of each row of its tile, and the matching (up
+  // to) 256 elements of every row of x, into stage item % kMmaStages.
+  CopyCursor next;
+  auto copy = [&]() {
+    if (next.item < items) {
+      const int step = warp + next.j * warps;
+      unsigned char* stage = stages + (next.item % kMmaStages) * stage_bytes;
+      copy_unaligned<kQ8Chunks, kQ8Stride>(stage, w, row_bytes, TileWalk::row0(next.tile), n,
+                                           static_cast<long long>(step) * kSpan, kSpan, lane);
+      stage_x(gemm::shared_address(stage + kQ8StageBytes), x, ldx, x_rows,
+              static_cast<long long>(step) * (kQ8StepBlocks * 32), k, lane);
+      next.advance(mine);
     }
     gemm::cp_async_commit();
   };
 #pragma unroll
-  for (int i = 0; i < kMmaStages - 1; ++i) copy(i);
+  for (int i = 0; i < kMmaStages - 1; ++i) copy();
 
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int i = 0;
 #pragma unroll 1
-  for (int i = 0; i < mine; ++i) {
-    copy(i + kMmaStages - 1);
-    gemm::cp_async_wait<kMmaStages - 1>();
-    __syncwarp();
-    const int step = warp + i * warps;
-    const long long offset = static_cast<long long>(step) * (kQ8StepBlocks * kQ8Bytes);
-    const unsigned char* stage = stages + (i % kMmaStages) * kQ8StageBytes;
-    const unsigned char* sa = stage + g * kQ8Stride;
-    const unsigned char* sb = stage + (g + 8) * kQ8Stride;
-    const int lead_a = static_cast<int>(reinterpret_cast<unsigned long long>(row_a + offset) & 15);
-    const int lead_b = static_cast<int>(reinterpret_cast<unsigned long long>(row_b + offset) & 15);
-    const int blocks = min(kQ8StepBlocks, blocks_per_row - step * kQ8StepBlocks);
-    const T* xs = x_row + static_cast<long long>(step) * (kQ8StepBlocks * 32);
+  for (int tile = 0; tile < tiles.count; ++tile) {
+    const int row0 = TileWalk::row0(tile);
+    const unsigned char* row_a = w + row_bytes * min(row0 + g, n - 1);
+    const unsigned char* row_b = w + row_bytes * min(row0 + g + 8, n - 1);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 1
+    for (int js = 0; js < mine; ++js, ++i) {
+      copy();
+      gemm::cp_async_wait<kMmaStages - 1>();
+      __syncwarp();
+      const int step = warp + js * warps;
+      const long long offset = static_cast<long long>(step) * kSpan;
+      const unsigned char* stage = stages + (i % kMmaStages) * stage_bytes;
+      const unsigned char* xstage = stage + kQ8StageBytes + g * kMmaXStride + 16 * t;
+      const unsigned char* sa = stage + g * kQ8Stride;
+      const unsigned char* sb = stage + (g + 8) * kQ8Stride;
+      const int lead_a = static_cast<int>(reinterpret_cast<unsigned long long>(row_a + offset) & 15);
+      const int lead_b = static_cast<int>(reinterpret_cast<unsigned long long>(row_b + offset) & 15);
+      const int blocks = min(kQ8StepBlocks, blocks_per_row - step * kQ8StepBlocks);
+      const T* xs = x_row + static_cast<long long>(step) * (kQ8StepBlocks * 32);
 #pragma unroll
-    for (int j = 0; j < kQ8StepBlocks; ++j) {
-      if (j < blocks) {  // uniform over the warp
-        const int at_a = lead_a + kQ8Bytes * j, at_b = lead_b + kQ8Bytes * j;
-        float dot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int j = 0; j < kQ8StepBlocks; ++j) {
+        if (j < blocks) {  // uniform over the warp
+          const int at_a = lead_a + kQ8Bytes * j, at_b = lead_b + kQ8Bytes * j;
+          float dot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          unsigned b0, b1;
-          x_quad(xs + 32 * j + 4 * half, has_x, vec, b0, b1);
-          q8_mma<T>(staged_word(sa, at_a + 2 + 8 * t + 4 * half),
-                    staged_word(sb, at_b + 2 + 8 * t + 4 * half), b0, b1, dot);
+          for (int half = 0; half < 2; ++half) {
+            unsigned b0, b1;
+            x_quad_staged(xstage + 64 * j + 8 * half, xs + 32 * j + 4 * half, has_x, vec, b0, b1);
+            q8_mma<T>(staged_word(sa, at_a + 2 + 8 * t + 4 * half),
+                      staged_word(sb, at_b + 2 + 8 * t + 4 * half), b0, b1, dot);
+          }
+          const float da = float_from_half_bits(staged_word(sa, at_a) & 0xffffu);
+          const float db = float_from_half_bits(staged_word(sb, at_b) & 0xffffu);
+          acc[0] = fmaf(da, dot[0], acc[0]);
+          acc[1] = fmaf(da, dot[1], acc[1]);
+          acc[2] = fmaf(db, dot[2], acc[2]);
+          acc[3] = fmaf(db, dot[3], acc[3]);
         }
-        const float da = float_from_half_bits(staged_word(sa, at_a) & 0xffffu);
-        const float db = float_from_half_bits(staged_word(sb, at_b) & 0xffffu);
-        acc[0] = fmaf(da, dot[0], acc[0]);
-        acc[1] = fmaf(da, dot[1], acc[1]);
-        acc[2] = fmaf(db, dot[2], acc[2]);
-        acc[3] = fmaf(db, dot[3], acc[3]);
       }
+      __syncwarp();
     }
-    __syncwarp();
+    store_tile(acc, partial + (tile & 1) * (warps * kMmaTileRows * kMmaMaxRows), y, bias, rows, n, ldy, row0);
   }
   gemm::cp_async_wait<0>();
-  store_tile(acc, partial, y, bias, rows, n, ldy, row0);
 }
 
 }  // namespace qgemv

@@ -25,9 +25,10 @@ namespace pygpukit {
 namespace ops {
 namespace qgemv {
 
-constexpr int kMmaTileRows = 16;  // rows of W per block (the mma's M)
-constexpr int kMmaMaxRows = 8;    // rows of x (the mma's N)
-constexpr int kMmaXStride = 576;  // bytes per staged row of x: 256 elements + 64 (conflict-free reads)
+constexpr int kMmaTileRows = 16;     // rows of W per block (the mma's M)
+constexpr int kMmaMaxRows = 8;       // rows of x (the mma's N)
+constexpr int kMmaXStride = 576;     // bytes per staged row of x: 256 elements + 64 (conflict-free reads)
+constexpr int kMmaMaxThreads = 512;  // the GGUF kernels' largest block: 16 warps on one tile
 
 // The packed-integer trick per element type: kMagic ORed into a half holding a small integer q gives
 // the float kBase + q; strip(v) returns the pair's values minus kBase (and minus Bias), exactly.
@@ -59,6 +60,36 @@ struct Magic<__half> {
     unsigned r;
     asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(v), "r"(kOne), "r"(kNeg | (kNeg << 16)));
     return r;
+  }
+};
+
+// The 16-row tiles a block of a persistent launch takes (ops/quant/gemv.py launches at most as many
+// blocks as fit on the device at once): tiles blockIdx.x + i * gridDim.x for i < count. A warp's items
+// are (tile i, its j-th block of the tile) numbered i * mine + j (mine: the warp's blocks per tile); its
+// copies run kMmaStages - 1 items ahead of the item it multiplies, across tile boundaries, so the next
+// tile's weights are in flight while a tile's sums are added. A block ends each tile with store_tile
+// into one of two partial-sum buffers (alternating: one barrier per tile suffices).
+struct TileWalk {
+  int count;
+  __device__ __forceinline__ explicit TileWalk(int n) {
+    const int tiles = (n + kMmaTileRows - 1) / kMmaTileRows;
+    const int b = static_cast<int>(blockIdx.x), grid = static_cast<int>(gridDim.x);
+    count = b < tiles ? (tiles - 1 - b) / grid + 1 : 0;
+  }
+  __device__ __forceinline__ static int row0(int i) {
+    return (static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x)) * kMmaTileRows;
+  }
+};
+
+// The next item a warp copies: its number, tile index and block within the tile.
+struct CopyCursor {
+  int item = 0, tile = 0, j = 0;
+  __device__ __forceinline__ void advance(int mine) {
+    ++item;
+    if (++j == mine) {
+      j = 0;
+      ++tile;
+    }
   }
 };
 
@@ -114,6 +145,30 @@ __device__ __forceinline__ void x_quad(const T* p, bool has_x, bool vec, unsigne
   }
   b0 = __byte_perm(x01, x23, 0x5410u);
   b1 = __byte_perm(x01, x23, 0x7632u);
+}
+
+// Stage elements [k0, k0 + 256) of each of the first x_rows rows of x (16-byte aligned rows) at
+// dst + m * kMmaXStride with cp.async, 16 bytes per lane; elements at or past k are not read.
+template <typename T>
+__device__ __forceinline__ void stage_x(unsigned dst, const T* x, long long ldx, int x_rows, long long k0,
+                                        int k, int lane) {
+  if (k0 + 8 * lane >= k) return;
+  for (int m = 0; m < x_rows; ++m)
+    gemm::cp_async_16(dst + m * kMmaXStride + 16 * lane, x + m * ldx + k0 + 8 * lane);
+}
+
+// x_quad from x's staged copy when `staged` (xs: the lane's four elements in shared memory), else
+// from global memory at xg.
+template <typename T>
+__device__ __forceinline__ void x_quad_staged(const unsigned char* xs, const T* xg, bool has_x, bool staged,
+                                              unsigned& b0, unsigned& b1) {
+  if (has_x && staged) {
+    const uint2 v = *reinterpret_cast<const uint2*>(xs);
+    b0 = __byte_perm(v.x, v.y, 0x5410u);
+    b1 = __byte_perm(v.x, v.y, 0x7632u);
+  } else {
+    x_quad(xg, has_x, false, b0, b1);
+  }
 }
 
 // A fragment registers holding kBase + q (the magic kept: the caller corrects with the sum of x): one

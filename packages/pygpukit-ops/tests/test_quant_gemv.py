@@ -262,23 +262,36 @@ def test_kernels_compile_without_warnings(file: str) -> None:
         assert program.log.strip() == "", program.log
 
 
-def test_mma_gemv_launch_sizes() -> None:
-    """The tensor-core GEMV's warps per tile (2 to 8, never more than the blocks of a row) and its
-    shared memory: 3 stages of 16 rows padded to a stride of 8 or 24 words modulo 32, plus the sums."""
+def test_mma_gemv_launch_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tensor-core GEMV's launch layout on an H100's figures (132 SMs, 228 KiB of shared memory per
+    SM, 227 per block, 80 registers per thread): warps per tile (2 to 16, never more than the blocks
+    of a row) and blocks (at most those resident at once, each walking tiles), and its shared memory:
+    3 stages of 16 rows padded to a stride of 8 or 24 words modulo 32, plus two buffers of sums."""
     from pygpukit.ops.quant import gemv as module
 
-    assert module._mma_warps("Q4_K", 1, 4096) == 8
-    assert module._mma_warps("Q4_K", 8, 14336) == 4
-    assert module._mma_warps("Q6_K", 8, 4096) == 8
-    assert module._mma_warps("Q8_0", 3, 1024) == 4  # four steps of 8 blocks
-    assert module._mma_warps("Q4_K", 1, 512) == 2  # two blocks per row
-    assert module._mma_warps("Q5_K", 1, 256) == 2
-    assert module._mma_shared("Q4_K", 8) == 8 * (3 * 16 * 160 + 512)
-    assert module._mma_shared("Q4_K", 4, 2) == 4 * (3 * (16 * 160 + 2 * 576) + 512)
-    assert module._mma_shared("Q5_K", 4) == 4 * (3 * 16 * 224 + 512)
+    h100 = module._Device(132, 228 * 1024, 227 * 1024, 80)
+    assert h100.blocks_per_sm(16, module._mma_shared("Q4_K", 16, 1)) == 1
+    assert h100.blocks_per_sm(8, module._mma_shared("Q4_K", 8, 1)) == 2
+    assert h100.blocks_per_sm(16, module._mma_shared("Q4_K", 16, 8)) == 0  # over the 227 KiB of a block
+    assert module._mma_layout(h100, "Q4_K", 1, 14336, 4096) == (16, 132)  # 896 tiles: 7 rounds of one block per SM
+    assert module._mma_layout(h100, "Q4_K", 1, 4096, 14336) == (8, 256)  # 56 blocks per row: 7 per warp
+    assert module._mma_layout(h100, "Q4_K", 1, 1024, 4096) == (16, 64)  # a block per tile
+    assert module._mma_layout(h100, "Q6_K", 8, 14336, 4096) == (8, 132)  # x staged: one block of 8 per SM
+    assert module._mma_layout(h100, "Q4_K", 1, 512, 512) == (2, 32)  # two blocks per row
+    assert module._mma_layout(h100, "Q5_K", 1, 21, 256) == (2, 2)
+    monkeypatch.setattr(module, "PERSISTENT_MMA", False)  # one block per tile, as before
+    assert module._mma_layout(h100, "Q4_K", 1, 14336, 4096) == (8, 896)
+    assert module._mma_layout(h100, "Q4_K", 8, 14336, 4096) == (4, 896)
+    assert module._mma_layout(h100, "Q8_0", 3, 1000, 1024) == (4, 63)  # four steps of 8 blocks
+    monkeypatch.setattr(module, "_MMA_WARPS_FOR_TESTS", 2)
+    monkeypatch.setattr(module, "_MMA_GRID_FOR_TESTS", 1)
+    assert module._mma_layout(h100, "Q4_K", 1, 14336, 4096) == (2, 1)
+    assert module._mma_shared("Q4_K", 8) == 8 * (3 * 16 * 160 + 1024)
+    assert module._mma_shared("Q4_K", 4, 2) == 4 * (3 * (16 * 160 + 2 * 576) + 1024)
+    assert module._mma_shared("Q5_K", 4) == 4 * (3 * 16 * 224 + 1024)
     assert module._mma_shared("Q5_K", 8, 8) <= 227 * 1024  # one block per SM at worst on Hopper
-    assert module._mma_shared("Q6_K", 8) == 8 * (3 * 16 * 224 + 512)
-    assert module._mma_shared("Q8_0", 8) <= 227 * 1024 // 2
+    assert module._mma_shared("Q6_K", 8) == 8 * (3 * 16 * 224 + 1024)
+    assert module._mma_shared("Q8_0", 8) == 8 * (3 * 16 * 288 + 1024)
 
 
 # -- the GPU ----------------------------------------------------------------------------------------
@@ -382,13 +395,14 @@ def test_gpu_gemv_many_x_steps(rng: np.random.Generator, name: str, dtype: DType
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["Q4_K", "Q5_K", "Q6_K", "Q8_0"])
-@pytest.mark.parametrize("warps", [2, 4, 8])
+@pytest.mark.parametrize("warps", [2, 4, 8, 16])
 def test_gpu_mma_gemv_every_split(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, name: str,
                                   warps: int) -> None:  # fmt: skip
     """The tensor-core kernel (16-row tiles, warps splitting K): tiles with rows past N, fewer blocks
     per row than warps (idle warps), several blocks per warp (the cp.async stages wrap around), every
     row count in fp16 and bf16, aligned and unaligned x, bias; equal to the SIMT kernel within the
-    bound and deterministic."""
+    bound and deterministic; one block walking every tile (the copies running ahead across tiles, the
+    sums' two buffers alternating) gives the same bits as a block per tile."""
     from pygpukit.ops.quant import gemv as module
 
     monkeypatch.setattr(module, "_MMA_WARPS_FOR_TESTS", warps)
@@ -406,6 +420,11 @@ def test_gpu_mma_gemv_every_split(rng: np.random.Generator, monkeypatch: pytest.
                 check(got, x[:, :k], w, dtype, b)
                 check(quantized_gemv(upload(x)[:, 1:], q).to_numpy(), x[:, 1:], w, dtype)
                 assert np.array_equal(got, quantized_gemv(upload(x[:, :k]), q, bias=upload(b)).to_numpy())
+                for grid in (1, 2):
+                    monkeypatch.setattr(module, "_MMA_GRID_FOR_TESTS", grid)
+                    walked = quantized_gemv(upload(x[:, :k]), q, bias=upload(b)).to_numpy()
+                    assert np.array_equal(got, walked), grid
+                monkeypatch.setattr(module, "_MMA_GRID_FOR_TESTS", None)
                 monkeypatch.setattr(module, "USE_MMA_GEMV", False)
                 simt = quantized_gemv(upload(x[:, :k]), q, bias=upload(b)).to_numpy()
                 monkeypatch.setattr(module, "USE_MMA_GEMV", True)

@@ -134,6 +134,7 @@ def test_gpu_tensor_core_gemv_on_every_stored_value(rng: np.random.Generator, mo
     bound as the SIMT kernel's, which it is also compared with, and deterministic."""
     from pygpukit.ops.quant import weight_only
 
+    monkeypatch.setattr(weight_only, "MMA_MIN_ROWS", 1)  # the tensor-core kernel at M = 1 too
     n, k = 45, 1088
     raw = rng.integers(0, 256, size=(n, k), dtype=np.uint8)
     if kind == "fp8_e4m3":

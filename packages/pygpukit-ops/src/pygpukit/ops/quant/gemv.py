@@ -1,15 +1,15 @@
 """Products with GGUF block-quantized weights (:class:`~pygpukit.ops.quant.tensor.QuantizedTensor`).
 
 - :func:`quantized_gemv`: the decode path, ``y (M, N) = x (M, K) @ W.T`` for M = 1 .. 8, reading W's
-  packed blocks straight from device memory. Q4_K, Q5_K (the weight's start 16-byte aligned, as
-  every upload is), Q6_K and Q8_0 weights with fp16 / bf16 x go to the tensor-core kernels
-  (native/kernels/quant/gguf_gemv_mma.cu): the quants as exact small integers in mma.sync tiles of
-  16 rows, each scale group's products scaled in float32 afterwards, 2 to 8 warps per tile splitting
-  K (:func:`_mma_warps`). Every other case goes to native/kernels/quant/gguf_gemv.cu: a warp per row
-  of W (2 to 8 warps per row where N is too small to fill the device: :func:`_split`), 16-byte loads
-  of the blocks, x staged once per block in shared memory as float32 (with its group sums), float32
-  accumulation, instantiated per format, activation dtype (float32, float16, bfloat16) and rows of x
-  rounded up to 1, 2, 4 or 8.
+  packed blocks straight from device memory. Q4_K, Q5_K (the weight's start 16-byte aligned, as every
+  upload is), Q6_K and Q8_0 weights with fp16 / bf16 x go to the tensor-core kernels
+  (native/kernels/quant/gguf_gemv_mma.cu): the quants as exact small integers in mma.sync tiles of 16
+  rows, each scale group's products scaled in float32 afterwards, 2 to 16 warps per tile splitting K, as
+  many blocks as fit on the device each walking several tiles (:func:`_mma_layout`). Every other case
+  goes to native/kernels/quant/gguf_gemv.cu: a warp per row of W (2 to 8 warps per row where N is too
+  small to fill the device: :func:`_split`), 16-byte loads of the blocks, x staged once per block in
+  shared memory as float32 (with its group sums), float32 accumulation, instantiated per format,
+  activation dtype (float32, float16, bfloat16) and rows of x rounded up to 1, 2, 4 or 8.
 - :func:`quantized_linear`: ``act(x @ W.T + b)`` for x of any leading shape: the GEMV up to 8 rows;
   beyond (prefill), W is dequantized to x's dtype in row tiles and each tile goes through the
   existing GEMM (:func:`pygpukit.ops.linear`), so at most :data:`PREFILL_TILE_BYTES` of decoded
@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from pygpukit.core.array import GPUArray, empty
+from pygpukit.core.device import get_device_info
 from pygpukit.core.dtypes import DType, bfloat16, float16, float32
 from pygpukit.core.errors import DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel
@@ -84,7 +85,13 @@ _MMA_DTYPES = (float16, bfloat16)
 _MMA_TILE = 16  # rows of W per block of the tensor-core kernel
 _MMA_PARAMS = _PARAMS[:-1]  # no split
 _MMA_WARPS_FOR_TESTS: int | None = None  # forces the tensor-core kernel's warps per block (tests)
+_MMA_GRID_FOR_TESTS: int | None = None  # forces its blocks (tests: one block walking every tile)
+_MMA_MAX_WARPS = 16  # kMmaMaxThreads / 32
 USE_MMA_GEMV = True  # False: every format through gguf_gemv.cu (benchmarks compare the two)
+# True: the tensor-core kernels run at most as many blocks as fit on the device at once, each walking
+# several tiles (no tail of a last partial wave, the next tile's loads in flight during a tile's
+# epilogue); False: one block per tile (benchmarks compare the two).
+PERSISTENT_MMA = True
 
 
 def _mma_expression(fmt: str, dtype: DType) -> str:
@@ -105,19 +112,18 @@ _MMA_BLOCK_BYTES = {"Q4_K": 144, "Q5_K": 176}
 
 
 def _mma_shared(fmt: str, warps: int, x_rows: int = 0) -> int:
-    """The kernel's dynamic shared memory: per warp kMmaStages copies of 16 rows of one block (Q4_K /
-    Q5_K also of ``x_rows`` rows of x, kMmaXStride bytes each: 16-byte aligned x is staged with the
-    weights) and 16 x 8 float partial sums. Q4_K / Q5_K (MmaStage): the row stride in words padded to 8
-    or 24 modulo 32; Q6_K: 14 aligned 16-byte chunks per row (kQ6Stride); Q8_0: 18 per step of 8
-    blocks."""
+    """The kernel's dynamic shared memory: per warp kMmaStages copies of 16 rows of one block (Q8_0: a
+    step of 8 blocks) and of ``x_rows`` rows of x (kMmaXStride bytes each: 16-byte aligned x is staged
+    with the weights), and two buffers of 16 x 8 float partial sums. Q4_K / Q5_K (MmaStage): the row stride in
+    words padded to 8 or 24 modulo 32; Q6_K: 14 aligned 16-byte chunks per row (kQ6Stride); Q8_0: 18
+    per step of 8 blocks."""
     if fmt in ("Q6_K", "Q8_0"):
         words = 56 if fmt == "Q6_K" else 72  # kQ6Stride, kQ8Stride
-        x_rows = 0
     else:
         words = -(-_MMA_BLOCK_BYTES[fmt] // 16) * 4
         while words % 32 not in (8, 24):
             words += 4
-    return warps * (_MMA_STAGES * (_MMA_TILE * 4 * words + x_rows * _MMA_X_STRIDE) + _MMA_TILE * 8 * 4)
+    return warps * (_MMA_STAGES * (_MMA_TILE * 4 * words + x_rows * _MMA_X_STRIDE) + 2 * _MMA_TILE * 8 * 4)
 
 
 def _mma_kernel(fmt: str, dtype: DType) -> JITKernel:
@@ -126,24 +132,70 @@ def _mma_kernel(fmt: str, dtype: DType) -> JITKernel:
     if kernel is None:
         expression = _mma_expression(fmt, dtype)
         kernel = group(_MMA_FILE, (expression,)).kernel(expression, _MMA_PARAMS)
-        kernel.set_max_dynamic_shared_memory(_mma_shared(fmt, 8, 8))
+        kernel.set_max_dynamic_shared_memory(get_device_info(thread_device()).max_shared_memory_per_block_optin)
         _KERNELS.put(key, kernel)
     return kernel
 
 
-def _mma_warps(fmt: str, m: int, k: int) -> int:
-    """Warps per 16-row tile of the tensor-core kernel (2, 4 or 8; each takes every warps-th k-quant
-    block, or Q8_0 step of 8 blocks, of the tile): 8, but 4 for Q4_K / Q5_K with more than 4 rows of x,
-    and never more than a row has blocks. From the H100 run of 2026-12-07 (`gemv-warps`, Llama-3-8B
-    shapes): at M = 1 eight warps were fastest or tied everywhere; at M = 8 four for Q4_K / Q5_K (7-25 %
-    ahead of eight), eight for Q6_K and Q8_0."""
-    if _MMA_WARPS_FOR_TESTS is not None:
-        return _MMA_WARPS_FOR_TESTS
-    blocks = -(-k // 256)
-    warps = 4 if fmt in ("Q4_K", "Q5_K") and m > 4 else 8
-    while warps > 2 and warps > blocks:
-        warps //= 2
-    return warps
+class _Device:
+    """What the tensor-core GEMV's launch layout depends on: SMs, shared memory per SM and per block
+    (opt-in), and the kernel's registers per thread."""
+
+    __slots__ = ("optin", "regs", "smem", "sms")
+
+    def __init__(self, sms: int, smem: int, optin: int, regs: int) -> None:
+        self.sms, self.smem, self.optin, self.regs = sms, smem, optin, regs
+
+    @classmethod
+    def of(cls, kernel: JITKernel) -> _Device:
+        info = get_device_info(thread_device())
+        regs = int(kernel.attributes.get("num_regs", 128))
+        return cls(sm_count(), info.max_shared_memory_per_multiprocessor, info.max_shared_memory_per_block_optin,
+                   regs)  # fmt: skip
+
+    def blocks_per_sm(self, warps: int, shared: int) -> int:
+        """Blocks of ``warps`` warps and ``shared`` bytes of dynamic shared memory one SM holds at once
+        (threads; registers in 256-register warp allocations; shared memory, 1 KiB reserved per block)."""
+        if shared > self.optin:
+            return 0
+        regs = -(-max(self.regs, 1) * 32 // 256) * 256
+        return max(0, min(2048 // (32 * warps), 65536 // (regs * warps), self.smem // (shared + 1024), 32))
+
+
+def _mma_layout(device: _Device, fmt: str, m: int, n: int, k: int) -> tuple[int, int]:
+    """(warps per block, blocks) of a tensor-core GEMV launch. Each warp takes every warps-th k-quant block (Q8_0: step
+    of 8 blocks) of a 16-row tile; with PERSISTENT_MMA the grid is at most the blocks that fit on the device at
+    once, each walking tiles blockIdx.x, + gridDim.x, ... The warps (2 .. 16, at most a row's blocks) minimise
+    an estimate of the time: rounds of tiles per block x blocks per warp and tile x max(16, warps resident per
+    SM) (an SM's bandwidth is shared by its resident warps; below 16 they do not fill it), ties to the fewest
+    idle warp slots, then to more warps. Without PERSISTENT_MMA: one block per tile of 8 warps, 4 for Q4_K /
+    Q5_K beyond 4 rows of x (the H100 run of 2026-12-07). Forced warps (tests, the benchmark's --mma-warps) are
+    halved until a block fits."""
+    units = -(-k // 256)
+    tiles = -(-n // _MMA_TILE)
+    if _MMA_WARPS_FOR_TESTS is not None or not PERSISTENT_MMA:
+        warps = _MMA_WARPS_FOR_TESTS or (4 if fmt in ("Q4_K", "Q5_K") and m > 4 else 8)
+        while warps > 2 and ((warps > units and _MMA_WARPS_FOR_TESTS is None)
+                             or device.blocks_per_sm(warps, _mma_shared(fmt, warps, m)) == 0):  # fmt: skip
+            warps //= 2
+        per_sm = max(device.blocks_per_sm(warps, _mma_shared(fmt, warps, m)), 1)
+        grid = min(tiles, device.sms * per_sm) if PERSISTENT_MMA else tiles
+    else:
+        best: tuple[int, int, int, int] | None = None
+        for warps in range(2, min(_MMA_MAX_WARPS, max(units, 2)) + 1):
+            per_sm = device.blocks_per_sm(warps, _mma_shared(fmt, warps, m))
+            if per_sm == 0:
+                continue
+            per_warp = -(-units // warps)
+            cost = -(-tiles // (device.sms * per_sm)) * per_warp * max(16, per_sm * warps)
+            key = (cost, warps * per_warp - units, -warps, min(tiles, device.sms * per_sm))
+            if best is None or key < best:
+                best = key
+        assert best is not None  # two warps always fit
+        warps, grid = -best[2], best[3]
+    if _MMA_GRID_FOR_TESTS is not None:
+        grid = min(grid, _MMA_GRID_FOR_TESTS)
+    return warps, grid
 
 
 def _expression(fmt: str, dtype: DType, bucket: int) -> str:
@@ -278,9 +330,9 @@ class _Launch:
         # (kernel, grid, block, shared memory with x staged, without)
         self.mma: tuple[JITKernel, int, int, int, int] | None = None
         if USE_MMA_GEMV and fmt in _MMA_FORMATS and dtype in _MMA_DTYPES and m >= MMA_MIN_ROWS[fmt]:
-            warps = _mma_warps(fmt, m, k)
-            self.mma = (_mma_kernel(fmt, dtype), -(-n // _MMA_TILE), 32 * warps, _mma_shared(fmt, warps, m),
-                        _mma_shared(fmt, warps))  # fmt: skip
+            kernel = _mma_kernel(fmt, dtype)
+            warps, grid = _mma_layout(_Device.of(kernel), fmt, m, n, k)
+            self.mma = (kernel, grid, 32 * warps, _mma_shared(fmt, warps, m), _mma_shared(fmt, warps))
         else:
             self._fallback(dtype)
 

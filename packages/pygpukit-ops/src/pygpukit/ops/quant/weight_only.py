@@ -7,9 +7,9 @@ float32 quotient cast to float8_e4m3fn with round-to-nearest-even, as ``torch``'
 round; INT8 values round half to even). ``pygpukit.ops.linear(x, cw)`` runs:
 
 - up to 8 rows of x: a GEMV kernel reading the 1-byte weights with 16-byte loads, float32 accumulation,
-  the scale applied once per output: on the tensor cores for fp16 / bf16 x and K a multiple of 64
-  (native/kernels/quant/wo_gemv_mma.cu: 16 rows of W per mma tile, the weights widened exactly to
-  x's type in registers), else a warp per row (native/kernels/quant/wo_gemv.cu);
+  the scale applied once per output: from 2 rows (``MMA_MIN_ROWS``) on the tensor cores for fp16 /
+  bf16 x and K a multiple of 64 (native/kernels/quant/wo_gemv_mma.cu: 16 rows of W per mma tile, the
+  weights widened exactly to x's type in registers), else a warp per row (native/kernels/quant/wo_gemv.cu);
 - more rows: W dequantized to x's dtype on the device, then the GEMM dispatch.
 
 The CPU simulation backend computes the product in float64 from the stored values and scales.
@@ -40,6 +40,10 @@ _FILE = "quant/wo_gemv.cu"
 _MMA_FILE = "quant/wo_gemv_mma.cu"
 _MMA_DTYPES = (float16, bfloat16)
 USE_MMA_GEMV = True  # False: every call through wo_gemv.cu (benchmarks compare the two)
+# Rows of x from which the tensor-core kernel is used: on the H100 (2026-12-07, 7B/8B shapes) the SIMT
+# kernel read FP8 / INT8 weights at 77-85 % of the copy bandwidth at M = 1, the tensor-core one at 57-73 %;
+# at M = 8 the tensor-core kernel was 2.4-3.2x faster.
+MMA_MIN_ROWS = 2
 WEIGHT_ONLY_KINDS = ("fp8_e4m3", "int8")
 _STORAGE = {"fp8_e4m3": "float8_e4m3fn", "int8": "int8"}
 _LIMIT = {"fp8_e4m3": 448.0, "int8": 127.0}
@@ -151,8 +155,8 @@ def _mma_kernel(w: DType, dtype: DType) -> JITKernel:
 
 def _gemv(w: ChannelQuantizedTensor, x2: GPUArray, out: GPUArray, bias: GPUArray | None) -> _linear.GemvLaunch:
     """The GEMV launch of :func:`weight_only_linear` (up to 8 rows of x2): the tensor-core kernel
-    (wo_gemv_mma.cu, 16 rows of W per block) for fp16 / bf16 x, K a multiple of 64 and W and its row
-    stride 16-byte aligned; else wo_gemv.cu (a warp per row)."""
+    (wo_gemv_mma.cu, 16 rows of W per block) for at least MMA_MIN_ROWS rows of fp16 / bf16 x, K a
+    multiple of 64 and W and its row stride 16-byte aligned; else wo_gemv.cu (a warp per row)."""
     (rows, k), n = x2.shape, w.shape[0]
     ldw = row_major_ld(w.data)
     assert ldw is not None  # checked by the constructor
@@ -160,7 +164,8 @@ def _gemv(w: ChannelQuantizedTensor, x2: GPUArray, out: GPUArray, bias: GPUArray
     vector = int(k % 16 == 0 and (x_ptr | w_ptr) % 16 == 0 and (k * x2.itemsize) % 16 == 0 and ldw % 16 == 0)
     args = (x_ptr, w_ptr, w.scale.device_ptr, out.device_ptr, 0 if bias is None else bias.device_ptr, rows, n, k,
             k, ldw, n, vector)  # fmt: skip
-    if USE_MMA_GEMV and x2.dtype in _MMA_DTYPES and k % 64 == 0 and w_ptr % 16 == 0 and ldw % 16 == 0:
+    mma = USE_MMA_GEMV and rows >= MMA_MIN_ROWS and x2.dtype in _MMA_DTYPES
+    if mma and k % 64 == 0 and w_ptr % 16 == 0 and ldw % 16 == 0:
         return _mma_kernel(w.data.dtype, x2.dtype), args, -(-n // 16)
     return _kernel(w.data.dtype, x2.dtype, rows), args, -(-n // 8)
 
