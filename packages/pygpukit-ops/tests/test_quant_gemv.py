@@ -264,8 +264,9 @@ def test_kernels_compile_without_warnings(file: str) -> None:
 
 def test_mma_gemv_launch_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
     """The tensor-core GEMV's launch layout on an H100's figures (132 SMs, 228 KiB of shared memory per
-    SM, 227 per block, 80 registers per thread): warps per tile (2 to 16, never more than the blocks
-    of a row) and blocks (at most those resident at once, each walking tiles), and its shared memory:
+    SM, 227 per block, 80 registers per thread): warps per tile (8, 4 for Q4_K / Q5_K beyond 4 rows,
+    never more than the blocks of a row, halved until a block fits) and blocks (at most those resident
+    at once, each walking tiles), and its shared memory:
     3 stages of 16 rows padded to a stride of 8 or 24 words modulo 32, plus two buffers of sums."""
     from pygpukit.ops.quant import gemv as module
 
@@ -273,16 +274,17 @@ def test_mma_gemv_launch_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
     assert h100.blocks_per_sm(16, module._mma_shared("Q4_K", 16, 1)) == 1
     assert h100.blocks_per_sm(8, module._mma_shared("Q4_K", 8, 1)) == 2
     assert h100.blocks_per_sm(16, module._mma_shared("Q4_K", 16, 8)) == 0  # over the 227 KiB of a block
-    assert module._mma_layout(h100, "Q4_K", 1, 14336, 4096) == (16, 132)  # 896 tiles: 7 rounds of one block per SM
-    assert module._mma_layout(h100, "Q4_K", 1, 4096, 14336) == (8, 256)  # 56 blocks per row: 7 per warp
-    assert module._mma_layout(h100, "Q4_K", 1, 1024, 4096) == (16, 64)  # a block per tile
+    assert module._mma_layout(h100, "Q4_K", 1, 14336, 4096) == (8, 264)  # 896 tiles walked by 2 blocks per SM
+    assert module._mma_layout(h100, "Q4_K", 8, 14336, 4096) == (4, 264)
+    assert module._mma_layout(h100, "Q4_K", 1, 1024, 4096) == (8, 64)  # a block per tile
     assert module._mma_layout(h100, "Q6_K", 8, 14336, 4096) == (8, 132)  # x staged: one block of 8 per SM
+    assert module._mma_layout(h100, "Q8_0", 3, 1000, 1024) == (4, 63)  # four steps of 8 blocks
     assert module._mma_layout(h100, "Q4_K", 1, 512, 512) == (2, 32)  # two blocks per row
     assert module._mma_layout(h100, "Q5_K", 1, 21, 256) == (2, 2)
-    monkeypatch.setattr(module, "PERSISTENT_MMA", False)  # one block per tile, as before
+    monkeypatch.setattr(module, "PERSISTENT_MMA", False)  # a block per tile
     assert module._mma_layout(h100, "Q4_K", 1, 14336, 4096) == (8, 896)
-    assert module._mma_layout(h100, "Q4_K", 8, 14336, 4096) == (4, 896)
-    assert module._mma_layout(h100, "Q8_0", 3, 1000, 1024) == (4, 63)  # four steps of 8 blocks
+    monkeypatch.setattr(module, "_MMA_WARPS_FOR_TESTS", 16)
+    assert module._mma_layout(h100, "Q4_K", 8, 14336, 4096) == (8, 896)  # 16 warps do not fit
     monkeypatch.setattr(module, "_MMA_WARPS_FOR_TESTS", 2)
     monkeypatch.setattr(module, "_MMA_GRID_FOR_TESTS", 1)
     assert module._mma_layout(h100, "Q4_K", 1, 14336, 4096) == (2, 1)
@@ -407,6 +409,7 @@ def test_gpu_mma_gemv_every_split(rng: np.random.Generator, monkeypatch: pytest.
 
     monkeypatch.setattr(module, "_MMA_WARPS_FOR_TESTS", warps)
     monkeypatch.setattr(module, "MMA_MIN_ROWS", dict.fromkeys(module.MMA_MIN_ROWS, 1))
+    monkeypatch.setattr(module, "MMA_MIN_N_AT_ONE_ROW", {})
     for n, blocks in ((21, 1), (16, 3), (45, 7), (130, 17)):
         k = blocks * 256 if name != "Q8_0" else blocks * 32 + 256 * (blocks > 3)  # Q8_0: partial last steps
         raw = weight_bytes(rng, name, n, k)

@@ -57,9 +57,10 @@ def _timed(fn: Callable[[], Any], warmup: int, iterations: int) -> float:
     return float(start.elapsed_time(end)) * 1e3 / iterations
 
 
-def _timed_graph(fn: Callable[[], Any], iterations: int) -> float | None:
-    """Microseconds per call of ``fn`` with ``iterations`` calls captured in one CUDA graph and the
-    graph replayed (after one warm-up replay); None when the calls cannot be captured."""
+def _timed_graph(fn: Callable[[], Any], iterations: int, replays: int = 5) -> float | None:
+    """Microseconds per call of ``fn`` with ``iterations`` calls captured in one CUDA graph: the median
+    over ``replays`` timed replays of the graph (after one warm-up replay); None when the calls cannot
+    be captured."""
     graph = gp.CudaGraph()
     keep: list[Any] = []  # results of the captured calls stay allocated while the graph replays
     try:
@@ -70,13 +71,16 @@ def _timed_graph(fn: Callable[[], Any], iterations: int) -> float | None:
         print(f"  (no CUDA graph: {error})", file=sys.stderr)
         return None
     graph.replay(stream)
-    start, end = gp.Event(), gp.Event()
-    start.record(stream)
-    graph.replay(stream)
-    end.record(stream)
-    end.synchronize()
+    times = []
+    for _ in range(replays):
+        start, end = gp.Event(), gp.Event()
+        start.record(stream)
+        graph.replay(stream)
+        end.record(stream)
+        end.synchronize()
+        times.append(float(start.elapsed_time(end)) * 1e3 / iterations)
     del keep
-    return float(start.elapsed_time(end)) * 1e3 / iterations
+    return float(np.median(times))
 
 
 def copy_bandwidth(nbytes: int = 1 << 30, iterations: int = 20) -> float:
@@ -217,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         from pygpukit.ops.quant import gemv, weight_only
 
         gemv.MMA_MIN_ROWS = dict.fromkeys(gemv.MMA_MIN_ROWS, 1)
+        gemv.MMA_MIN_N_AT_ONE_ROW = {}
         weight_only.MMA_MIN_ROWS = 1
     if args.mma_warps or args.tile_per_block:
         from pygpukit.ops.quant import gemv as gguf_gemv

@@ -88,7 +88,19 @@ BINARY: dict[str, Callable[[Array, Array], Array]] = {
     "logical_xor": np.logical_xor,
 }
 
-_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+def _vectorized_erf() -> Callable[[Array], Array]:
+    """erf over a float64 array: SciPy's (vectorized, within an ulp or two of math.erf) where SciPy is
+    installed, else math.erf element by element (about 100x slower on the CPU simulation's GELUs)."""
+    try:
+        from scipy.special import erf  # type: ignore[import-untyped]
+    except ImportError:
+        return np.vectorize(math.erf, otypes=[np.float64])
+    return lambda x: np.asarray(erf(np.asarray(x, dtype=np.float64)), dtype=np.float64)
+
+
+erf = _vectorized_erf()
+_erf = erf
 
 
 def _typed(x: Array, value: Any) -> Array:

@@ -409,16 +409,16 @@ def _cpu_attend(q: np.ndarray[Any, Any], keys: Sequence[np.ndarray[Any, Any]], v
             visible = key_index[None, :] <= positions[:, None]
             if window:
                 visible &= key_index[None, :] > positions[:, None] - window
-        qg = q[b].reshape(seq_q, kv_heads, group_size, dim)
+        qg = q[b].reshape(seq_q, kv_heads, group_size, dim).transpose(1, 2, 0, 3)  # (h, g, q, d)
         with np.errstate(all="ignore"):
-            scores = np.einsum("qhgd,khd->hgqk", qg, k) * scale
+            scores = (qg @ k.transpose(1, 2, 0)[:, None]) * scale  # (h, g, q, k): BLAS per head
             scores = np.where(visible, scores, -np.inf)
             top = scores.max(axis=-1, keepdims=True)
             weights = np.exp(scores - np.where(np.isfinite(top), top, 0.0))
             total = weights.sum(axis=-1, keepdims=True)
             weights /= np.where(total > 0, total, 1.0)
-        result = np.einsum("hgqk,khd->qhgd", weights, v)
-        out[b] = result.reshape(seq_q, heads, dim)
+        result = weights @ v.transpose(1, 0, 2)[:, None]  # (h, g, q, d)
+        out[b] = result.transpose(2, 0, 1, 3).reshape(seq_q, heads, dim)
     return out
 
 

@@ -188,8 +188,9 @@ def _cpu_conv1d(x: GPUArray, weight: GPUArray, bias: GPUArray | None, stride: in
     result = np.empty((values.shape[0], c_out, l_out))
     for g in range(groups):
         windows = values[:, g * c_in_group : (g + 1) * c_in_group][:, :, positions]  # (N, Cg, l_out, K)
-        w = kernel[g * per_out : (g + 1) * per_out]
-        result[:, g * per_out : (g + 1) * per_out] = np.einsum("nclk,ock->nol", windows, w)
+        w = kernel[g * per_out : (g + 1) * per_out].reshape(per_out, c_in_group * ksize)
+        rows = windows.transpose(0, 2, 1, 3).reshape(values.shape[0], l_out, c_in_group * ksize)
+        result[:, g * per_out : (g + 1) * per_out] = (rows @ w.T).transpose(0, 2, 1)  # BLAS
     if bias is not None:
         result += host64(bias)[None, :, None]
     if activation is not None:

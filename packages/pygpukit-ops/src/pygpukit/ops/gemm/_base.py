@@ -148,7 +148,6 @@ def check_activation(activation: Any, op: str) -> int:
 
 
 _SQRT_HALF = 1.0 / math.sqrt(2.0)
-_erf = np.vectorize(math.erf, otypes=[np.float64])
 
 
 def apply_activation(values: np.ndarray[Any, Any], code: int) -> np.ndarray[Any, Any]:
@@ -163,7 +162,9 @@ def apply_activation(values: np.ndarray[Any, Any], code: int) -> np.ndarray[Any,
         with np.errstate(over="ignore"):
             result = values / (1.0 + np.exp(-values))
     elif code == CODES["gelu"]:
-        result = 0.5 * values * (1.0 + _erf(values * _SQRT_HALF))
+        from .._cpu import erf
+
+        result = 0.5 * values * (1.0 + erf(values * _SQRT_HALF))
     else:
         result = values
     return np.asarray(result, dtype=np.float64)

@@ -79,6 +79,7 @@ _X_STAGE_BYTES = _SEGMENT * 4 + _SEGMENT // 16 * 4  # dynamic shared memory per 
 _SPLIT_FOR_TESTS: int | None = None  # forces the warps-per-row split (tests)
 _INT32_MAX = 2**31 - 1
 _KERNELS: PlanCache[JITKernel] = PlanCache("ops.quant_gemv")
+_MMA_KERNELS: PlanCache[tuple[JITKernel, _Device]] = PlanCache("ops.quant_gemv_mma")
 _MMA_FILE = "quant/gguf_gemv_mma.cu"
 _MMA_FORMATS = ("Q4_K", "Q5_K", "Q6_K", "Q8_0")  # the tensor-core kernels' formats (fp16 / bf16 x)
 _MMA_DTYPES = (float16, bfloat16)
@@ -86,7 +87,6 @@ _MMA_TILE = 16  # rows of W per block of the tensor-core kernel
 _MMA_PARAMS = _PARAMS[:-1]  # no split
 _MMA_WARPS_FOR_TESTS: int | None = None  # forces the tensor-core kernel's warps per block (tests)
 _MMA_GRID_FOR_TESTS: int | None = None  # forces its blocks (tests: one block walking every tile)
-_MMA_MAX_WARPS = 16  # kMmaMaxThreads / 32
 USE_MMA_GEMV = True  # False: every format through gguf_gemv.cu (benchmarks compare the two)
 # True: the tensor-core kernels run at most as many blocks as fit on the device at once, each walking
 # several tiles (no tail of a last partial wave, the next tile's loads in flight during a tile's
@@ -104,10 +104,14 @@ def _mma_expression(fmt: str, dtype: DType) -> str:
 
 _MMA_STAGES = 3  # kMmaStages of the kernel
 _MMA_X_STRIDE = 576  # kMmaXStride
-# Rows of x from which a format takes the tensor-core kernel: on the H100 (2026-12-07) Q6_K and Q8_0 at
-# M = 1 ran faster through gguf_gemv.cu (their staged reads cost more than the SIMT decode), at M = 8
-# 1.7-3x slower.
-MMA_MIN_ROWS = {"Q4_K": 1, "Q5_K": 1, "Q6_K": 2, "Q8_0": 2}
+# Rows of x from which a format takes the tensor-core kernel: on the H100 (2026-12-07) Q8_0 at M = 1
+# ran 2x faster through gguf_gemv.cu (its staged reads cost more than the SIMT decode), at M = 8 2-3x
+# slower.
+MMA_MIN_ROWS = {"Q4_K": 1, "Q5_K": 1, "Q6_K": 1, "Q8_0": 2}
+# At one row of x, formats listed here take the tensor-core kernel only from this N: Q6_K's, with x
+# staged in shared memory, was 1.10-1.18x the SIMT kernel at N >= 4096 on the H100 (2026-12-07,
+# Llama-3-8B shapes) and 0.7x at 1024 x 4096.
+MMA_MIN_N_AT_ONE_ROW = {"Q6_K": 4096}
 _MMA_BLOCK_BYTES = {"Q4_K": 144, "Q5_K": 176}
 
 
@@ -126,15 +130,17 @@ def _mma_shared(fmt: str, warps: int, x_rows: int = 0) -> int:
     return warps * (_MMA_STAGES * (_MMA_TILE * 4 * words + x_rows * _MMA_X_STRIDE) + 2 * _MMA_TILE * 8 * 4)
 
 
-def _mma_kernel(fmt: str, dtype: DType) -> JITKernel:
+def _mma_kernel(fmt: str, dtype: DType) -> tuple[JITKernel, _Device]:
+    """The tensor-core kernel of ``fmt`` and ``dtype`` on the calling thread's device, with the device
+    facts its launch layout needs (both made once per device: reading them costs about a millisecond)."""
     key = ("mma", fmt, dtype, thread_device())
-    kernel = _KERNELS.get(key)
-    if kernel is None:
+    made = _MMA_KERNELS.get(key)
+    if made is None:
         expression = _mma_expression(fmt, dtype)
         kernel = group(_MMA_FILE, (expression,)).kernel(expression, _MMA_PARAMS)
         kernel.set_max_dynamic_shared_memory(get_device_info(thread_device()).max_shared_memory_per_block_optin)
-        _KERNELS.put(key, kernel)
-    return kernel
+        made = _MMA_KERNELS.put(key, (kernel, _Device.of(kernel)))
+    return made
 
 
 class _Device:
@@ -163,36 +169,22 @@ class _Device:
 
 
 def _mma_layout(device: _Device, fmt: str, m: int, n: int, k: int) -> tuple[int, int]:
-    """(warps per block, blocks) of a tensor-core GEMV launch. Each warp takes every warps-th k-quant block (Q8_0: step
-    of 8 blocks) of a 16-row tile; with PERSISTENT_MMA the grid is at most the blocks that fit on the device at
-    once, each walking tiles blockIdx.x, + gridDim.x, ... The warps (2 .. 16, at most a row's blocks) minimise
-    an estimate of the time: rounds of tiles per block x blocks per warp and tile x max(16, warps resident per
-    SM) (an SM's bandwidth is shared by its resident warps; below 16 they do not fill it), ties to the fewest
-    idle warp slots, then to more warps. Without PERSISTENT_MMA: one block per tile of 8 warps, 4 for Q4_K /
-    Q5_K beyond 4 rows of x (the H100 run of 2026-12-07). Forced warps (tests, the benchmark's --mma-warps) are
-    halved until a block fits."""
+    """(warps per block, blocks) of a tensor-core GEMV launch. Each warp takes every warps-th k-quant
+    block (Q8_0: step of 8 blocks) of a 16-row tile: 8 warps, 4 for Q4_K / Q5_K beyond 4 rows of x (the
+    H100 run of 2026-12-07: at M = 1 eight were fastest or tied, at M = 8 four 7-25 % ahead for those
+    formats), never more than a row has blocks, halved until a block fits (forced warps too: tests, the
+    benchmark's --mma-warps, 2 .. 16). With PERSISTENT_MMA the grid is at most the blocks that fit on
+    the device at once, each walking tiles blockIdx.x, + gridDim.x, ...; else a block per tile. (On the
+    H100, 2026-12-07, the two were within the run-to-run spread of each other at the Llama-3-8B shapes,
+    and 16 warps per tile no faster than 8.)"""
     units = -(-k // 256)
+    warps = _MMA_WARPS_FOR_TESTS or (4 if fmt in ("Q4_K", "Q5_K") and m > 4 else 8)
+    while warps > 2 and ((warps > units and _MMA_WARPS_FOR_TESTS is None)
+                         or device.blocks_per_sm(warps, _mma_shared(fmt, warps, m)) == 0):  # fmt: skip
+        warps //= 2
     tiles = -(-n // _MMA_TILE)
-    if _MMA_WARPS_FOR_TESTS is not None or not PERSISTENT_MMA:
-        warps = _MMA_WARPS_FOR_TESTS or (4 if fmt in ("Q4_K", "Q5_K") and m > 4 else 8)
-        while warps > 2 and ((warps > units and _MMA_WARPS_FOR_TESTS is None)
-                             or device.blocks_per_sm(warps, _mma_shared(fmt, warps, m)) == 0):  # fmt: skip
-            warps //= 2
-        per_sm = max(device.blocks_per_sm(warps, _mma_shared(fmt, warps, m)), 1)
-        grid = min(tiles, device.sms * per_sm) if PERSISTENT_MMA else tiles
-    else:
-        best: tuple[int, int, int, int] | None = None
-        for warps in range(2, min(_MMA_MAX_WARPS, max(units, 2)) + 1):
-            per_sm = device.blocks_per_sm(warps, _mma_shared(fmt, warps, m))
-            if per_sm == 0:
-                continue
-            per_warp = -(-units // warps)
-            cost = -(-tiles // (device.sms * per_sm)) * per_warp * max(16, per_sm * warps)
-            key = (cost, warps * per_warp - units, -warps, min(tiles, device.sms * per_sm))
-            if best is None or key < best:
-                best = key
-        assert best is not None  # two warps always fit
-        warps, grid = -best[2], best[3]
+    per_sm = max(device.blocks_per_sm(warps, _mma_shared(fmt, warps, m)), 1)
+    grid = min(tiles, device.sms * per_sm) if PERSISTENT_MMA else tiles
     if _MMA_GRID_FOR_TESTS is not None:
         grid = min(grid, _MMA_GRID_FOR_TESTS)
     return warps, grid
@@ -329,9 +321,10 @@ class _Launch:
         # shared memory
         # (kernel, grid, block, shared memory with x staged, without)
         self.mma: tuple[JITKernel, int, int, int, int] | None = None
-        if USE_MMA_GEMV and fmt in _MMA_FORMATS and dtype in _MMA_DTYPES and m >= MMA_MIN_ROWS[fmt]:
-            kernel = _mma_kernel(fmt, dtype)
-            warps, grid = _mma_layout(_Device.of(kernel), fmt, m, n, k)
+        if (USE_MMA_GEMV and fmt in _MMA_FORMATS and dtype in _MMA_DTYPES and m >= MMA_MIN_ROWS[fmt]
+                and (m > 1 or n >= MMA_MIN_N_AT_ONE_ROW.get(fmt, 0))):  # fmt: skip
+            kernel, device = _mma_kernel(fmt, dtype)
+            warps, grid = _mma_layout(device, fmt, m, n, k)
             self.mma = (kernel, grid, 32 * warps, _mma_shared(fmt, warps, m), _mma_shared(fmt, warps))
         else:
             self._fallback(dtype)
