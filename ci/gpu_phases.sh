@@ -29,6 +29,9 @@
 #   gemv-warps      the GGUF GEMVs ($GEMV_FORMATS, default Q4_K,Q5_K,Q6_K,Q8_0; $GEMV_SHAPES): the SIMT kernels,
 #                   the tensor-core ones with one block per tile, then the default persistent launch, then at $GEMV_WARPS (default 4 8 16) warps;
 #                   the tensor-core kernels at M = 1 for every format (--mma-all-rows)
+#   gemv-stages     Q4_K / Q6_K tensor-core GEMVs with 3 and 2 stages per warp (a block per tile; 2 also with the
+#                   resident grid), then the Llama-3-8B Q4_K_M decode at 3 and 2 stages
+#   wo-tests        the gpu-marked tests of the FP8 / INT8 per-channel GEMVs (test_quant_weight_only.py)
 #   wo-rows         FP8 / INT8 per-channel GEMVs at 1-4 rows of x, SIMT against tensor-core kernel (MMA_MIN_ROWS)
 #   ncu-gemv        Nsight Compute sections of one GEMV launch per $NCU_GEMV_CASES entry (default: the Q4_K
 #                   tensor-core kernel, 14336 x 4096, M = 1)
@@ -123,6 +126,20 @@ for phase in "$@"; do
         run "gemv-warps$warps" 90 python3 -m pygpukit.benchmark.quant_gemv "${common[@]}" --mma-warps "$warps" \
           --json "$OUT/gemv_warps$warps.json" --compare "$OUT/gemv_persistent.json"
       done ;;
+    gemv-stages)
+      common=(--formats "${GEMV_FORMATS:-Q4_K,Q6_K}" --rows 1,8 --iterations 100
+              --shapes "${GEMV_SHAPES:-14336x4096,4096x14336,4096x4096,28672x4096}")
+      run gemv-stages3 90 python3 -m pygpukit.benchmark.quant_gemv "${common[@]}" --mma-stages 3 --json "$OUT/gemv_stages3.json"
+      run gemv-stages2 90 python3 -m pygpukit.benchmark.quant_gemv "${common[@]}" --mma-stages 2 --json "$OUT/gemv_stages2.json" \
+        --compare "$OUT/gemv_stages3.json"
+      run gemv-stages2-resident 90 python3 -m pygpukit.benchmark.quant_gemv "${common[@]}" --mma-stages 2 --mma-grid resident \
+        --json "$OUT/gemv_stages2_resident.json" --compare "$OUT/gemv_stages2.json"
+      for stages in 3 2; do
+        run "llm-8b-stages$stages" 180 python3 -c "import sys; from pygpukit.ops.quant import gemv; gemv.MMA_STAGES = $stages
+from pygpukit.llm.benchmark import main; sys.exit(main(sys.argv[1:]))" --shapes llama3-8b --batches 1,8 --quant q4_k_m \
+          --peers none --repeats 3 --prompts 8 --json "$OUT/llm_8b_stages$stages.json"
+      done ;;
+    wo-tests) run wo-tests 180 "${pytest_q[@]}" -m gpu packages/pygpukit-ops/tests/test_quant_weight_only.py ;;
     wo-rows)
       run wo-rows-simt 90 python3 -m pygpukit.benchmark.quant_gemv --formats FP8,INT8 --rows 1,2,3,4 --simt \
         --json "$OUT/wo_rows_simt.json"

@@ -20,11 +20,11 @@
 // -dmin * min * sum(x) uses the sum of x over the sub-block that an mma with an all-ones A gives in
 // the accumulators' layout.
 //
-// Each warp stages its blocks in shared memory with cp.async (kMmaStages deep, rows padded so that
+// Each warp stages its blocks in shared memory with cp.async (Stages deep, rows padded so that
 // the fragment reads are free of bank conflicts), so that two blocks per warp are in flight while one
 // is multiplied, whatever the register budget. The block's warps add their partial sums through
 // shared memory in a fixed order (the same for any grid): results do not depend on timing. Dynamic
-// shared memory: warps * (kMmaStages * 16 * row stride + 2 * 16 * 8 floats) (ops/quant/gemv.py:
+// shared memory: warps * (Stages * 16 * row stride + 2 * 16 * 8 floats) (ops/quant/gemv.py:
 // _mma_shared).
 #include "gguf_formats.cuh"
 #include "mma_gemv.cuh"
@@ -95,7 +95,9 @@ struct MmaStage {
   static constexpr int kBytes = kMmaTileRows * kStride;
 };
 
-constexpr int kMmaStages = 3;  // blocks of a warp in flight: two loading while one is multiplied
+// Stages (a template argument, 2 or 3): the blocks of a warp staged at once, Stages - 1 loading while one
+// is multiplied. Three keep two blocks per warp in flight; two need less shared memory, so that three
+// blocks of 8 warps fit on an SM instead of two.
 
 // The scale d * sc and offset -dmin * m of sub-block sb from a Q4_K / Q5_K header: the 6-bit fields
 // unpacked four at a time, d * sc as fma(d, 2^23 + sc, -d * 2^23) (one rounding, as d * float(sc)).
@@ -120,8 +122,8 @@ struct KScales {
   }
 };
 
-template <int Type, typename T>
-__global__ void __launch_bounds__(kMmaMaxThreads)
+template <int Type, typename T, int Stages>
+__global__ void __launch_bounds__(kMmaMaxThreads, 3)
     gguf_gemv_mma(const T* __restrict__ x, const unsigned char* __restrict__ w, T* __restrict__ y,
                   const T* __restrict__ bias, int rows, int n, int k, long long ldx, long long ldy,
                   int vector) {
@@ -145,8 +147,8 @@ __global__ void __launch_bounds__(kMmaMaxThreads)
   const bool vec = vector != 0;
   const int x_rows = vec ? rows : 0;  // rows of x staged with the weights (16-byte aligned x only)
   const int stage_bytes = S::kBytes + x_rows * kMmaXStride;
-  unsigned char* stages = smem + warp * (kMmaStages * stage_bytes);
-  float* partial = reinterpret_cast<float*>(smem + warps * (kMmaStages * stage_bytes));  // [2][warps][16][8]
+  unsigned char* stages = smem + warp * (Stages * stage_bytes);
+  float* partial = reinterpret_cast<float*>(smem + warps * (Stages * stage_bytes));  // [2][warps][16][8]
   const bool has_x = g < rows;
   const T* x_row = x + (has_x ? static_cast<long long>(g) * ldx : 0) + 8 * t;
   const unsigned ones[4] = {M::kOne, M::kOne, M::kOne, M::kOne};
@@ -167,14 +169,14 @@ __global__ void __launch_bounds__(kMmaMaxThreads)
     dst[j] = r * S::kStride + 16 * chunk;
   }
   // Copy the cursor's item (block warp + j * warps of each row of its tile) and the matching 256
-  // elements of every row of x into stage item % kMmaStages.
+  // elements of every row of x into stage item % Stages.
   CopyCursor next;
   auto copy = [&]() {
     if (next.item < items) {
       const int b = warp + next.j * warps;
       const int row0 = TileWalk::row0(next.tile);
       const unsigned char* block = w + static_cast<long long>(b) * F::kBytes;
-      unsigned char* stage = stages + (next.item % kMmaStages) * stage_bytes;
+      unsigned char* stage = stages + (next.item % Stages) * stage_bytes;
       const unsigned base = gemm::shared_address(stage);
 #pragma unroll
       for (int j = 0; j < kCopies; ++j) {
@@ -188,7 +190,7 @@ __global__ void __launch_bounds__(kMmaMaxThreads)
     gemm::cp_async_commit();  // an empty group past the end keeps the wait count uniform
   };
 #pragma unroll
-  for (int i = 0; i < kMmaStages - 1; ++i) copy();
+  for (int i = 0; i < Stages - 1; ++i) copy();
 
   int i = 0;  // the warp's item being multiplied
 #pragma unroll 1
@@ -197,9 +199,9 @@ __global__ void __launch_bounds__(kMmaMaxThreads)
 #pragma unroll 1
     for (int j = 0; j < mine; ++j, ++i) {
       copy();
-      gemm::cp_async_wait<kMmaStages - 1>();
+      gemm::cp_async_wait<Stages - 1>();
       __syncwarp();
-      const unsigned char* stage = stages + (i % kMmaStages) * stage_bytes;
+      const unsigned char* stage = stages + (i % Stages) * stage_bytes;
       const KRaw raw_a = F::load(stage + g * S::kStride, t);
       const KRaw raw_b = F::load(stage + (g + 8) * S::kStride, t);
       const KScales scales_a(raw_a.head), scales_b(raw_b.head);
@@ -293,8 +295,8 @@ __device__ __forceinline__ unsigned staged_word(const unsigned char* row, int p)
   return __funnelshift_r(words[0], words[1], (p & 3) * 8);
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kMmaMaxThreads)
+template <typename T, int Stages>
+__global__ void __launch_bounds__(kMmaMaxThreads, 3)
     gguf_gemv_mma_q6k(const T* __restrict__ x, const unsigned char* __restrict__ w, T* __restrict__ y,
                       const T* __restrict__ bias, int rows, int n, int k, long long ldx, long long ldy,
                       int vector) {
@@ -311,8 +313,8 @@ __global__ void __launch_bounds__(kMmaMaxThreads)
   const bool vec = vector != 0;
   const int x_rows = vec ? rows : 0;  // rows of x staged with the weights (16-byte aligned x only)
   const int stage_bytes = kQ6StageBytes + x_rows * kMmaXStride;
-  unsigned char* stages = smem + warp * (kMmaStages * stage_bytes);
-  float* partial = reinterpret_cast<float*>(smem + warps * (kMmaStages * stage_bytes));
+  unsigned char* stages = smem + warp * (Stages * stage_bytes);
+  float* partial = reinterpret_cast<float*>(smem + warps * (Stages * stage_bytes));
   const bool has_x = g < rows;
   const T* x_row = x + (has_x ? static_cast<long long>(g) * ldx : 0) + 4 * t;
   const int mine = blocks_per_row > warp ? (blocks_per_row - warp + warps - 1) / warps : 0;
@@ -320,12 +322,12 @@ __global__ void __launch_bounds__(kMmaMaxThreads)
   const int items = tiles.count * mine;
 
   // Copy the aligned chunks holding the cursor's block of each row of its tile, and the matching 256
-  // elements of every row of x, into stage item % kMmaStages.
+  // elements of every row of x, into stage item % Stages.
   CopyCursor next;
   auto copy = [&]() {
     if (next.item < items) {
       const int b = warp + next.j * warps;
-      unsigned char* stage = stages + (next.item % kMmaStages) * stage_bytes;
+      unsigned char* stage = stages + (next.item % Stages) * stage_bytes;
       copy_unaligned<kQ6Chunks, kQ6Stride>(stage, w, row_bytes, TileWalk::row0(next.tile), n,
                                            static_cast<long long>(b) * kQ6Bytes, kQ6Bytes, lane);
       stage_x(gemm::shared_address(stage + kQ6StageBytes), x, ldx, x_rows, static_cast<long long>(b) * 256, k,
@@ -335,7 +337,7 @@ __global__ void __launch_bounds__(kMmaMaxThreads)
     gemm::cp_async_commit();
   };
 #pragma unroll
-  for (int i = 0; i < kMmaStages - 1; ++i) copy();
+  for (int i = 0; i < Stages - 1; ++i) copy();
 
   int i = 0;
 #pragma unroll 1
@@ -347,10 +349,10 @@ __global__ void __launch_bounds__(kMmaMaxThreads)
 #pragma unroll 1
     for (int jb = 0; jb < mine; ++jb, ++i) {
       copy();
-      gemm::cp_async_wait<kMmaStages - 1>();
+      gemm::cp_async_wait<Stages - 1>();
       __syncwarp();
       const int b = warp + jb * warps;
-      const unsigned char* stage = stages + (i % kMmaStages) * stage_bytes;
+      const unsigned char* stage = stages + (i % Stages) * stage_bytes;
       const unsigned char* xs = stage + kQ6StageBytes + g * kMmaXStride + 8 * t;
       const int lead_a = static_cast<int>(
           reinterpret_cast<unsigned long long>(row_a + static_cast<long long>(b) * kQ6Bytes) & 15);
@@ -421,8 +423,8 @@ constexpr int kQ8Chunks = 18;              // (15 + 8 * 34) bytes round up to 16
 constexpr int kQ8Stride = 16 * kQ8Chunks;  // 72 words: 8 modulo 32
 constexpr int kQ8StageBytes = kMmaTileRows * kQ8Stride;
 
-template <typename T>
-__global__ void __launch_bounds__(kMmaMaxThreads)
+template <typename T, int Stages>
+__global__ void __launch_bounds__(kMmaMaxThreads, 3)
     gguf_gemv_mma_q8_0(const T* __restrict__ x, const unsigned char* __restrict__ w, T* __restrict__ y,
                        const T* __restrict__ bias, int rows, int n, int k, long long ldx, long long ldy,
                        int vector) {
@@ -440,8 +442,8 @@ __global__ void __launch_bounds__(kMmaMaxThreads)
   const bool vec = vector != 0;
   const int x_rows = vec ? rows : 0;  // rows of x staged with the weights (16-byte aligned x only)
   const int stage_bytes = kQ8StageBytes + x_rows * kMmaXStride;
-  unsigned char* stages = smem + warp * (kMmaStages * stage_bytes);
-  float* partial = reinterpret_cast<float*>(smem + warps * (kMmaStages * stage_bytes));
+  unsigned char* stages = smem + warp * (Stages * stage_bytes);
+  float* partial = reinterpret_cast<float*>(smem + warps * (Stages * stage_bytes));
   const bool has_x = g < rows;
   const T* x_row = x + (has_x ? static_cast<long long>(g) * ldx : 0) + 8 * t;
   const int mine = steps > warp ? (steps - warp + warps - 1) / warps : 0;
@@ -450,12 +452,12 @@ __global__ void __launch_bounds__(kMmaMaxThreads)
   constexpr int kSpan = kQ8StepBlocks * kQ8Bytes;
 
   // Copy the aligned chunks holding the cursor's step of each row of its tile, and the matching (up
-  // to) 256 elements of every row of x, into stage item % kMmaStages.
+  // to) 256 elements of every row of x, into stage item % Stages.
   CopyCursor next;
   auto copy = [&]() {
     if (next.item < items) {
       const int step = warp + next.j * warps;
-      unsigned char* stage = stages + (next.item % kMmaStages) * stage_bytes;
+      unsigned char* stage = stages + (next.item % Stages) * stage_bytes;
       copy_unaligned<kQ8Chunks, kQ8Stride>(stage, w, row_bytes, TileWalk::row0(next.tile), n,
                                            static_cast<long long>(step) * kSpan, kSpan, lane);
       stage_x(gemm::shared_address(stage + kQ8StageBytes), x, ldx, x_rows,
@@ -465,7 +467,7 @@ __global__ void __launch_bounds__(kMmaMaxThreads)
     gemm::cp_async_commit();
   };
 #pragma unroll
-  for (int i = 0; i < kMmaStages - 1; ++i) copy();
+  for (int i = 0; i < Stages - 1; ++i) copy();
 
   int i = 0;
 #pragma unroll 1
@@ -477,11 +479,11 @@ __global__ void __launch_bounds__(kMmaMaxThreads)
 #pragma unroll 1
     for (int js = 0; js < mine; ++js, ++i) {
       copy();
-      gemm::cp_async_wait<kMmaStages - 1>();
+      gemm::cp_async_wait<Stages - 1>();
       __syncwarp();
       const int step = warp + js * warps;
       const long long offset = static_cast<long long>(step) * kSpan;
-      const unsigned char* stage = stages + (i % kMmaStages) * stage_bytes;
+      const unsigned char* stage = stages + (i % Stages) * stage_bytes;
       const unsigned char* xstage = stage + kQ8StageBytes + g * kMmaXStride + 16 * t;
       const unsigned char* sa = stage + g * kQ8Stride;
       const unsigned char* sb = stage + (g + 8) * kQ8Stride;

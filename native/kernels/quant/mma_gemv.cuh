@@ -28,7 +28,7 @@ namespace qgemv {
 constexpr int kMmaTileRows = 16;     // rows of W per block (the mma's M)
 constexpr int kMmaMaxRows = 8;       // rows of x (the mma's N)
 constexpr int kMmaXStride = 576;     // bytes per staged row of x: 256 elements + 64 (conflict-free reads)
-constexpr int kMmaMaxThreads = 512;  // the GGUF kernels' largest block: 16 warps on one tile
+constexpr int kMmaMaxThreads = 256;  // the GGUF kernels' largest block: 8 warps on one tile
 
 // The packed-integer trick per element type: kMagic ORed into a half holding a small integer q gives
 // the float kBase + q; strip(v) returns the pair's values minus kBase (and minus Bias), exactly.
@@ -66,7 +66,7 @@ struct Magic<__half> {
 // The 16-row tiles a block of a persistent launch takes (ops/quant/gemv.py launches at most as many
 // blocks as fit on the device at once): tiles blockIdx.x + i * gridDim.x for i < count. A warp's items
 // are (tile i, its j-th block of the tile) numbered i * mine + j (mine: the warp's blocks per tile); its
-// copies run kMmaStages - 1 items ahead of the item it multiplies, across tile boundaries, so the next
+// copies run Stages - 1 items ahead of the item it multiplies, across tile boundaries, so the next
 // tile's weights are in flight while a tile's sums are added. A block ends each tile with store_tile
 // into one of two partial-sum buffers (alternating: one barrier per tile suffices).
 struct TileWalk {

@@ -271,6 +271,7 @@ def test_mma_gemv_launch_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
     from pygpukit.ops.quant import gemv as module
 
     h100 = module._Device(132, 228 * 1024, 227 * 1024, 80)
+    monkeypatch.setattr(module, "PERSISTENT_MMA", True)  # at most the resident blocks, walking tiles
     assert h100.blocks_per_sm(16, module._mma_shared("Q4_K", 16, 1)) == 1
     assert h100.blocks_per_sm(8, module._mma_shared("Q4_K", 8, 1)) == 2
     assert h100.blocks_per_sm(16, module._mma_shared("Q4_K", 16, 8)) == 0  # over the 227 KiB of a block
@@ -284,7 +285,8 @@ def test_mma_gemv_launch_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(module, "PERSISTENT_MMA", False)  # a block per tile
     assert module._mma_layout(h100, "Q4_K", 1, 14336, 4096) == (8, 896)
     monkeypatch.setattr(module, "_MMA_WARPS_FOR_TESTS", 16)
-    assert module._mma_layout(h100, "Q4_K", 8, 14336, 4096) == (8, 896)  # 16 warps do not fit
+    assert module._mma_layout(h100, "Q4_K", 8, 14336, 4096) == (8, 896)  # at most 8 warps per block
+    assert h100.blocks_per_sm(8, module._mma_shared("Q4_K", 8, 1, stages=2)) == 3  # two stages: three per SM
     monkeypatch.setattr(module, "_MMA_WARPS_FOR_TESTS", 2)
     monkeypatch.setattr(module, "_MMA_GRID_FOR_TESTS", 1)
     assert module._mma_layout(h100, "Q4_K", 1, 14336, 4096) == (2, 1)
@@ -397,17 +399,18 @@ def test_gpu_gemv_many_x_steps(rng: np.random.Generator, name: str, dtype: DType
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["Q4_K", "Q5_K", "Q6_K", "Q8_0"])
-@pytest.mark.parametrize("warps", [2, 4, 8, 16])
+@pytest.mark.parametrize(("warps", "stages"), [(2, 3), (4, 3), (8, 3), (4, 2), (8, 2)])
 def test_gpu_mma_gemv_every_split(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, name: str,
-                                  warps: int) -> None:  # fmt: skip
+                                  warps: int, stages: int) -> None:  # fmt: skip
     """The tensor-core kernel (16-row tiles, warps splitting K): tiles with rows past N, fewer blocks
     per row than warps (idle warps), several blocks per warp (the cp.async stages wrap around), every
-    row count in fp16 and bf16, aligned and unaligned x, bias; equal to the SIMT kernel within the
-    bound and deterministic; one block walking every tile (the copies running ahead across tiles, the
+    row count in fp16 and bf16, aligned and unaligned x, bias, two or three stages; equal to the SIMT
+    kernel within the bound and deterministic; one block walking every tile (the copies running ahead across tiles, the
     sums' two buffers alternating) gives the same bits as a block per tile."""
     from pygpukit.ops.quant import gemv as module
 
     monkeypatch.setattr(module, "_MMA_WARPS_FOR_TESTS", warps)
+    monkeypatch.setattr(module, "MMA_STAGES", stages)
     monkeypatch.setattr(module, "MMA_MIN_ROWS", dict.fromkeys(module.MMA_MIN_ROWS, 1))
     monkeypatch.setattr(module, "MMA_MIN_N_AT_ONE_ROW", {})
     for n, blocks in ((21, 1), (16, 3), (45, 7), (130, 17)):

@@ -187,16 +187,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--compare", help="an earlier run's --json file: print old / new times per case")
     parser.add_argument("--shapes", help="N x K shapes instead of the 7B/8B ones, e.g. 14336x4096,4096x14336")
-    parser.add_argument("--mma-warps", type=int, choices=range(2, 17), metavar="2..16",
+    parser.add_argument("--mma-warps", type=int, choices=(2, 4, 8),
                         help="warps per 16-row tile of the tensor-core GGUF kernels (default: per shape)")  # fmt: skip
     parser.add_argument(
         "--mma-all-rows",
         action="store_true",
         help="the tensor-core kernels from one row of x for every format (MMA_MIN_ROWS = 1)",
     )
-    parser.add_argument("--tile-per-block", action="store_true",
-                        help="the tensor-core GGUF kernels with one block per 16-row tile (as many blocks as "
-                             "tiles) instead of at most the resident blocks walking several tiles")  # fmt: skip
+    parser.add_argument(
+        "--mma-grid",
+        choices=("tiles", "resident"),
+        help="the tensor-core GGUF kernels' grid: a block per 16-row tile, or at most the blocks "
+        "resident at once, each walking several tiles (default: ops.quant.gemv.PERSISTENT_MMA)",
+    )
+    parser.add_argument(
+        "--mma-stages",
+        type=int,
+        choices=(2, 3),
+        help="blocks a warp of the tensor-core GGUF kernels stages at once (default: MMA_STAGES)",
+    )
     parser.add_argument("--simt", action="store_true",
                         help="the GGUF, FP8 and INT8 GEMVs through their SIMT kernels instead of the tensor-core "
                              "ones, to compare the two with --json / --compare")  # fmt: skip
@@ -223,11 +232,13 @@ def main(argv: list[str] | None = None) -> int:
         gemv.MMA_MIN_ROWS = dict.fromkeys(gemv.MMA_MIN_ROWS, 1)
         gemv.MMA_MIN_N_AT_ONE_ROW = {}
         weight_only.MMA_MIN_ROWS = 1
-    if args.mma_warps or args.tile_per_block:
-        from pygpukit.ops.quant import gemv as gguf_gemv
+    from pygpukit.ops.quant import gemv as gguf_gemv
 
-        gguf_gemv._MMA_WARPS_FOR_TESTS = args.mma_warps or None
-        gguf_gemv.PERSISTENT_MMA = not args.tile_per_block
+    gguf_gemv._MMA_WARPS_FOR_TESTS = args.mma_warps or None
+    if args.mma_grid:
+        gguf_gemv.PERSISTENT_MMA = args.mma_grid == "resident"
+    if args.mma_stages:
+        gguf_gemv.MMA_STAGES = args.mma_stages
     shapes = SHAPES_7B
     if args.shapes:
         try:
@@ -235,7 +246,9 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:
             parser.error(f"--shapes takes N x K pairs such as 14336x4096, got {args.shapes!r}")
     results = run(formats, rows, args.dtype, args.iterations, shapes)
-    results["kernel"] = "simt" if args.simt else "tile-per-block" if args.tile_per_block else "default"
+    results["kernel"] = "simt" if args.simt else "default"
+    results["mma"] = {"grid": "resident" if gguf_gemv.PERSISTENT_MMA else "tiles", "stages": gguf_gemv.MMA_STAGES,
+                      "warps": args.mma_warps}  # fmt: skip
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

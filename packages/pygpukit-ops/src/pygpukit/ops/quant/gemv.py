@@ -87,22 +87,26 @@ _MMA_TILE = 16  # rows of W per block of the tensor-core kernel
 _MMA_PARAMS = _PARAMS[:-1]  # no split
 _MMA_WARPS_FOR_TESTS: int | None = None  # forces the tensor-core kernel's warps per block (tests)
 _MMA_GRID_FOR_TESTS: int | None = None  # forces its blocks (tests: one block walking every tile)
+_MMA_MAX_WARPS = 8  # kMmaMaxThreads / 32
 USE_MMA_GEMV = True  # False: every format through gguf_gemv.cu (benchmarks compare the two)
 # True: the tensor-core kernels run at most as many blocks as fit on the device at once, each walking
 # several tiles (no tail of a last partial wave, the next tile's loads in flight during a tile's
-# epilogue); False: one block per tile (benchmarks compare the two).
-PERSISTENT_MMA = True
+# epilogue); False: one block per tile, the hardware handing tiles to SMs as they free up. On the H100
+# (2026-12-07, Llama-3-8B shapes) the two were within the run-to-run spread; benchmarks compare them.
+PERSISTENT_MMA = False
 
 
-def _mma_expression(fmt: str, dtype: DType) -> str:
+def _mma_expression(fmt: str, dtype: DType, stages: int) -> str:
     if fmt == "Q6_K":
-        return f"{NAMESPACE}qgemv::gguf_gemv_mma_q6k<{dtype.ctype}>"
+        return f"{NAMESPACE}qgemv::gguf_gemv_mma_q6k<{dtype.ctype}, {stages}>"
     if fmt == "Q8_0":
-        return f"{NAMESPACE}qgemv::gguf_gemv_mma_q8_0<{dtype.ctype}>"
-    return f"{NAMESPACE}qgemv::gguf_gemv_mma<{_IDS[fmt]}, {dtype.ctype}>"
+        return f"{NAMESPACE}qgemv::gguf_gemv_mma_q8_0<{dtype.ctype}, {stages}>"
+    return f"{NAMESPACE}qgemv::gguf_gemv_mma<{_IDS[fmt]}, {dtype.ctype}, {stages}>"
 
 
-_MMA_STAGES = 3  # kMmaStages of the kernel
+# Blocks a warp of the tensor-core kernels stages at once (their Stages argument: 2 or 3): three keep two
+# blocks per warp in flight, two fit three blocks of 8 warps on an SM instead of two.
+MMA_STAGES = 3
 _MMA_X_STRIDE = 576  # kMmaXStride
 # Rows of x from which a format takes the tensor-core kernel: on the H100 (2026-12-07) Q8_0 at M = 1
 # ran 2x faster through gguf_gemv.cu (its staged reads cost more than the SIMT decode), at M = 8 2-3x
@@ -115,7 +119,7 @@ MMA_MIN_N_AT_ONE_ROW = {"Q6_K": 4096}
 _MMA_BLOCK_BYTES = {"Q4_K": 144, "Q5_K": 176}
 
 
-def _mma_shared(fmt: str, warps: int, x_rows: int = 0) -> int:
+def _mma_shared(fmt: str, warps: int, x_rows: int = 0, stages: int | None = None) -> int:
     """The kernel's dynamic shared memory: per warp kMmaStages copies of 16 rows of one block (Q8_0: a
     step of 8 blocks) and of ``x_rows`` rows of x (kMmaXStride bytes each: 16-byte aligned x is staged
     with the weights), and two buffers of 16 x 8 float partial sums. Q4_K / Q5_K (MmaStage): the row stride in
@@ -127,16 +131,17 @@ def _mma_shared(fmt: str, warps: int, x_rows: int = 0) -> int:
         words = -(-_MMA_BLOCK_BYTES[fmt] // 16) * 4
         while words % 32 not in (8, 24):
             words += 4
-    return warps * (_MMA_STAGES * (_MMA_TILE * 4 * words + x_rows * _MMA_X_STRIDE) + 2 * _MMA_TILE * 8 * 4)
+    stages = MMA_STAGES if stages is None else stages
+    return warps * (stages * (_MMA_TILE * 4 * words + x_rows * _MMA_X_STRIDE) + 2 * _MMA_TILE * 8 * 4)
 
 
-def _mma_kernel(fmt: str, dtype: DType) -> tuple[JITKernel, _Device]:
+def _mma_kernel(fmt: str, dtype: DType, stages: int) -> tuple[JITKernel, _Device]:
     """The tensor-core kernel of ``fmt`` and ``dtype`` on the calling thread's device, with the device
     facts its launch layout needs (both made once per device: reading them costs about a millisecond)."""
-    key = ("mma", fmt, dtype, thread_device())
+    key = ("mma", fmt, dtype, stages, thread_device())
     made = _MMA_KERNELS.get(key)
     if made is None:
-        expression = _mma_expression(fmt, dtype)
+        expression = _mma_expression(fmt, dtype, stages)
         kernel = group(_MMA_FILE, (expression,)).kernel(expression, _MMA_PARAMS)
         kernel.set_max_dynamic_shared_memory(get_device_info(thread_device()).max_shared_memory_per_block_optin)
         made = _MMA_KERNELS.put(key, (kernel, _Device.of(kernel)))
@@ -173,12 +178,12 @@ def _mma_layout(device: _Device, fmt: str, m: int, n: int, k: int) -> tuple[int,
     block (Q8_0: step of 8 blocks) of a 16-row tile: 8 warps, 4 for Q4_K / Q5_K beyond 4 rows of x (the
     H100 run of 2026-12-07: at M = 1 eight were fastest or tied, at M = 8 four 7-25 % ahead for those
     formats), never more than a row has blocks, halved until a block fits (forced warps too: tests, the
-    benchmark's --mma-warps, 2 .. 16). With PERSISTENT_MMA the grid is at most the blocks that fit on
+    benchmark's --mma-warps, 2 .. 8). With PERSISTENT_MMA the grid is at most the blocks that fit on
     the device at once, each walking tiles blockIdx.x, + gridDim.x, ...; else a block per tile. (On the
     H100, 2026-12-07, the two were within the run-to-run spread of each other at the Llama-3-8B shapes,
-    and 16 warps per tile no faster than 8.)"""
+    and 16 warps per tile, tried then, no faster than 8.)"""
     units = -(-k // 256)
-    warps = _MMA_WARPS_FOR_TESTS or (4 if fmt in ("Q4_K", "Q5_K") and m > 4 else 8)
+    warps = min(_MMA_WARPS_FOR_TESTS or (4 if fmt in ("Q4_K", "Q5_K") and m > 4 else 8), _MMA_MAX_WARPS)
     while warps > 2 and ((warps > units and _MMA_WARPS_FOR_TESTS is None)
                          or device.blocks_per_sm(warps, _mma_shared(fmt, warps, m)) == 0):  # fmt: skip
         warps //= 2
@@ -323,7 +328,7 @@ class _Launch:
         self.mma: tuple[JITKernel, int, int, int, int] | None = None
         if (USE_MMA_GEMV and fmt in _MMA_FORMATS and dtype in _MMA_DTYPES and m >= MMA_MIN_ROWS[fmt]
                 and (m > 1 or n >= MMA_MIN_N_AT_ONE_ROW.get(fmt, 0))):  # fmt: skip
-            kernel, device = _mma_kernel(fmt, dtype)
+            kernel, device = _mma_kernel(fmt, dtype, MMA_STAGES)
             warps, grid = _mma_layout(device, fmt, m, n, k)
             self.mma = (kernel, grid, 32 * warps, _mma_shared(fmt, warps, m), _mma_shared(fmt, warps))
         else:
@@ -513,7 +518,8 @@ def quantized_linear(
 # -- compile-check enumeration ----------------------------------------------------------------------
 def _enumerate() -> Groups:
     return {_FILE: [_expressions(f, d) for f in QUANT_FORMATS for d in _DTYPES],
-            _MMA_FILE: [(_mma_expression(f, d),) for f in _MMA_FORMATS for d in _MMA_DTYPES]}  # fmt: skip
+            _MMA_FILE: [(_mma_expression(f, d, st),) for f in _MMA_FORMATS for d in _MMA_DTYPES
+                        for st in (2, 3)]}  # fmt: skip
 
 
 register_enumerator(_enumerate)
