@@ -27,7 +27,8 @@
 #   gemv-bench      python -m pygpukit.benchmark.quant_gemv: $GEMV_SIMT_FORMATS through the SIMT kernel (--simt), then
 #                   $GEMV_FORMATS through the default kernels compared with it, as shares of the copy bandwidth measured in the run
 #   gemv-warps      the GGUF GEMVs ($GEMV_FORMATS, default Q4_K,Q5_K,Q6_K,Q8_0; $GEMV_SHAPES): the SIMT kernels,
-#                   the tensor-core ones with one block per tile, then the default persistent launch, then at $GEMV_WARPS (default 4 8 16) warps;
+#                   the tensor-core ones with one block per tile, then the persistent launch, then at $GEMV_WARPS
+#                   (default 2 4 8) warps;
 #                   the tensor-core kernels at M = 1 for every format (--mma-all-rows)
 #   gemv-stages     Q4_K / Q6_K tensor-core GEMVs with 3 and 2 stages per warp (a block per tile; 2 also with the
 #                   resident grid), then the Llama-3-8B Q4_K_M decode at 3 and 2 stages
@@ -118,11 +119,12 @@ for phase in "$@"; do
       common=(--formats "${GEMV_FORMATS:-Q4_K,Q5_K,Q6_K,Q8_0}" --rows 1,8 --iterations 100 --mma-all-rows
               --shapes "${GEMV_SHAPES:-14336x4096,4096x14336,4096x4096,1024x4096}")
       run gemv-simt 90 python3 -m pygpukit.benchmark.quant_gemv "${common[@]}" --simt --json "$OUT/gemv_simt.json"
-      run gemv-tile-per-block 90 python3 -m pygpukit.benchmark.quant_gemv "${common[@]}" --tile-per-block \
+      run gemv-tile-per-block 90 python3 -m pygpukit.benchmark.quant_gemv "${common[@]}" --mma-grid tiles \
         --json "$OUT/gemv_tile_per_block.json" --compare "$OUT/gemv_simt.json"
-      run gemv-persistent 90 python3 -m pygpukit.benchmark.quant_gemv "${common[@]}" --json "$OUT/gemv_persistent.json" \
+      run gemv-persistent 90 python3 -m pygpukit.benchmark.quant_gemv "${common[@]}" --mma-grid resident \
+        --json "$OUT/gemv_persistent.json" \
         --compare "$OUT/gemv_tile_per_block.json"
-      for warps in ${GEMV_WARPS:-4 8 16}; do
+      for warps in ${GEMV_WARPS:-2 4 8}; do
         run "gemv-warps$warps" 90 python3 -m pygpukit.benchmark.quant_gemv "${common[@]}" --mma-warps "$warps" \
           --json "$OUT/gemv_warps$warps.json" --compare "$OUT/gemv_persistent.json"
       done ;;

@@ -250,8 +250,7 @@ __global__ void __launch_bounds__(kMmaMaxThreads, 3)
       }
       __syncwarp();  // every lane has read the stage before a later copy overwrites it
     }
-    store_tile(acc, partial + (tile & 1) * (warps * kMmaTileRows * kMmaMaxRows), y, bias, rows, n, ldy,
-               TileWalk::row0(tile));
+    store_tile(acc, tile_sums(partial, tile, warps), y, bias, rows, n, ldy, TileWalk::row0(tile));
   }
   gemm::cp_async_wait<0>();
 }
@@ -394,18 +393,14 @@ __global__ void __launch_bounds__(kMmaMaxThreads, 3)
               const int j = group & 7;  // the scale's byte within the half's 8
               const float ka = magic_byte(j < 4 ? sca0 : sca1, j & 3) - 8388736.0f;  // 2^23 + 128
               const float kb = magic_byte(j < 4 ? scb0 : scb1, j & 3) - 8388736.0f;
-              const float s_a = da * ka, s_b = db * kb;
-              acc[0] = fmaf(s_a, dot[0], acc[0]);
-              acc[1] = fmaf(s_a, dot[1], acc[1]);
-              acc[2] = fmaf(s_b, dot[2], acc[2]);
-              acc[3] = fmaf(s_b, dot[3], acc[3]);
+              add_scaled(acc, da * ka, db * kb, dot);
             }
           }
         }
       }
       __syncwarp();
     }
-    store_tile(acc, partial + (tile & 1) * (warps * kMmaTileRows * kMmaMaxRows), y, bias, rows, n, ldy, row0);
+    store_tile(acc, tile_sums(partial, tile, warps), y, bias, rows, n, ldy, row0);
   }
   gemm::cp_async_wait<0>();
 }
@@ -505,15 +500,12 @@ __global__ void __launch_bounds__(kMmaMaxThreads, 3)
           }
           const float da = float_from_half_bits(staged_word(sa, at_a) & 0xffffu);
           const float db = float_from_half_bits(staged_word(sb, at_b) & 0xffffu);
-          acc[0] = fmaf(da, dot[0], acc[0]);
-          acc[1] = fmaf(da, dot[1], acc[1]);
-          acc[2] = fmaf(db, dot[2], acc[2]);
-          acc[3] = fmaf(db, dot[3], acc[3]);
+          add_scaled(acc, da, db, dot);
         }
       }
       __syncwarp();
     }
-    store_tile(acc, partial + (tile & 1) * (warps * kMmaTileRows * kMmaMaxRows), y, bias, rows, n, ldy, row0);
+    store_tile(acc, tile_sums(partial, tile, warps), y, bias, rows, n, ldy, row0);
   }
   gemm::cp_async_wait<0>();
 }

@@ -81,6 +81,19 @@ struct TileWalk {
   }
 };
 
+// The partial-sum buffer of a block's tile-th tile: two alternate (after TileWalk's barrier-per-tile rule).
+__device__ __forceinline__ float* tile_sums(float* partial, int tile, int warps) {
+  return partial + (tile & 1) * (warps * kMmaTileRows * kMmaMaxRows);
+}
+
+// acc += the dot products of one scale group: rows g (scale s_a) and g + 8 (scale s_b).
+__device__ __forceinline__ void add_scaled(float (&acc)[4], float s_a, float s_b, const float (&dot)[4]) {
+  acc[0] = fmaf(s_a, dot[0], acc[0]);
+  acc[1] = fmaf(s_a, dot[1], acc[1]);
+  acc[2] = fmaf(s_b, dot[2], acc[2]);
+  acc[3] = fmaf(s_b, dot[3], acc[3]);
+}
+
 // The next item a warp copies: its number, tile index and block within the tile.
 struct CopyCursor {
   int item = 0, tile = 0, j = 0;

@@ -272,9 +272,9 @@ def test_mma_gemv_launch_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
 
     h100 = module._Device(132, 228 * 1024, 227 * 1024, 80)
     monkeypatch.setattr(module, "PERSISTENT_MMA", True)  # at most the resident blocks, walking tiles
-    assert h100.blocks_per_sm(16, module._mma_shared("Q4_K", 16, 1)) == 1
     assert h100.blocks_per_sm(8, module._mma_shared("Q4_K", 8, 1)) == 2
-    assert h100.blocks_per_sm(16, module._mma_shared("Q4_K", 16, 8)) == 0  # over the 227 KiB of a block
+    assert h100.blocks_per_sm(8, module._mma_shared("Q4_K", 8, 8)) == 1
+    assert h100.blocks_per_sm(8, module._mma_shared("Q4_K", 8, 8, stages=4)) == 0  # over the 227 KiB of a block
     assert module._mma_layout(h100, "Q4_K", 1, 14336, 4096) == (8, 264)  # 896 tiles walked by 2 blocks per SM
     assert module._mma_layout(h100, "Q4_K", 8, 14336, 4096) == (4, 264)
     assert module._mma_layout(h100, "Q4_K", 1, 1024, 4096) == (8, 64)  # a block per tile

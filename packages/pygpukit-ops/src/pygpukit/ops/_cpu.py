@@ -100,7 +100,6 @@ def _vectorized_erf() -> Callable[[Array], Array]:
 
 
 erf = _vectorized_erf()
-_erf = erf
 
 
 def _typed(x: Array, value: Any) -> Array:
@@ -113,8 +112,8 @@ def _abs(x: Array) -> Array:
 
 
 def _gelu(x: Array) -> Array:  # the exact GELU (erf form)
-    erf: Array = _erf(x * _typed(x, 0.7071067811865476)).astype(x.dtype)
-    result: Array = _typed(x, 0.5) * x * (_typed(x, 1.0) + erf)
+    values: Array = erf(x * _typed(x, 0.7071067811865476)).astype(x.dtype)
+    result: Array = _typed(x, 0.5) * x * (_typed(x, 1.0) + values)
     return result
 
 

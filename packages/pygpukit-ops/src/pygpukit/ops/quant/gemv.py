@@ -4,12 +4,12 @@
   packed blocks straight from device memory. Q4_K, Q5_K (the weight's start 16-byte aligned, as every
   upload is), Q6_K and Q8_0 weights with fp16 / bf16 x go to the tensor-core kernels
   (native/kernels/quant/gguf_gemv_mma.cu): the quants as exact small integers in mma.sync tiles of 16
-  rows, each scale group's products scaled in float32 afterwards, 2 to 16 warps per tile splitting K, as
-  many blocks as fit on the device each walking several tiles (:func:`_mma_layout`). Every other case
-  goes to native/kernels/quant/gguf_gemv.cu: a warp per row of W (2 to 8 warps per row where N is too
-  small to fill the device: :func:`_split`), 16-byte loads of the blocks, x staged once per block in
-  shared memory as float32 (with its group sums), float32 accumulation, instantiated per format,
-  activation dtype (float32, float16, bfloat16) and rows of x rounded up to 1, 2, 4 or 8.
+  rows, each scale group's products scaled in float32 afterwards, 2 to 8 warps per tile splitting K, a
+  block per tile or (``PERSISTENT_MMA``) the resident blocks walking tiles (:func:`_mma_layout`). Every
+  other case goes to native/kernels/quant/gguf_gemv.cu: a warp per row of W (2 to 8 warps per row where
+  N is too small to fill the device: :func:`_split`), 16-byte loads of the blocks, x staged once per
+  block in shared memory as float32 (with its group sums), float32 accumulation, instantiated per
+  format, activation dtype (float32, float16, bfloat16) and rows of x rounded up to 1, 2, 4 or 8.
 - :func:`quantized_linear`: ``act(x @ W.T + b)`` for x of any leading shape: the GEMV up to 8 rows;
   beyond (prefill), W is dequantized to x's dtype in row tiles and each tile goes through the
   existing GEMM (:func:`pygpukit.ops.linear`), so at most :data:`PREFILL_TILE_BYTES` of decoded
@@ -120,11 +120,11 @@ _MMA_BLOCK_BYTES = {"Q4_K": 144, "Q5_K": 176}
 
 
 def _mma_shared(fmt: str, warps: int, x_rows: int = 0, stages: int | None = None) -> int:
-    """The kernel's dynamic shared memory: per warp kMmaStages copies of 16 rows of one block (Q8_0: a
-    step of 8 blocks) and of ``x_rows`` rows of x (kMmaXStride bytes each: 16-byte aligned x is staged
-    with the weights), and two buffers of 16 x 8 float partial sums. Q4_K / Q5_K (MmaStage): the row stride in
-    words padded to 8 or 24 modulo 32; Q6_K: 14 aligned 16-byte chunks per row (kQ6Stride); Q8_0: 18
-    per step of 8 blocks."""
+    """The kernel's dynamic shared memory: per warp ``stages`` (default MMA_STAGES) copies of 16 rows of one
+    block (Q8_0: a step of 8 blocks) and of ``x_rows`` rows of x (kMmaXStride bytes each: 16-byte
+    aligned x is staged with the weights), and two buffers of 16 x 8 float partial sums. Q4_K / Q5_K
+    (MmaStage): the row stride in words padded to 8 or 24 modulo 32; Q6_K: 14 aligned 16-byte chunks per
+    row (kQ6Stride); Q8_0: 18 per step of 8 blocks."""
     if fmt in ("Q6_K", "Q8_0"):
         words = 56 if fmt == "Q6_K" else 72  # kQ6Stride, kQ8Stride
     else:
