@@ -34,6 +34,8 @@
 #                   resident grid), then the Llama-3-8B Q4_K_M decode at 3 and 2 stages
 #   wo-tests        the gpu-marked tests of the FP8 / INT8 per-channel GEMVs (test_quant_weight_only.py)
 #   wo-rows         FP8 / INT8 per-channel GEMVs at 1-4 rows of x, SIMT against tensor-core kernel (MMA_MIN_ROWS)
+#   scale-probe     benchmarks/tools/cublaslt_scale_probe.py: which fp8 scale modes (per tensor, per channel, 1x128 x
+#                   128x128 blocks) cuBLASLt runs in which operand order, checked and timed next to torch._scaled_mm
 #   ncu-gemv        Nsight Compute sections of one GEMV launch per $NCU_GEMV_CASES entry (default: the Q4_K
 #                   tensor-core kernel, 14336 x 4096, M = 1)
 #   gemm-tests      the built-in GEMM kernels' and the MoE ops' gpu-marked tests (the mma.sync main loop that the
@@ -147,6 +149,8 @@ from pygpukit.llm.benchmark import main; sys.exit(main(sys.argv[1:]))" --shapes 
         --json "$OUT/wo_rows_simt.json"
       run wo-rows-mma 90 python3 -m pygpukit.benchmark.quant_gemv --formats FP8,INT8 --rows 1,2,3,4 \
         --json "$OUT/wo_rows.json" --compare "$OUT/wo_rows_simt.json" ;;
+    scale-probe)
+      run scale-probe 240 python3 benchmarks/tools/cublaslt_scale_probe.py --json "$OUT/scale_probe.json" ;;
     ncu-gemv)
       # NCU_GEMV_CASES: FORMAT:NxK:ROWS:KERNEL_REGEX[:simt] entries, space-separated
       for case in ${NCU_GEMV_CASES:-Q4_K:14336x4096:1:gguf_gemv_mma}; do

@@ -82,7 +82,21 @@ def test_channel_checkpoint_keeps_8bit_weights_and_matches_the_dense_model(
         assert layer.w_gate_up.shape == (2 * INTER, HIDDEN)
     assert not isinstance(model.weights.lm_head, ChannelQuantizedTensor)
     assert model.weights.nbytes < dense.weights.nbytes
-    for ids in ([3, 9, 27], [3, 9, 27, 1, 50, 7, 7, 2, 60, 11]):  # decode GEMV and the prefill path
+    # FP8 checkpoints that quantize activations dynamically (compressed-tensors "dynamic" input
+    # activations, fbgemm_fp8) run their prefill W8A8: x rounded to e4m3 per token, an error of its own
+    scheme = "dynamic" if kind == "float" else None
+    assert all(getattr(layer, attr).activation_scheme == scheme for layer in model.weights.layers for attr in LINEAR)
+    prefill = [3, 9, 27, 1, 50, 7, 7, 2, 60, 11]
+    want = dense.forward(prefill).to_numpy().astype(np.float64)
+    got = model.forward(prefill).to_numpy().astype(np.float64)
+    if scheme:  # relative 5-10 % per token on this random model (x's e4m3 rounding through every layer)
+        assert 1e-3 * np.linalg.norm(want) < np.linalg.norm(got - want) <= 0.1 * np.linalg.norm(want)
+    else:
+        assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+    for layer in model.weights.layers:  # W8A16: the weights dequantized, x as it is
+        for attr in LINEAR:
+            getattr(layer, attr).activation_scheme = None
+    for ids in ([3, 9, 27], prefill):  # decode GEMV and the prefill path
         want = dense.forward(ids).to_numpy().astype(np.float64)
         got = model.forward(ids).to_numpy().astype(np.float64)
         assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
@@ -125,5 +139,9 @@ def test_gpu_channel_checkpoint_matches_the_dense_model(tmp_path: Path, kind: st
         for ids in ([3, 9, 27], [3, 9, 27, 1, 50, 7, 7, 2, 60, 11, 5, 5]):
             got = model.forward(ids).to_numpy().astype(np.float64)
             want = dense.forward(ids).to_numpy().astype(np.float64)
+            # the FP8 checkpoint's prefill is W8A8 (x rounded to e4m3 per token): an error of its own
+            if kind == "float" and len(ids) > 8:
+                assert np.linalg.norm(got - want) <= 0.1 * np.linalg.norm(want)
+                continue
             tolerance = 1e-3 if dtype == "float32" else 5e-2
             assert np.abs(got - want).max() <= tolerance * np.abs(want).max()

@@ -158,3 +158,67 @@ def test_gpu_tensor_core_gemv_on_every_stored_value(rng: np.random.Generator, mo
             simt = gp.ops.linear(xd, cw, bd).to_numpy()
             monkeypatch.setattr(weight_only, "USE_MMA_GEMV", True)
             check(simt, x, want, dtype, b)
+
+
+def _w8a8_reference(x: np.ndarray, cw: ChannelQuantizedTensor, bias: np.ndarray | None) -> np.ndarray:
+    """The per-channel W8A8 product from first principles: x quantized per row (scale = amax / 448, 1 for an
+    all-zero row; e4m3 round to nearest even), times the stored weight, in float64."""
+    part = x.astype(np.float32)
+    amax = np.abs(part).max(axis=1, keepdims=True)
+    scale = np.where(amax > 0, amax / np.float32(448), np.float32(1)).astype(np.float32)
+    q = np.clip(part / scale, -448, 448).astype(ml_dtypes.float8_e4m3fn)
+    y = (q.astype(np.float64) * scale) @ stored(cw).T
+    return y + bias if bias is not None else y
+
+
+@pytest.mark.parametrize(("rows", "n", "k"), [(9, 32, 48), (33, 208, 384), (70, 400, 1040)])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_w8a8_prefill_of_dynamic_fp8_weights(rng: np.random.Generator, rows: int, n: int, k: int, dtype: str) -> None:
+    """activation_scheme="dynamic": the prefill (more than 8 rows) quantizes x per row to e4m3 and runs one
+    fp8 GEMM with the per-row and per-channel scales (cuBLASLt's outer-vector mode or the device fallback);
+    decode rows (up to 8) stay W8A16, bitwise equal to the weight without the scheme."""
+    if gp.backend_state().name == "cuda" and gp.get_device_capabilities().compute_capability < (8, 9):
+        pytest.skip("fp8 GEMMs need compute capability 8.9 (elsewhere the prefill is W8A16, tested above)")
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    w[3] = 0.0  # an all-zero channel
+    cw = quantize_per_channel(w, "fp8")
+    dyn = quantize_per_channel(w, "fp8", activation_scheme="dynamic")
+    assert dyn.activation_scheme == "dynamic" and "dynamic" in repr(dyn)
+    np.testing.assert_array_equal(dyn.data.to_numpy().view(np.uint8), cw.data.to_numpy().view(np.uint8))
+    x = rng.standard_normal((rows, k)).astype(np.float32)
+    x[1] = 0.0  # an all-zero token: scale 1, zeros out
+    bias = rng.standard_normal(n).astype(np.float32)
+    xs = upload(x.astype(ml_dtypes.bfloat16) if dtype == "bfloat16" else x)
+    bs = upload(bias.astype(ml_dtypes.bfloat16) if dtype == "bfloat16" else bias)
+    got = gp.ops.linear(xs, dyn, bs).to_numpy().astype(np.float64)
+    w8a16 = gp.ops.linear(xs, cw, bs).to_numpy().astype(np.float64)  # same weight, x unquantized
+    host_x = xs.to_numpy().astype(np.float32)
+    want = _w8a8_reference(host_x, cw, bs.to_numpy().astype(np.float64))
+    out_eps = 2.0**-8 if dtype == "bfloat16" else 2.0**-22  # fp32 accumulation, one output rounding
+    mag = np.abs(host_x).astype(np.float64) @ np.abs(stored(cw)).T
+    assert np.all(np.abs(got - want) <= out_eps * np.abs(want) + 1e-5 * mag + 1e-6)
+    assert not np.array_equal(got, w8a16)
+    silu = gp.ops.linear(xs, dyn, bs, "silu").to_numpy().astype(np.float64)
+    ref = got / (1 + np.exp(-got))
+    assert np.all(np.abs(silu - ref) <= 2 * out_eps * np.abs(ref) + 1e-5 * mag + 1e-6)
+    decode = gp.ops.linear(xs[:8], dyn, bs).to_numpy()
+    assert np.array_equal(decode, gp.ops.linear(xs[:8], cw, bs).to_numpy())
+
+
+def test_w8a8_prefill_falls_back_where_the_fp8_gemm_cannot_run(rng: np.random.Generator) -> None:
+    """N not a multiple of 16: the dynamic weight's prefill is W8A16 (the product of x unquantized)."""
+    w = rng.standard_normal((37, 64)).astype(np.float32)
+    dyn = quantize_per_channel(w, "fp8", activation_scheme="dynamic")
+    x = rng.standard_normal((12, 64)).astype(np.float32)
+    check(gp.ops.linear(upload(x), dyn).to_numpy(), x, stored(dyn), gp.float32)
+
+
+def test_dynamic_scheme_is_checked(rng: np.random.Generator) -> None:
+    cw = quantize_per_channel(rng.standard_normal((16, 32)).astype(np.float32), "fp8")
+    with pytest.raises(ArgumentError, match="activation_scheme"):
+        ChannelQuantizedTensor(cw.data, cw.scale, activation_scheme="static")
+    iw = quantize_per_channel(rng.standard_normal((16, 32)).astype(np.float32), "int8")
+    with pytest.raises(ArgumentError, match="FP8 weights"):
+        ChannelQuantizedTensor(iw.data, iw.scale, activation_scheme="dynamic")
+    views = cw.with_rows(cw.data[:8], cw.scale[:8])
+    assert views.shape == (8, 32) and views.activation_scheme is None

@@ -107,10 +107,11 @@ def _stack_rows(parts: Sequence[Any]) -> Any:
     if isinstance(parts[0], BlockFP8Tensor):  # an HF "fp8" checkpoint's block-scaled weights
         return concat_rows(parts)
     if isinstance(parts[0], ChannelQuantizedTensor):  # per-channel 8-bit weights: rows and their scales
-        if len({(p.kind, p.shape[1]) for p in parts}) != 1:
-            raise ModelConfigError(f"stacked weights differ in kind or K: {[(p.kind, p.shape) for p in parts]}")
-        return ChannelQuantizedTensor(ops.concatenate([p.data for p in parts], axis=0),
-                                      ops.concatenate([p.scale for p in parts], axis=0), parts[0].kind)  # fmt: skip
+        if len({(p.kind, p.shape[1], p.activation_scheme) for p in parts}) != 1:
+            raise ModelConfigError(f"stacked weights differ in kind, K or activation scheme: "
+                                   f"{[(p.kind, p.shape, p.activation_scheme) for p in parts]}")  # fmt: skip
+        return parts[0].with_rows(ops.concatenate([p.data for p in parts], axis=0),
+                                  ops.concatenate([p.scale for p in parts], axis=0))  # fmt: skip
     if isinstance(parts[0], QuantizedTensor):  # GGUF blocks of one format: the raw rows concatenate
         if len({(p.format, p.shape[1]) for p in parts}) != 1:
             raise ModelConfigError(f"stacked weights differ in format or K: {[(p.format, p.shape) for p in parts]}")
@@ -281,13 +282,16 @@ def _fp8_block_settings(directory: Path) -> tuple[tuple[int, int], str | None] |
     return (int(block[0]), int(block[1])), "dynamic" if scheme == "dynamic" else None
 
 
-def _channel_settings(directory: Path) -> str | None:
+def _channel_settings(directory: Path) -> tuple[str, str | None] | None:
     """The stored dtype of the 8-bit linear weights of a checkpoint whose weights carry a per-channel or
     per-tensor ``weight_scale`` (config.json's ``quantization_config``): "float8_e4m3fn" for
     compressed-tensors float-quantized (e.g. the "FP8-dynamic" checkpoints) and fbgemm_fp8, "int8" for
-    compressed-tensors int-quantized (W8A8-INT8); None for a checkpoint of another kind. Other
-    compressed-tensors schemes (4-bit pack-quantized, group or block strategies, asymmetric) raise
-    :class:`ArgumentError` naming the setting."""
+    compressed-tensors int-quantized (W8A8-INT8); None for a checkpoint of another kind. With it the
+    activation scheme: "dynamic" for FP8 weights whose checkpoint quantizes activations dynamically
+    (fbgemm_fp8; compressed-tensors ``input_activations`` with ``dynamic`` true), which then run W8A8 in
+    prefill; None otherwise (INT8 weights run weight-only). Other compressed-tensors schemes (4-bit
+    pack-quantized, group or block strategies, asymmetric) raise :class:`ArgumentError` naming the
+    setting."""
     path = directory / "config.json"
     if not path.is_file():
         return None
@@ -296,7 +300,7 @@ def _channel_settings(directory: Path) -> str | None:
     qc = json.loads(path.read_text()).get("quantization_config")
     method = str(qc.get("quant_method", "")).lower() if isinstance(qc, dict) else ""
     if method == "fbgemm_fp8":
-        return "float8_e4m3fn"
+        return "float8_e4m3fn", "dynamic"
     if method != "compressed-tensors":
         return None
     assert isinstance(qc, dict)
@@ -308,19 +312,24 @@ def _channel_settings(directory: Path) -> str | None:
     if not isinstance(groups, dict) or len(groups) != 1:
         raise ArgumentError(f"{path}: compressed-tensors checkpoints with one config group are supported, got "
                             f"{len(groups) if isinstance(groups, dict) else groups!r}")  # fmt: skip
-    weights = next(iter(groups.values())).get("weights") or {}
+    group_config = next(iter(groups.values()))
+    weights = group_config.get("weights") or {}
     kind = {"float": "float8_e4m3fn", "int": "int8"}.get(str(weights.get("type")))
     settings = (weights.get("num_bits"), weights.get("strategy"), weights.get("symmetric", True))
     if kind is None or settings[0] != 8 or settings[1] not in ("channel", "tensor") or settings[2] is not True:
         raise ArgumentError(f"{path}: compressed-tensors weights of type {weights.get('type')!r}, num_bits "
                             f"{settings[0]!r}, strategy {settings[1]!r}, symmetric {settings[2]!r} are not supported "
                             "(8-bit float or int, per channel or per tensor, symmetric)")  # fmt: skip
-    return kind
+    acts = group_config.get("input_activations") or {}
+    dynamic = kind == "float8_e4m3fn" and acts.get("type") == "float" and acts.get("dynamic") is True
+    return kind, "dynamic" if dynamic else None
 
 
-def _channel_weight(st: Any, name: str, kind: str, rows: int) -> ChannelQuantizedTensor:
+def _channel_weight(st: Any, name: str, settings: tuple[str, str | None], rows: int) -> ChannelQuantizedTensor:
     """The 8-bit weight ``name`` and its ``weight_scale`` (per channel (N, 1) or per tensor) as a
-    ChannelQuantizedTensor (a per-tensor scale repeated for every row)."""
+    ChannelQuantizedTensor (a per-tensor scale repeated for every row) with the checkpoint's activation
+    scheme (``settings``: :func:`_channel_settings`)."""
+    kind, scheme = settings
     base = name[: -len("weight")]
     data = st.to_gpu(name)
     if data.dtype.name != kind:
@@ -331,7 +340,7 @@ def _channel_weight(st: Any, name: str, kind: str, rows: int) -> ChannelQuantize
     if scale.shape != (rows,):
         raise ModelConfigError(f"weight {base}weight_scale: shape {st.info(base + 'weight_scale').shape} is neither "
                                f"per channel ({rows}, 1) nor per tensor")  # fmt: skip
-    return ChannelQuantizedTensor(data, from_numpy(scale))
+    return ChannelQuantizedTensor(data, from_numpy(scale), activation_scheme=scheme)
 
 
 def _int4_weight(st: Any, base: str, settings: dict[str, Any]) -> Int4Tensor:
@@ -356,7 +365,8 @@ def load_model_from_safetensors(
     ``weight_scale_inv`` block scales (:class:`pygpukit.ops.quant.BlockFP8Tensor`); a compressed-tensors
     checkpoint with 8-bit float or int weights per channel or per tensor (``quant_method``
     "compressed-tensors", e.g. the "FP8-dynamic" and "W8A8" ones) or an fbgemm_fp8 one keeps them with
-    their ``weight_scale`` (:class:`pygpukit.ops.quant.ChannelQuantizedTensor`, run as W8A16)."""
+    their ``weight_scale`` (:class:`pygpukit.ops.quant.ChannelQuantizedTensor`: W8A16 decode, and W8A8
+    prefill for FP8 weights whose checkpoint quantizes activations dynamically)."""
     path = Path(path)
     directory = path if path.is_dir() else path.parent
     st = _safetensors(path)

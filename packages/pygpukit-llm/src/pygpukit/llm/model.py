@@ -448,11 +448,11 @@ def _stack_rows(weights: list[Any]) -> LinearWeight | None:
         data = ops.concatenate([w.data for w in weights], axis=0)
         return QuantizedTensor(data, first.format, (sum(_rows(w) for w in weights), first.shape[1]))
     if isinstance(first, ChannelQuantizedTensor):
-        if len({w.kind for w in weights}) != 1 or not all(w.data.is_contiguous for w in weights):
+        if len({(w.kind, w.activation_scheme) for w in weights}) != 1 or not all(w.data.is_contiguous for w in weights):
             return None
         data = ops.concatenate([w.data for w in weights], axis=0)
         scale = ops.concatenate([w.scale for w in weights], axis=0)
-        return ChannelQuantizedTensor(data, scale, first.kind)
+        return first.with_rows(data, scale)
     return None
 
 
@@ -468,7 +468,7 @@ def _row_views(stacked: Any, heads: list[int]) -> tuple[Any, Any, Any]:
         k = stacked.shape[1]
         return tuple(QuantizedTensor(stacked.data[lo * row : hi * row], stacked.format, (hi - lo, k))
                      for lo, hi in bounds)  # type: ignore[return-value]  # fmt: skip
-    return tuple(ChannelQuantizedTensor(stacked.data[lo:hi], stacked.scale[lo:hi], stacked.kind)
+    return tuple(stacked.with_rows(stacked.data[lo:hi], stacked.scale[lo:hi])
                  for lo, hi in bounds)  # type: ignore[return-value]  # fmt: skip
 
 

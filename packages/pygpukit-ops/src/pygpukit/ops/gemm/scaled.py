@@ -24,14 +24,21 @@ cuBLASLt has no algorithm the call raises :class:`PyGPUkitError` saying so.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
 from pygpukit.core.array import GPUArray, full
-from pygpukit.core.dtypes import DType
+from pygpukit.core.dtypes import DType, bfloat16, float16, float32
 from pygpukit.core.errors import DTypeError, ShapeError
+from pygpukit.core.jit import JITKernel
+from pygpukit.core.plans import PlanCache
+from pygpukit.core.stream import thread_device
+
+from .. import _kernels
+from .._layout import is_cuda
 
 __all__ = [
     "BLOCK",
@@ -165,41 +172,81 @@ def _expanded(scale: GPUArray, index: GPUArray) -> GPUArray:
     return embedding(scale if scale.is_contiguous else scale.contiguous(), index)
 
 
+_EPILOGUE_FILE = "gemm/scale_epilogue.cu"
+_EPILOGUE_DTYPES = (float32, float16, bfloat16)
+_EPILOGUE_PARAMS = [_kernels.pointer("acc"), _kernels.pointer("sa"), _kernels.pointer("sb"), _kernels.pointer("bias"),
+                    _kernels.pointer("d"), _kernels.c_param("m", "int"), _kernels.c_param("n", "int")]  # fmt: skip
+_EPILOGUES: PlanCache[JITKernel] = PlanCache("ops.scaled_epilogue")
+_UNIT: PlanCache[GPUArray] = PlanCache("ops.scaled_unit_scale")  # a float32 1 per device (dies with a reset)
+
+
+def _epilogue_expression(dtype: DType) -> str:
+    return f"{_kernels.NAMESPACE}scaled::channel_epilogue<{dtype.ctype}>"
+
+
+def _epilogue_kernel(dtype: DType) -> JITKernel:
+    key = (dtype, thread_device())
+    kernel = _EPILOGUES.get(key)
+    if kernel is None:
+        group = _kernels.group(_EPILOGUE_FILE, tuple(_epilogue_expression(t) for t in _EPILOGUE_DTYPES))
+        kernel = _EPILOGUES.put(key, group.kernel(_epilogue_expression(dtype), _EPILOGUE_PARAMS))
+    return kernel
+
+
+_kernels.register_enumerator(lambda: {_EPILOGUE_FILE: [tuple(_epilogue_expression(t) for t in _EPILOGUE_DTYPES)]})
+
+
+def _unit_scale() -> GPUArray:
+    key = (thread_device(),)
+    one = _UNIT.get(key)
+    if one is None:
+        one = _UNIT.put(key, full((), 1.0, float32))
+    return one
+
+
 def device_fallback(a: GPUArray, b: GPUArray, scale_a: GPUArray, scale_b: GPUArray, kind: str, bias: GPUArray | None,
                     d: GPUArray, stream: Any, scale_out: GPUArray | None = None) -> None:  # fmt: skip
-    """scaled_matmul's result where cuBLASLt lacks the scale mode or the fp8 output, on the device:
-    per tensor with an fp8 result the float32 product, times ``scale_out``, saturated and cast; per
-    channel the fp8 product with unit scales in float32 (cuBLASLt's per-tensor path, exact fp8
-    products), then both scale vectors and the bias in float32; per 128-block both operands expanded
-    to float32 with their block scales (gathered on the device) and the float32 GEMM. Slower than the
-    fused scaling, the same value up to float32 rounding order."""
+    """scaled_matmul's result where cuBLASLt lacks the scale mode or the fp8 output, on the device and on
+    ``stream`` (the current stream when None): per tensor with an fp8 result the float32 product, times
+    ``scale_out``, saturated and cast; per channel the fp8 product with unit scales in float32 (cuBLASLt's
+    per-tensor path, exact fp8 products), then one kernel applying both scale vectors and the bias and
+    rounding into ``d`` (native/kernels/gemm/scale_epilogue.cu); per 128-block both operands expanded to
+    float32 with their block scales (gathered on the device) and the float32 GEMM. Slower than the fused
+    scaling, the same value up to float32 rounding order."""
     from pygpukit.core.array import from_numpy
-    from pygpukit.core.dtypes import float32
 
     from ..elementwise import clamp
     from .api import matmul, scaled_matmul
 
     m, k = a.shape
     n = b.shape[1]
-    if kind == "tensor":
-        assert scale_out is not None
-        limit = float(ml_dtypes.finfo(d.dtype.numpy).max)  # type: ignore[no-untyped-call]
-        product = scaled_matmul(a, b, scale_a, scale_b, out_dtype="float32", stream=stream)
-        d.copy_(clamp(product * scale_out.reshape(1, 1), -limit, limit).astype(d.dtype), stream=stream)
-        return
-    if kind == "channel":
-        one = full((), 1.0, float32)
-        product = scaled_matmul(a, b, one, one, out_dtype="float32", stream=stream)
-        result = product * scale_a.reshape(m, 1) * scale_b.reshape(1, n)
-    else:
+    with stream if stream is not None else contextlib.nullcontext():
+        if kind == "tensor":
+            assert scale_out is not None
+            limit = float(ml_dtypes.finfo(d.dtype.numpy).max)  # type: ignore[no-untyped-call]
+            product = scaled_matmul(a, b, scale_a, scale_b, out_dtype="float32")
+            d.copy_(clamp(product * scale_out.reshape(1, 1), -limit, limit).astype(d.dtype))
+            return
+        if kind == "channel":
+            one = _unit_scale()
+            product = scaled_matmul(a, b, one, one, out_dtype="float32")
+            if not is_cuda():  # the CPU simulation: the same float32 steps as the kernel, as array ops
+                result = product * scale_a.reshape(m, 1) * scale_b.reshape(1, n)
+                d.copy_((result if bias is None else result + bias.astype(float32)).astype(d.dtype))
+                return
+            args = (product.device_ptr, scale_a.device_ptr, scale_b.device_ptr,
+                    0 if bias is None else bias.device_ptr, d.device_ptr, m, n)  # fmt: skip
+            quads = m * -(-n // 4)
+            _kernels.launch(_epilogue_kernel(d.dtype), args, _kernels.grid_for(quads, 256), 256)
+            return
         blocks = from_numpy(np.arange(k, dtype=np.int32) // BLOCK)  # column c of K is in block c // 128
         sa = _expanded(scale_a.T, blocks).T  # (M, K): scale_a is the .T of a contiguous (kb, M)
         sb_rows = _expanded(scale_b.T, from_numpy(np.arange(n, dtype=np.int32) // BLOCK))  # (N, kb)
         sb = _expanded(sb_rows.T, blocks)  # (K, N)
         result = matmul(a.astype(float32) * sa, b.astype(float32) * sb)
-    if bias is not None:
-        result = result + bias.astype(float32)
-    d.copy_(result.astype(d.dtype), stream=stream)
+        if bias is not None:
+            result = result + bias.astype(float32)
+        d.copy_(result.astype(d.dtype))
 
 
 def check_fp8_output(out_dt: DType, kind: str, scale_out: Any, bias: GPUArray | None) -> None:

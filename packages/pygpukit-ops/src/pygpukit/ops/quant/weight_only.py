@@ -10,7 +10,12 @@ round; INT8 values round half to even). ``pygpukit.ops.linear(x, cw)`` runs:
   the scale applied once per output: from 2 rows (``MMA_MIN_ROWS``) on the tensor cores for fp16 /
   bf16 x and K a multiple of 64 (native/kernels/quant/wo_gemv_mma.cu: 16 rows of W per mma tile, the
   weights widened exactly to x's type in registers), else a warp per row (native/kernels/quant/wo_gemv.cu);
-- more rows: W dequantized to x's dtype on the device, then the GEMM dispatch.
+- more rows: W dequantized to x's dtype on the device, then the GEMM dispatch; or, for FP8 weights made
+  with ``activation_scheme="dynamic"`` (what compressed-tensors "FP8-dynamic" and fbgemm_fp8 checkpoints
+  run: per-token activation scales), W8A8: x quantized to float8_e4m3fn per row on the device
+  (:func:`pygpukit.ops.quant.quantize_fp8` ``"row"``) and one fp8 GEMM with the per-row and per-channel
+  scales (:func:`pygpukit.ops.scaled_matmul`, kind "channel") where that runs: K and N multiples of 16,
+  compute capability 8.9 or newer (else the W8A16 path above).
 
 The CPU simulation backend computes the product in float64 from the stored values and scales.
 """
@@ -22,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from pygpukit.core.array import GPUArray, from_numpy
+from pygpukit.core.array import GPUArray, empty, from_numpy
 from pygpukit.core.dtypes import DType, as_dtype, bfloat16, float16, float32
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel
@@ -31,10 +36,17 @@ from pygpukit.core.stream import Stream
 
 from .. import _cpu
 from .._kernels import NAMESPACE, Groups, c_param, code_param, group, pointer, register_enumerator, size_param
-from ..gemm._base import row_major_ld
+from .._layout import is_cuda
+from ..gemm._base import check_activation, row_major_ld
 from . import _linear
 
-__all__ = ["WEIGHT_ONLY_KINDS", "ChannelQuantizedTensor", "quantize_per_channel", "weight_only_linear"]
+__all__ = [
+    "WEIGHT_ONLY_KINDS",
+    "ChannelQuantizedTensor",
+    "quantize_per_channel",
+    "w8a8_supported",
+    "weight_only_linear",
+]
 
 _FILE = "quant/wo_gemv.cu"
 _MMA_FILE = "quant/wo_gemv_mma.cu"
@@ -65,9 +77,10 @@ class ChannelQuantizedTensor(_linear.WeightOnlyTensor):
     """A linear weight (N, K) as 1-byte values ``data`` (float8_e4m3fn or int8, row-major with unit
     stride along K) times a per-row float32 ``scale`` (N,)."""
 
-    __slots__ = ("data", "kind", "scale", "shape")
+    __slots__ = ("activation_scheme", "data", "kind", "scale", "shape")
 
-    def __init__(self, data: GPUArray, scale: GPUArray, kind: str | None = None) -> None:
+    def __init__(self, data: GPUArray, scale: GPUArray, kind: str | None = None, *,
+                 activation_scheme: str | None = None) -> None:  # fmt: skip
         name = "ChannelQuantizedTensor"
         if not isinstance(data, GPUArray) or not isinstance(scale, GPUArray):
             raise DTypeError(f"{name}: data and scale must be GPUArrays, got {type(data).__name__} and "
@@ -84,8 +97,20 @@ class ChannelQuantizedTensor(_linear.WeightOnlyTensor):
         if scale.dtype != float32 or scale.shape != (n,) or not scale.is_contiguous:
             raise ShapeError(f"{name}: scale must be a contiguous float32 ({n},) array, got {scale.dtype} "
                              f"{scale.shape}")  # fmt: skip
+        if activation_scheme not in (None, "dynamic"):
+            raise ArgumentError(f"{name}: activation_scheme must be None (W8A16) or 'dynamic' (W8A8 prefill), "
+                                f"got {activation_scheme!r}")  # fmt: skip
+        if activation_scheme is not None and found != "fp8_e4m3":
+            raise ArgumentError(f"{name}: activation_scheme 'dynamic' (W8A8) is for FP8 weights; {found} weights "
+                                "run weight-only")  # fmt: skip
         self.data, self.scale, self.kind = data, scale, found
         self.shape = (int(n), int(data.shape[1]))
+        self.activation_scheme = activation_scheme
+
+    def with_rows(self, data: GPUArray, scale: GPUArray) -> ChannelQuantizedTensor:
+        """A weight of this kind and activation scheme over other rows ``data`` and their ``scale`` (row
+        views of this one, or rows of weights like it stacked)."""
+        return ChannelQuantizedTensor(data, scale, self.kind, activation_scheme=self.activation_scheme)
 
     def host_values(self) -> Any:
         """The weight in float64 on the host (CPU backend): ``scale[:, None] * data``."""
@@ -102,15 +127,17 @@ class ChannelQuantizedTensor(_linear.WeightOnlyTensor):
             return wide if target == float32 else wide.astype(target)
 
     def __repr__(self) -> str:
-        return f"ChannelQuantizedTensor({self.kind}, shape={self.shape})"
+        scheme = "" if self.activation_scheme is None else f", activation_scheme={self.activation_scheme!r}"
+        return f"ChannelQuantizedTensor({self.kind}, shape={self.shape}{scheme})"
 
 
-def quantize_per_channel(w: Any, kind: str = "fp8_e4m3", *, stream: Stream | None = None) -> ChannelQuantizedTensor:
+def quantize_per_channel(w: Any, kind: str = "fp8_e4m3", *, stream: Stream | None = None,
+                         activation_scheme: str | None = None) -> ChannelQuantizedTensor:  # fmt: skip
     """``w`` (2-D float GPUArray or NumPy array, (N, K)) as a :class:`ChannelQuantizedTensor` of
     ``kind`` ``"fp8_e4m3"`` (alias ``"fp8"``) or ``"int8"``: per row, scale = max |w| / 448 (FP8) or
     / 127 (INT8) (1 for an all-zero row) and values w / scale, cast to float8_e4m3fn with
     round-to-nearest-even (torch's and ml_dtypes' cast) or rounded half to even into int8. Computed
-    on the host in float32."""
+    on the host in float32. ``activation_scheme="dynamic"`` (FP8 only) makes the prefill W8A8."""
     name = "quantize_per_channel"
     found = _kind(name, kind)
     host = _linear.host_weight(name, w, stream, floating=False)
@@ -123,7 +150,8 @@ def quantize_per_channel(w: Any, kind: str = "fp8_e4m3", *, stream: Stream | Non
         data = np.clip(np.rint(quotient), -127, 127).astype(np.int8)
     else:
         data = np.clip(quotient, -448.0, 448.0).astype(storage.numpy)
-    return ChannelQuantizedTensor(from_numpy(data, stream=stream), from_numpy(scale, stream=stream), found)
+    return ChannelQuantizedTensor(from_numpy(data, stream=stream), from_numpy(scale, stream=stream), found,
+                                  activation_scheme=activation_scheme)  # fmt: skip
 
 
 def _expression(w: DType, dtype: DType, bucket: int) -> str:
@@ -175,9 +203,49 @@ def weight_only_linear(x: GPUArray, w: ChannelQuantizedTensor, b: GPUArray | Non
                        out: GPUArray | None = None) -> GPUArray:  # fmt: skip
     """``activation(x @ W.T + b)`` for a :class:`ChannelQuantizedTensor` ``w`` (N, K) and x (..., K)
     of float32, float16 or bfloat16 (``pygpukit.ops.linear`` hands such weights here)."""
+    dynamic = isinstance(w, ChannelQuantizedTensor) and w.activation_scheme == "dynamic"
     return _linear.linear_paths(x, w, ChannelQuantizedTensor, "a ChannelQuantizedTensor", (w.data, w.scale), b,
                                 activation, stream, host_values=ChannelQuantizedTensor.host_values,
-                                prefill=_linear.dequantized_prefill, gemv=_gemv, out=out)  # fmt: skip
+                                prefill=_w8a8_prefill if dynamic else _linear.dequantized_prefill, gemv=_gemv,
+                                host_prefill=dynamic, out=out)  # fmt: skip
+
+
+def w8a8_supported(w: ChannelQuantizedTensor, x: GPUArray) -> bool:
+    """Whether :func:`weight_only_linear`'s prefill runs W8A8 for this weight and input (else W8A16):
+    FP8 weights, K and N multiples of 16, float x, and on the GPU compute capability 8.9 or newer."""
+    n, k = w.shape
+    if w.kind != "fp8_e4m3" or k % 16 or n % 16 or x.dtype not in _linear.DTYPES:
+        return False
+    if not is_cuda():
+        return True
+    from pygpukit.core.stream import thread_device
+
+    from ..gemm._base import device_props
+
+    return device_props(thread_device()).capability >= (8, 9)
+
+
+def _w8a8_prefill(w: ChannelQuantizedTensor, x2: GPUArray, bias: GPUArray | None, activation: str | None,
+                  stream: Stream | None) -> GPUArray:  # fmt: skip
+    """W8A8 prefill: x quantized per row to e4m3, one fp8 GEMM with the per-row and per-channel scales and
+    the bias (scaled_matmul's "channel" kind: cuBLASLt's outer-vector scaling, or its device fallback where
+    this cuBLASLt lacks it); W8A16 where the GEMM cannot run."""
+    if not w8a8_supported(w, x2):
+        if not is_cuda():
+            out = empty((x2.shape[0], w.shape[0]), x2.dtype)
+            _linear.host_product(out, x2, w.host_values(), bias, check_activation(activation, "linear"))
+            return out
+        return _linear.dequantized_prefill(w, x2, bias, activation, stream)
+    from ..gemm.api import scaled_matmul
+    from .fp8_act import quantize_fp8
+
+    q, sx = quantize_fp8(x2, "row", stream=stream)
+    y = scaled_matmul(q, w.data.T, sx, w.scale, out_dtype=x2.dtype, bias=bias, stream=stream)
+    if activation is not None:
+        from .gemv import _activate
+
+        _activate(y, check_activation(activation, "linear"), stream)
+    return y
 
 
 def _enumerate() -> Groups:
