@@ -183,7 +183,8 @@ def test_w8a8_prefill_of_dynamic_fp8_weights(rng: np.random.Generator, rows: int
     w[3] = 0.0  # an all-zero channel
     cw = quantize_per_channel(w, "fp8")
     dyn = quantize_per_channel(w, "fp8", activation_scheme="dynamic")
-    assert dyn.activation_scheme == "dynamic" and "dynamic" in repr(dyn)
+    assert dyn.activation_scheme == "dynamic"
+    assert "dynamic" in repr(dyn)
     np.testing.assert_array_equal(dyn.data.to_numpy().view(np.uint8), cw.data.to_numpy().view(np.uint8))
     x = rng.standard_normal((rows, k)).astype(np.float32)
     x[1] = 0.0  # an all-zero token: scale 1, zeros out
@@ -221,4 +222,5 @@ def test_dynamic_scheme_is_checked(rng: np.random.Generator) -> None:
     with pytest.raises(ArgumentError, match="FP8 weights"):
         ChannelQuantizedTensor(iw.data, iw.scale, activation_scheme="dynamic")
     views = cw.with_rows(cw.data[:8], cw.scale[:8])
-    assert views.shape == (8, 32) and views.activation_scheme is None
+    assert views.shape == (8, 32)
+    assert views.activation_scheme is None
