@@ -469,7 +469,7 @@ def _row_views(stacked: Any, heads: list[int]) -> tuple[Any, Any, Any]:
         return tuple(QuantizedTensor(stacked.data[lo * row : hi * row], stacked.format, (hi - lo, k))
                      for lo, hi in bounds)  # type: ignore[return-value]  # fmt: skip
     return tuple(stacked.with_rows(stacked.data[lo:hi], stacked.scale[lo:hi])
-                 for lo, hi in bounds)  # type: ignore[return-value]  # fmt: skip
+                 for lo, hi in bounds)  # fmt: skip
 
 
 def _as_ids(input_ids: Any) -> GPUArray:
