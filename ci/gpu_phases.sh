@@ -32,7 +32,8 @@
 #                   the tensor-core kernels at M = 1 for every format (--mma-all-rows)
 #   gemv-stages     Q4_K / Q6_K tensor-core GEMVs with 3 and 2 stages per warp (a block per tile; 2 also with the
 #                   resident grid), then the Llama-3-8B Q4_K_M decode at 3 and 2 stages
-#   wo-tests        the gpu-marked tests of the FP8 / INT8 per-channel GEMVs (test_quant_weight_only.py)
+#   wo-tests        every test of the FP8 / INT8 per-channel weights (test_quant_weight_only.py: GEMVs, W8A8 prefill)
+#                   and of their HF checkpoints (test_quant_channel_hf.py), on the CUDA backend
 #   wo-rows         FP8 / INT8 per-channel GEMVs at 1-4 rows of x, SIMT against tensor-core kernel (MMA_MIN_ROWS)
 #   scale-probe     benchmarks/tools/cublaslt_scale_probe.py: which fp8 scale modes (per tensor, per channel, 1x128 x
 #                   128x128 blocks) cuBLASLt runs in which operand order, checked and timed next to torch._scaled_mm
@@ -143,7 +144,8 @@ for phase in "$@"; do
 from pygpukit.llm.benchmark import main; sys.exit(main(sys.argv[1:]))" --shapes llama3-8b --batches 1,8 --quant q4_k_m \
           --peers none --repeats 3 --prompts 8 --json "$OUT/llm_8b_stages$stages.json"
       done ;;
-    wo-tests) run wo-tests 180 "${pytest_q[@]}" -m gpu packages/pygpukit-ops/tests/test_quant_weight_only.py ;;
+    wo-tests) run wo-tests 240 "${pytest_q[@]}" packages/pygpukit-ops/tests/test_quant_weight_only.py \
+      packages/pygpukit-llm/tests/test_quant_channel_hf.py ;;
     wo-rows)
       run wo-rows-simt 90 python3 -m pygpukit.benchmark.quant_gemv --formats FP8,INT8 --rows 1,2,3,4 --simt \
         --json "$OUT/wo_rows_simt.json"

@@ -167,3 +167,33 @@ def test_device_fallback_equals_the_scaled_product(kind: str) -> None:
         assert np.all(np.abs(got - want) <= 2.0**-3 * np.abs(want) + 1e-3 * (np.abs(xa) @ np.abs(xw)) * 0.125)
         return
     _check(got, xa @ xw, _bound(xa, xw, out_np))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["channel", "block"])
+def test_gpu_bias_after_where_the_bias_epilogue_is_refused(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where this cuBLASLt scales a kind only without a bias epilogue (remembered as "<kind>+bias"), the
+    GEMM runs without it and the bias is added after, on the device: the same product and bias."""
+    from pygpukit.core.stream import thread_device
+    from pygpukit.ops.gemm import scaled
+
+    _need_fp8(block=kind == "block")
+    monkeypatch.setattr(scaled, "_REFUSED", {(kind + "+bias", thread_device())})
+    rng = np.random.default_rng(11)
+    m, n, k = 40, 256, 384
+    a, w = _fp8(rng, (m, k)), _fp8(rng, (n, k))
+    bias = rng.standard_normal(n).astype(np.float32)
+    if kind == "channel":
+        sa_h, sw_h = rng.uniform(0.01, 2, m).astype(np.float32), rng.uniform(0.01, 2, n).astype(np.float32)
+        sa, sb = gp.from_numpy(sa_h), gp.from_numpy(sw_h)
+        xa, xw = a.astype(np.float64) * sa_h[:, None], (w.astype(np.float64) * sw_h[:, None]).T
+    else:
+        kb, nb = k // 128, n // 128
+        sa_h, sw_h = rng.uniform(0.01, 2, (kb, m)).astype(np.float32), rng.uniform(0.01, 2, (nb, kb)).astype(np.float32)
+        sa, sb = gp.from_numpy(sa_h).T, block_weight_scale(gp.from_numpy(sw_h))
+        xa = a.astype(np.float64) * np.repeat(sa_h.T, 128, axis=1)
+        xw = (w.astype(np.float64) * np.repeat(np.repeat(sw_h, 128, axis=0), 128, axis=1)).T
+    got = mm.scaled_matmul(gp.from_numpy(a), gp.from_numpy(w).T, sa, sb, out_dtype="float32",
+                           bias=gp.from_numpy(bias)).to_numpy()  # fmt: skip
+    want = xa @ xw + bias.astype(np.float64)
+    _check(got, want, _bound(xa, xw, np.float32) + 2.0**-23 * np.abs(bias))

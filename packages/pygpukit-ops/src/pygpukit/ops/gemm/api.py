@@ -13,6 +13,7 @@ int32. fp8 needs scales: :func:`scaled_matmul`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -288,6 +289,9 @@ def scaled_matmul(
     if refusal is not None and scaled.native_unsupported(refusal, device):
         scaled.device_fallback(a, b, scale_a, scale_b, kind, bias, d, stream, scale_out)
         return d
+    if bias is not None and refusal is not None and scaled.native_unsupported(refusal + "+bias", device):
+        # this cuBLASLt scales this kind without a bias epilogue only: the bias added after, on the device
+        return _bias_after(a, b, scale_a, scale_b, out_dt, bias, stream)
     key = ("scaled_matmul", a._shape, a._strides, a._dtype, device, b._shape, b._strides, b._dtype,
            b._buffer.device, out_dt, None if bias is None else (bias._strides, bias._buffer.device), kind)  # fmt: skip
     plan = PLANS.get(key)
@@ -300,6 +304,9 @@ def scaled_matmul(
                 (a.device_ptr, b.device_ptr, d.device_ptr), bias=None if bias is None else bias.dtype,
                 scale_modes=scaled.MODES[kind], d_scale=scale_out is not None,
             )  # fmt: skip
+        if plan is None and refusal is not None and bias is not None:  # maybe the bias epilogue: try without
+            scaled.refuse(refusal + "+bias", device)
+            return _bias_after(a, b, scale_a, scale_b, out_dt, bias, stream)
         if plan is None and refusal is not None:  # cuBLASLt before 12.9: no outer-vector or block scaling
             scaled.refuse(refusal, device)
             scaled.device_fallback(a, b, scale_a, scale_b, kind, bias, d, stream, scale_out)
@@ -316,8 +323,23 @@ def scaled_matmul(
     except CublasLtError:
         if refusal is None:
             raise
+        if bias is not None:  # an algorithm was found, but the launch refused: maybe the bias epilogue
+            scaled.refuse(refusal + "+bias", device)
+            return _bias_after(a, b, scale_a, scale_b, out_dt, bias, stream)
         scaled.refuse(refusal, device)  # an algorithm was found, but this cuBLASLt rejects the scale mode
         scaled.device_fallback(a, b, scale_a, scale_b, kind, bias, d, stream, scale_out)
+    return d
+
+
+def _bias_after(a: GPUArray, b: GPUArray, scale_a: GPUArray, scale_b: GPUArray, out_dt: DType, bias: GPUArray,
+                stream: Stream | None) -> GPUArray:  # fmt: skip
+    """scaled_matmul without the bias (cuBLASLt's scaled GEMM where it refused the bias epilogue with these
+    scales, or the device fallback), then the bias added in place on ``stream``."""
+    from ..elementwise import add
+
+    d = scaled_matmul(a, b, scale_a, scale_b, out_dtype=out_dt, stream=stream)
+    with stream if stream is not None else contextlib.nullcontext():
+        add(d, bias.reshape(1, -1), out=d)
     return d
 
 
