@@ -114,15 +114,35 @@ def test_arguments(setup: tuple) -> None:
         decode_window(model, enc, [SOT] * 17, RULES, sot_index=0, no_speech=NO_SPEECH)
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.integers(1, 400), st.integers(1, 12), st.integers(0, 2**32 - 1))
-def test_top_stable_equals_the_stable_argsort(n: int, k: int, seed: int) -> None:
-    """The beam's candidate selection without a full sort: the same indices in the same order as
-    np.argsort(-v, kind="stable")[:k], on values with many ties and -inf (masked tokens)."""
-    from pygpukit.asr.decoding import top_stable
+TS_RULES = TokenRules(eot=EOT, no_timestamps=NO_TS, timestamp_begin=24, vocab_size=30, suppress=(SOT, NO_SPEECH),
+                      suppress_blank=(3, EOT), max_initial_timestamp_index=2)  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 5), st.integers(0, 4), st.integers(1, 12), st.integers(0, 2**32 - 1))
+def test_beam_rules_topk_equals_the_host_rules(rows: int, step: int, k: int, seed: int) -> None:
+    """The device step of beam search (token rules, log-softmax, each row's k best) against TokenRules.apply,
+    the float64 log-softmax and a stable sort of each row: the same tokens in the same order (ties, -inf
+    and timestamp states included) and the same scores."""
+    from pygpukit.asr.token_step import beam_rules_topk, row_state, rules_arrays
+    from pygpukit.core.array import from_numpy
 
     rng = np.random.default_rng(seed)
-    values = rng.integers(-3, 4, n).astype(np.float64) / 2
-    values[rng.random(n) < 0.3] = -np.inf
-    want = np.argsort(-values, kind="stable")[:k]
-    assert np.array_equal(top_stable(values, k), want)
+    rules = TS_RULES if seed % 3 else RULES
+    logits = (rng.integers(-4, 5, (rows, 30)) / 2).astype(np.float32)  # many ties
+    logits[rng.random((rows, 30)) < 0.1] = -np.inf
+    seqs = [[int(t) for t in rng.choice([1, 5, 9, 24, 25, 26, 27, 28], step)] for _ in range(rows)]
+    scores = rng.uniform(-3, 0, rows)
+    idx, val = beam_rules_topk(from_numpy(logits), from_numpy(np.array([row_state(q, 24) for q in seqs], np.int32)),
+                               from_numpy(scores), *(from_numpy(a) for a in rules_arrays(rules)), k)  # fmt: skip
+    host = rules.apply(logits.astype(np.float64), seqs, step)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        top = host.max(axis=-1, keepdims=True)
+        lp = host - top - np.log(np.exp(host - top).sum(axis=-1, keepdims=True)) + scores[:, None]
+    got_idx, got_val = idx.to_numpy(), val.to_numpy()
+    for r in range(rows):
+        kept = np.flatnonzero(host[r] > -np.inf)
+        want = kept[np.argsort(-host[r, kept], kind="stable")][:k]
+        assert np.array_equal(got_idx[r, : len(want)], want), (r, got_idx[r], want)
+        assert np.all(got_idx[r, len(want) :] == -1)
+        np.testing.assert_allclose(got_val[r, : len(want)], lp[r, want], rtol=0, atol=1e-6)

@@ -21,11 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from pygpukit.core.array import GPUArray
+from pygpukit.core.array import GPUArray, from_numpy
+from pygpukit.core.dtypes import float64
 from pygpukit.core.errors import ArgumentError
-from pygpukit.ops import stack
+from pygpukit.ops import log_softmax, stack
 
 from .graph_decode import greedy_graph_decode, per_row_prompts, use_graph
+from .token_step import beam_rules_topk, row_state, rules_arrays
 
 __all__ = ["DecodeResult", "TokenRules", "decode_batch", "decode_window"]
 
@@ -142,11 +144,13 @@ def decode_window(model: Any, encoder_out: GPUArray, prompt: list[int], rules: T
     state = model.new_state(encoder_out, repeat=rows, max_len=min(ctx, len(prompt) + max_new))
     hidden = model.decode(np.tile(np.asarray(prompt, np.int64), (rows, 1)), state)
     # the no-speech probability: <|nospeech|> at the <|startoftranscript|> position, before any rule
-    first = np.asarray(model.logits(hidden[:1, sot_index : sot_index + 1]).to_numpy(), np.float64)[0, 0]
-    no_speech_prob = float(np.exp(_log_softmax(first))[no_speech])
-    logits = np.asarray(model.logits(hidden[:, -1]).to_numpy(), dtype=np.float64)
+    # (the log-softmax on the device, float64 as the host formula; one value comes back)
+    first = model.logits(hidden[:1, sot_index : sot_index + 1]).astype(float64)
+    no_speech_prob = float(np.exp(log_softmax(first, axis=-1)[0, 0, no_speech : no_speech + 1].to_numpy()[0]))
     if beam_size > 1 and not sampling:
-        return _beam(model, state, logits, rules, beam_size, patience, length_penalty, max_new, no_speech_prob)
+        return _beam(model, state, model.logits(hidden[:, -1]), rules, beam_size, patience, length_penalty, max_new,
+                     no_speech_prob)  # fmt: skip
+    logits = np.asarray(model.logits(hidden[:, -1]).to_numpy(), dtype=np.float64)
     generator = rng if rng is not None else np.random.default_rng(0)
     seqs, sums = _sample_rows(model, state, logits, rules, temperature, max_new, generator)
     lengths = np.array([max(len(s), 1) for s in seqs], dtype=np.float64)
@@ -234,38 +238,30 @@ def decode_batch(model: Any, encoder_out: GPUArray, prompt: list[int] | Sequence
             for seq, total_lp, ns in zip(seqs, sums, no_speech_probs, strict=True)]  # fmt: skip
 
 
-def top_stable(values: Array, k: int) -> Array:
-    """The indices of the ``k`` largest of the 1-D ``values``, in the order
-    ``np.argsort(-values, kind="stable")[:k]`` gives (larger first, ties by lower index), without sorting
-    everything: a partition finds the k-th largest value, then only the candidates above it and the
-    first of those equal to it are sorted (Whisper's 5 x 51864 beam scores: 0.5 ms instead of 23)."""
-    n = values.shape[0]
-    if k >= n:
-        return np.argsort(-values, kind="stable")
-    threshold = values[np.argpartition(-values, k - 1)[:k]].min()
-    above = np.flatnonzero(values > threshold)
-    ties = np.flatnonzero(values == threshold)[: k - above.shape[0]]
-    chosen = np.concatenate([above, ties])
-    result: Array = chosen[np.lexsort((chosen, -values[chosen]))]
-    return result
-
-
-def _beam(model: Any, state: Any, logits: Array, rules: TokenRules, beam: int, patience: float,
+def _beam(model: Any, state: Any, logits: GPUArray, rules: TokenRules, beam: int, patience: float,
           length_penalty: float, max_new: int, no_speech_prob: float) -> DecodeResult:  # fmt: skip
-    """CTranslate2's beam search for one window (the state holds ``beam`` identical rows)."""
+    """CTranslate2's beam search for one window (the state holds ``beam`` identical rows; ``logits`` are their
+    (beam, vocab) logits on the device). Each step the token rules, the log-softmax and each row's best
+    ``2 x beam`` candidates run on the device (:func:`~pygpukit.asr.token_step.beam_rules_topk`); the host
+    reads those candidates back, picks the best ``2 x beam`` of all rows (larger score first, ties by row
+    and token) and keeps the hypotheses' bookkeeping."""
     candidates_n = 2 * beam
     wanted = max(1, round(beam * patience))
     seqs: list[list[int]] = [[]]
     scores = np.zeros(1)
-    finished: list[tuple[list[int], float, float]] = []  # tokens, cumulative log-prob, normalized score
+    finished: list[tuple[list[int], float, float]] = []  # tokens, cumulative log-probability, normalized score
     vocab = logits.shape[1]
-    logits = logits[:1]
+    suppress, blank, params = (from_numpy(a) for a in rules_arrays(rules))
     for step in range(max_new):
-        rules.apply(logits, seqs, step)
-        total = _log_softmax(logits) + scores[:, None]
-        flat = total.reshape(-1)
-        order = top_stable(flat, candidates_n)
-        cand_beam, cand_tok, cand_score = order // vocab, order % vocab, flat[order]
+        rows = len(seqs)
+        states = from_numpy(np.array([row_state(seq, rules.timestamp_begin) for seq in seqs], np.int32))
+        idx_dev, val_dev = beam_rules_topk(logits[:rows], states, from_numpy(np.asarray(scores, np.float64)), suppress,
+                                           blank, params, min(candidates_n, vocab))  # fmt: skip
+        idx, val = idx_dev.to_numpy().reshape(-1), val_dev.to_numpy().reshape(-1)
+        flat = np.repeat(np.arange(rows, dtype=np.int64), idx_dev.shape[1]) * vocab + idx
+        valid = np.flatnonzero(idx >= 0)
+        order = valid[np.lexsort((flat[valid], -val[valid]))][:candidates_n]
+        cand_beam, cand_tok, cand_score = flat[order] // vocab, flat[order] % vocab, val[order]
         last = step + 1 == max_new
         keep: list[int] = []
         secondary = beam
@@ -287,7 +283,8 @@ def _beam(model: Any, state: Any, logits: Array, rules: TokenRules, beam: int, p
         seqs = [seqs[p] + [int(cand_tok[c])] for p, c in zip(parents, keep, strict=True)]
         scores = cand_score[keep]
         model.reorder(state, parents if step else np.zeros(beam, dtype=np.int64))
-        logits = _step_logits(model, state, np.array([[s[-1]] for s in seqs]))
+        hidden = model.decode(np.array([[s[-1]] for s in seqs]), state)
+        logits = model.logits(hidden[:, -1])
     if not finished:
         finished = [
             (s, float(v), float(v) / max(len(s), 1) ** length_penalty) for s, v in zip(seqs, scores, strict=True)

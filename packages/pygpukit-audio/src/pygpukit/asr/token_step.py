@@ -40,7 +40,7 @@ from pygpukit.core.dtypes import DType, float64, int32, uint8
 from pygpukit.core.errors import DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel
 
-__all__ = ["STATE_FIELDS", "greedy_rules_step"]
+__all__ = ["STATE_FIELDS", "beam_rules_topk", "greedy_rules_step", "row_state"]
 
 STATE_FIELDS = ("count", "last", "penultimate", "last_timestamp", "done")
 _BLOCK = 1024
@@ -107,25 +107,22 @@ __device__ __forceinline__ void better(float& v, int& k, float v2, int k2) {
     if (v2 > v || (v2 == v && k2 >= 0 && (k < 0 || k2 < k))) { v = v2; k = k2; }
 }
 
+// The row's statistics over the entries the rules keep, in every thread: the first maximum of the text
+// tokens (mt at at) and of the timestamps (ms at as), and the sums of exp(v - max) of each group (float64).
+struct RowStats {
+    float mt, ms;
+    int at, as;
+    double stx, sts;
+};
+
 template <int KIND>
-__device__ void greedy_step(const void* logits, long long row_stride, const unsigned char* suppress,
-                            const unsigned char* blank, int* tokens, int* state, double* sum_lp, int eot,
-                            int no_ts, int tsb, int max_init, int timestamps, int vocab) {
-    __shared__ float s_val[2][BLOCK];
-    __shared__ int s_idx[2][BLOCK];
-    __shared__ double s_sum[2][BLOCK];
-    const int row = blockIdx.x, tid = threadIdx.x;
-    int* st = state + 5 * row;
-    RowRules r;
-    r.count = st[0]; r.last = st[1]; r.pen = st[2]; r.last_ts = st[3];
-    r.eot = eot; r.no_ts = no_ts; r.tsb = tsb; r.max_init = max_init; r.timestamps = timestamps;
-    r.check = timestamps && r.count > 0 && !(r.last >= tsb && r.pen >= tsb);
-    const int done = st[4];
-    const char* base = (const char*)logits;
-    const void* x = base;
-    const long long offset = (long long)row * row_stride;
+__device__ RowStats row_stats(const RowRules& r, int tid, int vocab, const void* x, long long offset,
+                              const unsigned char* suppress, const unsigned char* blank, float (*s_val)[BLOCK],
+                              int (*s_idx)[BLOCK], double (*s_sum)[BLOCK]) {
+    RowStats o;
     float mt = NEG_INF, ms = NEG_INF;
     int at = -1, as = -1;
+    const int tsb = r.tsb;
     // (Ties go to the lower index whatever the order, so the order of the visits does not matter.)
     visit_kept<KIND>(r, tid, vocab, x, offset, suppress, blank, [&](float v, int i) {
         if (i < tsb) better(mt, at, v, i); else better(ms, as, v, i);
@@ -142,11 +139,12 @@ __device__ void greedy_step(const void* logits, long long row_stride, const unsi
         }
         __syncthreads();
     }
-    mt = s_val[0][0]; at = s_idx[0][0]; ms = s_val[1][0]; as = s_idx[1][0];
+    o.mt = s_val[0][0]; o.at = s_idx[0][0]; o.ms = s_val[1][0]; o.as = s_idx[1][0];
     double st_sum = 0.0, ss_sum = 0.0;
+    const float mt0 = o.mt, ms0 = o.ms;
     // v <= the maximum of its group: exp of a non-positive float32 difference, summed in float64
     visit_kept<KIND>(r, tid, vocab, x, offset, suppress, blank, [&](float v, int i) {
-        if (i < tsb) st_sum += (double)expf(v - mt); else ss_sum += (double)expf(v - ms);
+        if (i < tsb) st_sum += (double)expf(v - mt0); else ss_sum += (double)expf(v - ms0);
     });
     __syncthreads();
     s_sum[0][tid] = st_sum; s_sum[1][tid] = ss_sum;
@@ -155,20 +153,62 @@ __device__ void greedy_step(const void* logits, long long row_stride, const unsi
         if (tid < half) { s_sum[0][tid] += s_sum[0][tid + half]; s_sum[1][tid] += s_sum[1][tid + half]; }
         __syncthreads();
     }
+    o.stx = s_sum[0][0]; o.sts = s_sum[1][0];
+    return o;
+}
+
+__device__ __forceinline__ void load_rules(RowRules& r, const int* st, int eot, int no_ts, int tsb, int max_init,
+                                           int timestamps) {
+    r.count = st[0]; r.last = st[1]; r.pen = st[2]; r.last_ts = st[3];
+    r.eot = eot; r.no_ts = no_ts; r.tsb = tsb; r.max_init = max_init; r.timestamps = timestamps;
+    r.check = timestamps && r.count > 0 && !(r.last >= tsb && r.pen >= tsb);
+}
+
+// Whether the timestamps are forced (their total probability beats every text token), and the row's
+// log-probability of an entry of value v: v - m - log_total (float64).
+__device__ __forceinline__ bool normalizer(const RowRules& r, const RowStats& o, double& m, double& log_total) {
+    const double dmt = (double)o.mt, dms = (double)o.ms;
+    const bool text_ok = o.at >= 0 && dmt > -DINF, ts_ok = o.as >= 0 && dms > -DINF;
+    if (r.check && ts_ok && dms + log(o.sts) > (text_ok ? dmt : -DINF)) {
+        m = dms; log_total = log(o.sts);
+        return true;
+    }
+    if (text_ok || ts_ok) {
+        m = text_ok && (!ts_ok || dmt >= dms) ? dmt : dms;
+        log_total = log((text_ok ? o.stx * exp(dmt - m) : 0.0) + (ts_ok ? o.sts * exp(dms - m) : 0.0));
+    } else {
+        m = 0.0; log_total = DINF;
+    }
+    return false;
+}
+
+template <int KIND>
+__device__ void greedy_step(const void* logits, long long row_stride, const unsigned char* suppress,
+                            const unsigned char* blank, int* tokens, int* state, double* sum_lp, int eot,
+                            int no_ts, int tsb, int max_init, int timestamps, int vocab) {
+    __shared__ float s_val[2][BLOCK];
+    __shared__ int s_idx[2][BLOCK];
+    __shared__ double s_sum[2][BLOCK];
+    const int row = blockIdx.x, tid = threadIdx.x;
+    int* st = state + 5 * row;
+    RowRules r;
+    load_rules(r, st, eot, no_ts, tsb, max_init, timestamps);
+    const int done = st[4];
+    const RowStats o = row_stats<KIND>(r, tid, vocab, logits, (long long)row * row_stride, suppress, blank, s_val,
+                                       s_idx, s_sum);
     if (tid != 0) return;
-    double stx = s_sum[0][0], sts = s_sum[1][0];
-    double dmt = (double)mt, dms = (double)ms;
-    bool text_ok = at >= 0 && dmt > -DINF, ts_ok = as >= 0 && dms > -DINF;
+    double m, log_total;
+    const bool forced = normalizer(r, o, m, log_total);
+    const double dmt = (double)o.mt, dms = (double)o.ms;
+    const bool text_ok = o.at >= 0 && dmt > -DINF, ts_ok = o.as >= 0 && dms > -DINF;
     int token = eot;
     double lp = -DINF;
-    if (r.check && ts_ok && dms + log(sts) > (text_ok ? dmt : -DINF)) {
-        token = as;
-        lp = -log(sts);
+    if (forced) {
+        token = o.as;
+        lp = -log_total;
     } else if (text_ok || ts_ok) {
-        double m = text_ok && (!ts_ok || dmt >= dms) ? dmt : dms;
-        token = text_ok && (!ts_ok || dmt >= dms) ? at : as;
-        double total = (text_ok ? stx * exp(dmt - m) : 0.0) + (ts_ok ? sts * exp(dms - m) : 0.0);
-        lp = -log(total);
+        token = text_ok && (!ts_ok || dmt >= dms) ? o.at : o.as;
+        lp = -log_total;
     }
     if (done) { tokens[row] = eot; return; }
     sum_lp[row] += lp;
@@ -181,6 +221,71 @@ __device__ void greedy_step(const void* logits, long long row_stride, const unsi
         st[0] = r.count + 1;
     }
     tokens[row] = token;
+}
+
+// (v, i) strictly after (lv, li) in the order of value descending, then index ascending.
+__device__ __forceinline__ bool after(float v, int i, float lv, int li) {
+    return v < lv || (v == lv && i > li);
+}
+
+// One beam-search step of a row: the k entries the rules keep with the highest log-probabilities (ties:
+// lower index first), as indices and score + log-probability (float64); -1 and -inf past the kept entries.
+// k rounds, each a block-wide maximum over the entries after the previous round's winner.
+template <int KIND>
+__device__ void beam_topk(const void* logits, long long row_stride, const unsigned char* suppress,
+                          const unsigned char* blank, const int* state, const double* scores, int eot, int no_ts,
+                          int tsb, int max_init, int timestamps, int vocab, int k, int* out_idx, double* out_val) {
+    __shared__ float s_val[2][BLOCK];
+    __shared__ int s_idx[2][BLOCK];
+    __shared__ double s_sum[2][BLOCK];
+    __shared__ double s_norm[2];
+    __shared__ int s_forced;
+    const int row = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    RowRules r;
+    load_rules(r, state + 5 * row, eot, no_ts, tsb, max_init, timestamps);
+    const long long offset = (long long)row * row_stride;
+    const RowStats o = row_stats<KIND>(r, tid, vocab, logits, offset, suppress, blank, s_val, s_idx, s_sum);
+    if (tid == 0) {
+        double m, log_total;
+        s_forced = normalizer(r, o, m, log_total) ? 1 : 0;
+        s_norm[0] = m; s_norm[1] = log_total;
+    }
+    __syncthreads();
+    const bool forced = s_forced != 0;
+    const double base = scores[row] - s_norm[0] - s_norm[1];
+    float lv = __int_as_float(0x7f800000);
+    int li = -1;
+    for (int round = 0; round < k; ++round) {
+        float bv = NEG_INF;
+        int bi = -1;
+        visit_kept<KIND>(r, tid, vocab, logits, offset, suppress, blank, [&](float v, int i) {
+            if (!(forced && i < tsb) && after(v, i, lv, li)) better(bv, bi, v, i);
+        });
+        for (int delta = 16; delta > 0; delta >>= 1) {
+            const float v2 = __shfl_down_sync(0xffffffffu, bv, delta);
+            const int i2 = __shfl_down_sync(0xffffffffu, bi, delta);
+            better(bv, bi, v2, i2);
+        }
+        if (lane == 0) { s_val[0][warp] = bv; s_idx[0][warp] = bi; }
+        __syncthreads();
+        if (warp == 0) {
+            bv = lane < BLOCK / 32 ? s_val[0][lane] : NEG_INF;
+            bi = lane < BLOCK / 32 ? s_idx[0][lane] : -1;
+            for (int delta = 16; delta > 0; delta >>= 1) {
+                const float v2 = __shfl_down_sync(0xffffffffu, bv, delta);
+                const int i2 = __shfl_down_sync(0xffffffffu, bi, delta);
+                better(bv, bi, v2, i2);
+            }
+            if (lane == 0) {
+                s_val[1][0] = bv; s_idx[1][0] = bi;
+                out_idx[(long long)row * k + round] = bi;
+                out_val[(long long)row * k + round] = bi >= 0 ? base + (double)bv : -DINF;
+            }
+        }
+        __syncthreads();
+        lv = s_val[1][0]; li = s_idx[1][0];
+        if (li < 0) lv = NEG_INF;  // nothing left: every later round finds nothing either
+    }
 }
 
 #define KIND_f32 0
@@ -196,6 +301,17 @@ extern "C" __global__ void __launch_bounds__(BLOCK) whisper_greedy_step_##SUFFIX
 ENTRY(f32)
 ENTRY(f16)
 ENTRY(bf16)
+#define BEAM_ENTRY(SUFFIX)                                                                                   \
+extern "C" __global__ void __launch_bounds__(BLOCK) whisper_beam_topk_##SUFFIX(                               \
+        const void* logits, long long row_stride, const unsigned char* suppress, const unsigned char* blank, \
+        const int* state, const double* scores, const int* params, int vocab, int k, int* out_idx,           \
+        double* out_val) {                                                                                   \
+    beam_topk<KIND_##SUFFIX>(logits, row_stride, suppress, blank, state, scores, params[0], params[1],        \
+                             params[2], params[3], params[4], vocab, k, out_idx, out_val);                   \
+}
+BEAM_ENTRY(f32)
+BEAM_ENTRY(f16)
+BEAM_ENTRY(bf16)
 """.replace("BLOCK", str(_BLOCK)).replace("UNROLL", "4")
 
 
@@ -211,6 +327,19 @@ def _kernel(suffix: str) -> JITKernel:
         Param("vocab", "int", "scalar", "i"),
     ]
     return JITKernel(_SOURCE, f"whisper_greedy_step_{suffix}", params=params)
+
+
+@functools.cache
+def _beam_kernel(suffix: str) -> JITKernel:
+    from pygpukit.core.jit import Param
+
+    def pointers(*names: str) -> list[Param]:
+        return [Param(n, "void*", "pointer", "Q") for n in names]
+
+    params = [*pointers("logits"), Param("row_stride", "long long", "scalar", "q"),
+              *pointers("suppress", "blank", "state", "scores", "params"), Param("vocab", "int", "scalar", "i"),
+              Param("k", "int", "scalar", "i"), *pointers("out_idx", "out_val")]  # fmt: skip
+    return JITKernel(_SOURCE, f"whisper_beam_topk_{suffix}", params=params)
 
 
 def _is_cuda() -> bool:
@@ -268,29 +397,11 @@ def greedy_rules_step(logits: GPUArray, tokens: GPUArray, state: GPUArray, sum_l
         )  # fmt: skip
         return
     x = logits._host_view()
-    eot, no_timestamps, tsb, max_initial, timestamps = (int(v) for v in params._host_view())
+    eot, _, tsb, _, _ = (int(v) for v in params._host_view())
     st, out, sums = state._host_view(), tokens._host_view(), sum_lp._host_view()
-    always, first = suppress._host_view().astype(bool), blank._host_view().astype(bool)
-    index = np.arange(vocab)
     for row in range(rows):
-        count, last, pen, last_ts, done = (int(v) for v in st[row])
-        mask = always | first if count == 0 else always.copy()
-        check = False
-        if timestamps:
-            mask[no_timestamps] = True
-            if count == 0:
-                mask |= (index < tsb) | (index > tsb + max_initial)
-            elif last >= tsb:
-                if pen >= tsb:
-                    mask |= index >= tsb
-                else:
-                    mask |= (index < eot) | ((index >= tsb) & (index < last))
-                    check = True
-            else:
-                check = True
-                if last_ts >= 0:
-                    mask |= (index >= tsb) & (index <= last_ts)
-        values = np.where(mask, -np.inf, np.asarray(x[row], np.float32).astype(np.float64))
+        count, last, _, last_ts, done = (int(v) for v in st[row])
+        values, check = _filtered(x[row], st[row], suppress, blank, params)
         token, lp = _choose(values, tsb, check, eot)
         if done:
             out[row] = eot
@@ -301,6 +412,91 @@ def greedy_rules_step(logits: GPUArray, tokens: GPUArray, state: GPUArray, sum_l
         else:
             st[row, :4] = (count + 1, token, token if count == 0 else last, token if token >= tsb else last_ts)
         out[row] = token
+
+
+def _filtered(row: Any, state: Any, suppress: GPUArray, blank: GPUArray, params: GPUArray
+              ) -> tuple[np.ndarray[Any, Any], bool]:  # fmt: skip
+    """One row of logits (host values) with the entries the rules filter out at -inf, in float64, and
+    whether the forced-timestamp rule applies to it (the CPU backend's form of the kernels' ``masked``)."""
+    eot, no_timestamps, tsb, max_initial, timestamps = (int(v) for v in params._host_view())
+    count, last, pen, last_ts = (int(v) for v in state[:4])
+    always, first = suppress._host_view().astype(bool), blank._host_view().astype(bool)
+    index = np.arange(always.shape[0])
+    mask = always | first if count == 0 else always.copy()
+    check = False
+    if timestamps:
+        mask[no_timestamps] = True
+        if count == 0:
+            mask |= (index < tsb) | (index > tsb + max_initial)
+        elif last >= tsb:
+            if pen >= tsb:
+                mask |= index >= tsb
+            else:
+                mask |= (index < eot) | ((index >= tsb) & (index < last))
+                check = True
+        else:
+            check = True
+            if last_ts >= 0:
+                mask |= (index >= tsb) & (index <= last_ts)
+    return np.where(mask, -np.inf, np.asarray(row, np.float32).astype(np.float64)), check
+
+
+def row_state(seq: list[int], timestamp_begin: int) -> list[int]:
+    """The int32 state (:data:`STATE_FIELDS`) of a row that generated ``seq`` and is not finished."""
+    last = seq[-1] if seq else -1
+    pen = seq[-2] if len(seq) >= 2 else last
+    stamps = [t for t in seq if t >= timestamp_begin]
+    return [len(seq), last, pen, stamps[-1] if stamps else -1, 0]
+
+
+def beam_rules_topk(logits: GPUArray, state: GPUArray, scores: GPUArray, suppress: GPUArray, blank: GPUArray,
+                    params: GPUArray, k: int) -> tuple[GPUArray, GPUArray]:  # fmt: skip
+    """One beam-search step of the token rules on the device: for each row of ``logits`` (rows, vocab), the
+    ``k`` tokens the rules keep with the highest log-probabilities (filtered log-softmax in float64; ties:
+    lower token first) as int32 indices (rows, k) and ``scores[row]`` + their log-probabilities as float64
+    (rows, k), -1 and -inf past the tokens kept. ``state`` (rows, 5) int32 describes each row's tokens
+    (:func:`row_state`), ``scores`` (rows,) float64 the rows' cumulative log-probabilities. The host reads
+    back 2 x rows x k values per step instead of the rows' logits."""
+    rows, vocab = _check(logits, {"state": (state, (-1, len(STATE_FIELDS)), int32), "scores": (scores, (-1,), float64),
+                                  "suppress": (suppress, (-2,), uint8), "blank": (blank, (-2,), uint8),
+                                  "params": (params, (5,), int32)})  # fmt: skip
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= vocab:
+        raise ShapeError(f"beam_rules_topk: k must be an int in [1, {vocab}], got {k!r}")
+    from pygpukit.core.array import empty
+
+    out_idx, out_val = empty((rows, int(k)), int32), empty((rows, int(k)), float64)
+    if _is_cuda():
+        _beam_kernel(_SUFFIX[logits.dtype.name])(
+            logits.device_ptr, logits._strides[0], suppress.device_ptr, blank.device_ptr, state.device_ptr,
+            scores.device_ptr, params.device_ptr, vocab, int(k), out_idx.device_ptr, out_val.device_ptr,
+            grid=rows, block=_BLOCK,
+        )  # fmt: skip
+        return out_idx, out_val
+    x, st, sc = logits._host_view(), state._host_view(), scores._host_view()
+    tsb = int(params._host_view()[2])
+    idx, val = out_idx._host_view(), out_val._host_view()
+    for row in range(rows):
+        values, check = _filtered(x[row], st[row], suppress, blank, params)
+        text, stamps = values[:tsb], values[tsb:]
+        mt, ms = float(text.max(initial=-np.inf)), float(stamps.max(initial=-np.inf))
+        sts = float(np.exp(stamps[stamps > -np.inf] - ms).sum()) if ms > -np.inf else 0.0
+        stx = float(np.exp(text[text > -np.inf] - mt).sum()) if mt > -np.inf else 0.0
+        if check and ms > -np.inf and ms + np.log(sts) > mt:
+            values = np.concatenate([np.full(tsb, -np.inf), stamps])
+            m, log_total = ms, float(np.log(sts))
+        elif mt > -np.inf or ms > -np.inf:
+            m = max(mt, ms)
+            log_total = float(np.log((stx * np.exp(mt - m) if mt > -np.inf else 0.0)
+                                     + (sts * np.exp(ms - m) if ms > -np.inf else 0.0)))  # fmt: skip
+        else:
+            m, log_total = 0.0, np.inf
+        kept = np.flatnonzero(values > -np.inf)
+        order = kept[np.lexsort((kept, -values[kept]))][:k]
+        idx[row] = -1
+        val[row] = -np.inf
+        idx[row, : order.shape[0]] = order
+        val[row, : order.shape[0]] = float(sc[row]) + (values[order] - m - log_total)
+    return out_idx, out_val
 
 
 def _choose(values: np.ndarray[Any, Any], tsb: int, check: bool, eot: int) -> tuple[int, float]:
