@@ -146,3 +146,44 @@ def test_beam_rules_topk_equals_the_host_rules(rows: int, step: int, k: int, see
         assert np.array_equal(got_idx[r, : len(want)], want), (r, got_idx[r], want)
         assert np.all(got_idx[r, len(want) :] == -1)
         np.testing.assert_allclose(got_val[r, : len(want)], lp[r, want], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("temperature", [0.5, 1.0])
+def test_sample_rules_step_draws_from_the_filtered_softmax(temperature: float) -> None:
+    """The device sampling step: over 3000 identical rows the tokens' frequencies follow softmax(v / T) of the
+    entries the rules keep (a chi-square bound), each sum gets the token's log-probability at temperature 1,
+    finished rows emit <|endoftext|>, and a (seed, step) pair gives the same tokens again."""
+    from pygpukit.asr.token_step import rules_arrays, sample_rules_step
+    from pygpukit.core.array import from_numpy
+
+    rows = 3000
+    rng = np.random.default_rng(7)
+    row = rng.normal(0, 1.5, 30).astype(np.float32)
+    logits = from_numpy(np.tile(row, (rows, 1)))
+    seqs = [[5, 9]] * rows
+    state = np.array([[2, 9, 5, -1, 0]] * rows, np.int32)
+    state[0, 4] = 1  # a finished row
+    arrays = [from_numpy(a) for a in rules_arrays(TS_RULES)]
+
+    def draw(seed: int) -> tuple[np.ndarray, np.ndarray]:
+        tokens, sums = from_numpy(np.zeros(rows, np.int32)), from_numpy(np.zeros(rows, np.float64))
+        sample_rules_step(logits, tokens, from_numpy(state), sums, *arrays, temperature, seed, 3)
+        return tokens.to_numpy(), sums.to_numpy()
+
+    tokens, sums = draw(11)
+    assert tokens[0] == EOT
+    assert sums[0] == 0.0
+    host = TS_RULES.apply(np.tile(row.astype(np.float64), (1, 1)), seqs[:1], 2)[0]
+    kept = np.flatnonzero(host > -np.inf)
+    lp = host - host[kept].max() - np.log(np.exp(host[kept] - host[kept].max()).sum())
+    np.testing.assert_allclose(sums[1:], lp[tokens[1:]], rtol=0, atol=1e-6)
+    p = np.exp(host[kept] / temperature - (host[kept] / temperature).max())
+    p /= p.sum()
+    counts = np.array([(tokens[1:] == t).sum() for t in kept], np.float64)
+    assert counts.sum() == rows - 1
+    expected = p * (rows - 1)
+    big = expected >= 5
+    chi2 = (((counts - expected) ** 2 / expected)[big]).sum()
+    assert chi2 < 3 * big.sum() + 30, (chi2, counts, expected)
+    assert np.array_equal(draw(11)[0], tokens)
+    assert not np.array_equal(draw(12)[0], tokens)

@@ -27,7 +27,7 @@ from pygpukit.core.errors import ArgumentError
 from pygpukit.ops import log_softmax, stack
 
 from .graph_decode import greedy_graph_decode, per_row_prompts, use_graph
-from .token_step import beam_rules_topk, row_state, rules_arrays
+from .token_step import beam_rules_topk, greedy_rules_step, row_state, rules_arrays, sample_rules_step
 
 __all__ = ["DecodeResult", "TokenRules", "decode_batch", "decode_window"]
 
@@ -108,9 +108,12 @@ def _log_softmax(x: Array) -> Array:
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))  # type: ignore[no-any-return]
 
 
-def _step_logits(model: Any, state: Any, tokens: Array) -> Array:
-    hidden = model.decode(tokens, state)
-    return np.asarray(model.logits(hidden[:, -1]).to_numpy(), dtype=np.float64)
+def _no_speech_probs(model: Any, hidden: GPUArray, sot_index: int, no_speech: int) -> Array:
+    """The probability of <|nospeech|> at the <|startoftranscript|> position of each row of ``hidden``, before
+    any rule: the log-softmax on the device in float64 (the host formula); one value per row comes back."""
+    first = model.logits(hidden[:, sot_index : sot_index + 1]).astype(float64)
+    column = log_softmax(first, axis=-1)[:, 0, no_speech : no_speech + 1]
+    return np.exp(np.asarray(column.to_numpy(), np.float64).reshape(-1))
 
 
 def decode_window(model: Any, encoder_out: GPUArray, prompt: list[int], rules: TokenRules, *, sot_index: int,
@@ -143,16 +146,13 @@ def decode_window(model: Any, encoder_out: GPUArray, prompt: list[int], rules: T
     rows = best_of if sampling else beam_size
     state = model.new_state(encoder_out, repeat=rows, max_len=min(ctx, len(prompt) + max_new))
     hidden = model.decode(np.tile(np.asarray(prompt, np.int64), (rows, 1)), state)
-    # the no-speech probability: <|nospeech|> at the <|startoftranscript|> position, before any rule
-    # (the log-softmax on the device, float64 as the host formula; one value comes back)
-    first = model.logits(hidden[:1, sot_index : sot_index + 1]).astype(float64)
-    no_speech_prob = float(np.exp(log_softmax(first, axis=-1)[0, 0, no_speech : no_speech + 1].to_numpy()[0]))
+    no_speech_prob = float(_no_speech_probs(model, hidden[:1], sot_index, no_speech)[0])
     if beam_size > 1 and not sampling:
         return _beam(model, state, model.logits(hidden[:, -1]), rules, beam_size, patience, length_penalty, max_new,
                      no_speech_prob)  # fmt: skip
-    logits = np.asarray(model.logits(hidden[:, -1]).to_numpy(), dtype=np.float64)
     generator = rng if rng is not None else np.random.default_rng(0)
-    seqs, sums = _sample_rows(model, state, logits, rules, temperature, max_new, generator)
+    seed = int(generator.integers(0, 2**63)) if sampling else 0
+    seqs, sums = _sample_rows(model, state, model.logits(hidden[:, -1]), rules, temperature, max_new, seed)
     lengths = np.array([max(len(s), 1) for s in seqs], dtype=np.float64)
     scores = sums / lengths**length_penalty
     best = int(np.argmax(scores))
@@ -160,35 +160,38 @@ def decode_window(model: Any, encoder_out: GPUArray, prompt: list[int], rules: T
                         float(temperature), [(s, float(v)) for s, v in zip(seqs, scores, strict=True)])  # fmt: skip
 
 
-def _sample_rows(model: Any, state: Any, logits: Array, rules: TokenRules, temperature: float, max_new: int,
-                 generator: np.random.Generator) -> tuple[list[list[int]], Array]:  # fmt: skip
-    """Greedy (temperature 0) or sampled continuation of every row of ``state``: the tokens of each row
-    (without <|endoftext|>) and the sums of their log-probabilities. Finished rows are fed <|endoftext|>."""
+def _sample_rows(model: Any, state: Any, logits: GPUArray, rules: TokenRules, temperature: float, max_new: int,
+                 seed: int) -> tuple[list[list[int]], Array]:  # fmt: skip
+    """Greedy (temperature 0) or sampled continuation of every row of ``state`` from its first ``logits``
+    (rows, vocab) on the device: the tokens of each row (without <|endoftext|>) and the sums of their
+    log-probabilities. The token rules, the choice and the sums run on the device
+    (:func:`~pygpukit.asr.token_step.greedy_rules_step`, :func:`~pygpukit.asr.token_step.sample_rules_step`
+    with ``seed``); each step the host reads back one token per row. Finished rows are fed <|endoftext|>."""
     rows = logits.shape[0]
     seqs: list[list[int]] = [[] for _ in range(rows)]
-    sums = np.zeros(rows)
+    suppress, blank, params = (from_numpy(a) for a in rules_arrays(rules))
+    tokens_dev = from_numpy(np.zeros(rows, np.int32))
+    states = from_numpy(np.tile(np.array([0, -1, -1, -1, 0], np.int32), (rows, 1)))
+    sums_dev = from_numpy(np.zeros(rows, np.float64))
     done = np.zeros(rows, bool)
     for step in range(max_new):
-        rules.apply(logits, seqs, step)
-        lp = _log_softmax(logits)
         if temperature > 0:
-            probs = np.exp(_log_softmax(logits / temperature))
-            tokens = np.array([generator.choice(probs.shape[1], p=p / p.sum()) for p in probs])
+            sample_rules_step(logits, tokens_dev, states, sums_dev, suppress, blank, params, temperature, seed, step)
         else:
-            tokens = lp.argmax(axis=-1)
+            greedy_rules_step(logits, tokens_dev, states, sums_dev, suppress, blank, params)
+        tokens = tokens_dev.to_numpy()
         for r in range(rows):
             if done[r]:
                 continue
-            sums[r] += lp[r, tokens[r]]
             if int(tokens[r]) == rules.eot:
                 done[r] = True
             else:
                 seqs[r].append(int(tokens[r]))
         if done.all() or step + 1 == max_new:
             break
-        feed = np.where(done, rules.eot, tokens).reshape(rows, 1)
-        logits = _step_logits(model, state, feed)
-    return seqs, sums
+        hidden = model.decode(tokens.astype(np.int64).reshape(rows, 1), state)  # finished rows: <|endoftext|>
+        logits = model.logits(hidden[:, -1])
+    return seqs, np.asarray(sums_dev.to_numpy(), np.float64)
 
 
 def decode_batch(model: Any, encoder_out: GPUArray, prompt: list[int] | Sequence[list[int]], rules: TokenRules, *,
@@ -230,10 +233,8 @@ def decode_batch(model: Any, encoder_out: GPUArray, prompt: list[int] | Sequence
         prompt0, max_new = prompts[0], caps[0]
         state = model.new_state(encoder_out, max_len=min(ctx, len(prompt0) + max_new))
         hidden = model.decode(np.tile(np.asarray(prompt0, np.int64), (rows, 1)), state)
-        first = np.asarray(model.logits(hidden[:, sots[0] : sots[0] + 1]).to_numpy(), np.float64)[:, 0]
-        no_speech_probs = np.exp(_log_softmax(first))[:, no_speech]
-        logits = np.asarray(model.logits(hidden[:, -1]).to_numpy(), dtype=np.float64)
-        seqs, sums = _sample_rows(model, state, logits, rules, 0.0, max_new, np.random.default_rng(0))
+        no_speech_probs = _no_speech_probs(model, hidden, sots[0], no_speech)
+        seqs, sums = _sample_rows(model, state, model.logits(hidden[:, -1]), rules, 0.0, max_new, 0)
     return [DecodeResult(seq, float(total_lp), float(total_lp / (len(seq) + 1)), float(ns), 0.0)
             for seq, total_lp, ns in zip(seqs, sums, no_speech_probs, strict=True)]  # fmt: skip
 

@@ -40,7 +40,7 @@ from pygpukit.core.dtypes import DType, float64, int32, uint8
 from pygpukit.core.errors import DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel
 
-__all__ = ["STATE_FIELDS", "beam_rules_topk", "greedy_rules_step", "row_state"]
+__all__ = ["STATE_FIELDS", "beam_rules_topk", "greedy_rules_step", "row_state", "sample_rules_step"]
 
 STATE_FIELDS = ("count", "last", "penultimate", "last_timestamp", "done")
 _BLOCK = 1024
@@ -182,10 +182,27 @@ __device__ __forceinline__ bool normalizer(const RowRules& r, const RowStats& o,
     return false;
 }
 
+// A counter-based uniform in (0, 1) (24 bits; splitmix64 of the seed and the counter) and its Gumbel
+// variate -log(-log(u)): the key v / T + g whose maximum over a row is a sample of softmax(v / T).
+__device__ __forceinline__ float gumbel(unsigned long long seed, int row, int step, int i) {
+    const unsigned long long counter = ((unsigned long long)step << 36) | ((unsigned long long)row << 20) |
+                                       (unsigned long long)i;
+    unsigned long long z = seed + (counter + 1ull) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const float u = ((float)(z >> 40) + 0.5f) * 5.9604644775390625e-8f;  // 2^-24
+    return -logf(-logf(u));
+}
+
+// One decoding step of a row: the token the rules allow, greedy (inv_temp 0: the first maximum) or sampled
+// from softmax(v * inv_temp) over the kept entries (Gumbel keys, the first maximum), its log-probability
+// in the filtered distribution at temperature 1 added to sum_lp, the row's state updated.
 template <int KIND>
-__device__ void greedy_step(const void* logits, long long row_stride, const unsigned char* suppress,
+__device__ void choose_step(const void* logits, long long row_stride, const unsigned char* suppress,
                             const unsigned char* blank, int* tokens, int* state, double* sum_lp, int eot,
-                            int no_ts, int tsb, int max_init, int timestamps, int vocab) {
+                            int no_ts, int tsb, int max_init, int timestamps, int vocab, float inv_temp,
+                            unsigned long long seed, int step) {
     __shared__ float s_val[2][BLOCK];
     __shared__ int s_idx[2][BLOCK];
     __shared__ double s_sum[2][BLOCK];
@@ -194,21 +211,46 @@ __device__ void greedy_step(const void* logits, long long row_stride, const unsi
     RowRules r;
     load_rules(r, st, eot, no_ts, tsb, max_init, timestamps);
     const int done = st[4];
-    const RowStats o = row_stats<KIND>(r, tid, vocab, logits, (long long)row * row_stride, suppress, blank, s_val,
-                                       s_idx, s_sum);
-    if (tid != 0) return;
+    const long long offset = (long long)row * row_stride;
+    const RowStats o = row_stats<KIND>(r, tid, vocab, logits, offset, suppress, blank, s_val, s_idx, s_sum);
     double m, log_total;
     const bool forced = normalizer(r, o, m, log_total);
-    const double dmt = (double)o.mt, dms = (double)o.ms;
-    const bool text_ok = o.at >= 0 && dmt > -DINF, ts_ok = o.as >= 0 && dms > -DINF;
     int token = eot;
     double lp = -DINF;
-    if (forced) {
-        token = o.as;
-        lp = -log_total;
-    } else if (text_ok || ts_ok) {
-        token = text_ok && (!ts_ok || dmt >= dms) ? o.at : o.as;
-        lp = -log_total;
+    if (inv_temp > 0.0f) {
+        float bk = NEG_INF;
+        int bi = -1;
+        visit_kept<KIND>(r, tid, vocab, logits, offset, suppress, blank, [&](float v, int i) {
+            if ((forced && i < tsb) || !(v > NEG_INF)) return;
+            better(bk, bi, v * inv_temp + gumbel(seed, row, step, i), i);
+        });
+        s_val[0][tid] = bk; s_idx[0][tid] = bi;
+        __syncthreads();
+        for (int half = BLOCK / 2; half > 0; half >>= 1) {
+            if (tid < half) {
+                float v = s_val[0][tid]; int k = s_idx[0][tid];
+                better(v, k, s_val[0][tid + half], s_idx[0][tid + half]);
+                s_val[0][tid] = v; s_idx[0][tid] = k;
+            }
+            __syncthreads();
+        }
+        if (tid != 0) return;
+        bi = s_idx[0][0];
+        if (bi >= 0) {
+            token = bi;
+            lp = (double)load<KIND>(logits, offset + bi) - m - log_total;
+        }
+    } else {
+        if (tid != 0) return;
+        const double dmt = (double)o.mt, dms = (double)o.ms;
+        const bool text_ok = o.at >= 0 && dmt > -DINF, ts_ok = o.as >= 0 && dms > -DINF;
+        if (forced) {
+            token = o.as;
+            lp = -log_total;
+        } else if (text_ok || ts_ok) {
+            token = text_ok && (!ts_ok || dmt >= dms) ? o.at : o.as;
+            lp = -log_total;
+        }
     }
     if (done) { tokens[row] = eot; return; }
     sum_lp[row] += lp;
@@ -295,8 +337,15 @@ __device__ void beam_topk(const void* logits, long long row_stride, const unsign
 extern "C" __global__ void __launch_bounds__(BLOCK) whisper_greedy_step_##SUFFIX(                             \
         const void* logits, long long row_stride, const unsigned char* suppress, const unsigned char* blank, \
         int* tokens, int* state, double* sum_lp, const int* params, int vocab) {                            \
-    greedy_step<KIND_##SUFFIX>(logits, row_stride, suppress, blank, tokens, state, sum_lp, params[0],       \
-                               params[1], params[2], params[3], params[4], vocab);                           \
+    choose_step<KIND_##SUFFIX>(logits, row_stride, suppress, blank, tokens, state, sum_lp, params[0],       \
+                               params[1], params[2], params[3], params[4], vocab, 0.0f, 0ull, 0);            \
+}                                                                                                            \
+extern "C" __global__ void __launch_bounds__(BLOCK) whisper_sample_step_##SUFFIX(                             \
+        const void* logits, long long row_stride, const unsigned char* suppress, const unsigned char* blank, \
+        int* tokens, int* state, double* sum_lp, const int* params, int vocab, float inv_temp,              \
+        unsigned long long seed, int step) {                                                                 \
+    choose_step<KIND_##SUFFIX>(logits, row_stride, suppress, blank, tokens, state, sum_lp, params[0],       \
+                               params[1], params[2], params[3], params[4], vocab, inv_temp, seed, step);     \
 }
 ENTRY(f32)
 ENTRY(f16)
@@ -327,6 +376,22 @@ def _kernel(suffix: str) -> JITKernel:
         Param("vocab", "int", "scalar", "i"),
     ]
     return JITKernel(_SOURCE, f"whisper_greedy_step_{suffix}", params=params)
+
+
+@functools.cache
+def _sample_kernel(suffix: str) -> JITKernel:
+    from pygpukit.core.jit import Param
+
+    params = [
+        Param("logits", "void*", "pointer", "Q"),
+        Param("row_stride", "long long", "scalar", "q"),
+        *[Param(n, "void*", "pointer", "Q") for n in ("suppress", "blank", "tokens", "state", "sum_lp", "params")],
+        Param("vocab", "int", "scalar", "i"),
+        Param("inv_temp", "float", "scalar", "f"),
+        Param("seed", "unsigned long long", "scalar", "Q"),
+        Param("step", "int", "scalar", "i"),
+    ]
+    return JITKernel(_SOURCE, f"whisper_sample_step_{suffix}", params=params)
 
 
 @functools.cache
@@ -365,20 +430,20 @@ def rules_arrays(rules: Any) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]
     return suppress, blank, params
 
 
-def _check(logits: Any, arrays: dict[str, tuple[Any, tuple[int, ...], DType]]) -> tuple[int, int]:
+def _check(logits: Any, arrays: dict[str, tuple[Any, tuple[int, ...], DType]], name: str) -> tuple[int, int]:
     if not isinstance(logits, GPUArray) or logits.ndim != 2 or logits._strides[-1] != 1:
-        raise ShapeError(f"greedy_rules_step: logits must be a (rows, vocab) GPUArray with unit last stride, got "
+        raise ShapeError(f"{name}: logits must be a (rows, vocab) GPUArray with unit last stride, got "
                          f"{getattr(logits, 'shape', type(logits).__name__)}")  # fmt: skip
     if logits.dtype.name not in _SUFFIX:
-        raise DTypeError(f"greedy_rules_step: logits must be float32, float16 or bfloat16, got {logits.dtype.name}")
+        raise DTypeError(f"{name}: logits must be float32, float16 or bfloat16, got {logits.dtype.name}")
     rows, vocab = logits.shape
-    for name, (array, shape, dtype) in arrays.items():
+    for key, (array, shape, dtype) in arrays.items():
         shape = tuple(rows if s == -1 else vocab if s == -2 else s for s in shape)
         if not isinstance(array, GPUArray) or array.shape != shape or not array.is_contiguous:
             found = array.shape if isinstance(array, GPUArray) else type(array).__name__
-            raise ShapeError(f"greedy_rules_step: {name} must be a contiguous {shape} GPUArray, got {found}")
+            raise ShapeError(f"{name}: {key} must be a contiguous {shape} GPUArray, got {found}")
         if array.dtype != dtype:
-            raise DTypeError(f"greedy_rules_step: {name} must be {dtype.name}, got {array.dtype.name}")
+            raise DTypeError(f"{name}: {key} must be {dtype.name}, got {array.dtype.name}")
     return rows, vocab
 
 
@@ -387,14 +452,35 @@ def greedy_rules_step(logits: GPUArray, tokens: GPUArray, state: GPUArray, sum_l
     """Apply the token rules to ``logits`` (rows, vocab), pick each row's token into ``tokens`` (rows,)
     int32 and update ``state`` (rows, 5) int32 and ``sum_lp`` (rows,) float64 in place; ``suppress``,
     ``blank`` and ``params`` are the device copies of :func:`rules_arrays`."""
+    _rules_step("greedy_rules_step", logits, tokens, state, sum_lp, suppress, blank, params, 0.0, 0, 0)
+
+
+def sample_rules_step(logits: GPUArray, tokens: GPUArray, state: GPUArray, sum_lp: GPUArray, suppress: GPUArray,
+                      blank: GPUArray, params: GPUArray, temperature: float, seed: int, step: int) -> None:  # fmt: skip
+    """:func:`greedy_rules_step` with each row's token sampled from the softmax of the kept logits divided by
+    ``temperature`` (> 0) instead of the maximum: Gumbel-max keys ``v / T - log(-log(u))`` with ``u`` a
+    counter-based uniform of (``seed``, row, ``step``, token), so a (seed, step) pair gives the same tokens on
+    every run. The log-probability added to ``sum_lp`` is the token's in the filtered distribution at
+    temperature 1, as the host path scores samples."""
+    if not temperature > 0:
+        raise ShapeError(f"sample_rules_step: temperature must be > 0, got {temperature!r}")
+    _rules_step("sample_rules_step", logits, tokens, state, sum_lp, suppress, blank, params, float(temperature),
+                int(seed) & (2**64 - 1), int(step))  # fmt: skip
+
+
+def _rules_step(name: str, logits: GPUArray, tokens: GPUArray, state: GPUArray, sum_lp: GPUArray, suppress: GPUArray,
+                blank: GPUArray, params: GPUArray, temperature: float, seed: int, step: int) -> None:  # fmt: skip
     rows, vocab = _check(logits, {"tokens": (tokens, (-1,), int32), "state": (state, (-1, len(STATE_FIELDS)), int32),
                                   "sum_lp": (sum_lp, (-1,), float64), "suppress": (suppress, (-2,), uint8),
-                                  "blank": (blank, (-2,), uint8), "params": (params, (5,), int32)})  # fmt: skip
+                                  "blank": (blank, (-2,), uint8), "params": (params, (5,), int32)}, name)  # fmt: skip
+    inv_temp = np.float32(1.0 / temperature) if temperature > 0 else np.float32(0)
     if _is_cuda():
-        _kernel(_SUFFIX[logits.dtype.name])(
-            logits.device_ptr, logits._strides[0], suppress.device_ptr, blank.device_ptr, tokens.device_ptr,
-            state.device_ptr, sum_lp.device_ptr, params.device_ptr, vocab, grid=rows, block=_BLOCK,
-        )  # fmt: skip
+        args = (logits.device_ptr, logits._strides[0], suppress.device_ptr, blank.device_ptr, tokens.device_ptr,
+                state.device_ptr, sum_lp.device_ptr, params.device_ptr, vocab)  # fmt: skip
+        if temperature > 0:
+            _sample_kernel(_SUFFIX[logits.dtype.name])(*args, float(inv_temp), seed, step, grid=rows, block=_BLOCK)
+        else:
+            _kernel(_SUFFIX[logits.dtype.name])(*args, grid=rows, block=_BLOCK)
         return
     x = logits._host_view()
     eot, _, tsb, _, _ = (int(v) for v in params._host_view())
@@ -402,7 +488,10 @@ def greedy_rules_step(logits: GPUArray, tokens: GPUArray, state: GPUArray, sum_l
     for row in range(rows):
         count, last, _, last_ts, done = (int(v) for v in st[row])
         values, check = _filtered(x[row], st[row], suppress, blank, params)
-        token, lp = _choose(values, tsb, check, eot)
+        if temperature > 0:
+            token, lp = _sample(values, tsb, check, eot, inv_temp, seed, row, step)
+        else:
+            token, lp = _choose(values, tsb, check, eot)
         if done:
             out[row] = eot
             continue
@@ -459,7 +548,7 @@ def beam_rules_topk(logits: GPUArray, state: GPUArray, scores: GPUArray, suppres
     back 2 x rows x k values per step instead of the rows' logits."""
     rows, vocab = _check(logits, {"state": (state, (-1, len(STATE_FIELDS)), int32), "scores": (scores, (-1,), float64),
                                   "suppress": (suppress, (-2,), uint8), "blank": (blank, (-2,), uint8),
-                                  "params": (params, (5,), int32)})  # fmt: skip
+                                  "params": (params, (5,), int32)}, "beam_rules_topk")  # fmt: skip
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= vocab:
         raise ShapeError(f"beam_rules_topk: k must be an int in [1, {vocab}], got {k!r}")
     from pygpukit.core.array import empty
@@ -477,19 +566,9 @@ def beam_rules_topk(logits: GPUArray, state: GPUArray, scores: GPUArray, suppres
     idx, val = out_idx._host_view(), out_val._host_view()
     for row in range(rows):
         values, check = _filtered(x[row], st[row], suppress, blank, params)
-        text, stamps = values[:tsb], values[tsb:]
-        mt, ms = float(text.max(initial=-np.inf)), float(stamps.max(initial=-np.inf))
-        sts = float(np.exp(stamps[stamps > -np.inf] - ms).sum()) if ms > -np.inf else 0.0
-        stx = float(np.exp(text[text > -np.inf] - mt).sum()) if mt > -np.inf else 0.0
-        if check and ms > -np.inf and ms + np.log(sts) > mt:
-            values = np.concatenate([np.full(tsb, -np.inf), stamps])
-            m, log_total = ms, float(np.log(sts))
-        elif mt > -np.inf or ms > -np.inf:
-            m = max(mt, ms)
-            log_total = float(np.log((stx * np.exp(mt - m) if mt > -np.inf else 0.0)
-                                     + (sts * np.exp(ms - m) if ms > -np.inf else 0.0)))  # fmt: skip
-        else:
-            m, log_total = 0.0, np.inf
+        forced, m, log_total = _normalizer(values, tsb, check)
+        if forced:
+            values = np.concatenate([np.full(tsb, -np.inf), values[tsb:]])
         kept = np.flatnonzero(values > -np.inf)
         order = kept[np.lexsort((kept, -values[kept]))][:k]
         idx[row] = -1
@@ -499,19 +578,63 @@ def beam_rules_topk(logits: GPUArray, state: GPUArray, scores: GPUArray, suppres
     return out_idx, out_val
 
 
-def _choose(values: np.ndarray[Any, Any], tsb: int, check: bool, eot: int) -> tuple[int, float]:
-    """The kernel's decision for one filtered row (float64): the token and its log-probability."""
+def _normalizer(values: np.ndarray[Any, Any], tsb: int, check: bool) -> tuple[bool, float, float]:
+    """The kernels' ``normalizer`` for one filtered row (float64): whether the timestamps are forced, and m
+    and log_total with log-probability v - m - log_total for a kept entry of value v."""
     text, stamps = values[:tsb], values[tsb:]
     mt, ms = float(text.max(initial=-np.inf)), float(stamps.max(initial=-np.inf))
     text_ok, ts_ok = mt > -np.inf, ms > -np.inf
     sts = float(np.exp(stamps[stamps > -np.inf] - ms).sum()) if ts_ok else 0.0
     stx = float(np.exp(text[text > -np.inf] - mt).sum()) if text_ok else 0.0
     if check and ts_ok and ms + np.log(sts) > mt:
-        return tsb + int(np.argmax(stamps)), float(-np.log(sts))
+        return True, ms, float(np.log(sts))
     if not (text_ok or ts_ok):
-        return eot, -np.inf
-    pick_text = text_ok and (not ts_ok or mt >= ms)
-    m = mt if pick_text else ms
-    token = int(np.argmax(text)) if pick_text else tsb + int(np.argmax(stamps))
+        return False, 0.0, float(np.inf)
+    m = mt if text_ok and (not ts_ok or mt >= ms) else ms
     total = (stx * np.exp(mt - m) if text_ok else 0.0) + (sts * np.exp(ms - m) if ts_ok else 0.0)
-    return token, float(-np.log(total))
+    return False, m, float(np.log(total))
+
+
+def _choose(values: np.ndarray[Any, Any], tsb: int, check: bool, eot: int) -> tuple[int, float]:
+    """The kernel's greedy decision for one filtered row (float64): the token and its log-probability."""
+    forced, m, log_total = _normalizer(values, tsb, check)
+    text, stamps = values[:tsb], values[tsb:]
+    if forced:
+        return tsb + int(np.argmax(stamps)), -log_total
+    if not log_total < np.inf:
+        return eot, -np.inf
+    pick_text = text.size > 0 and float(text.max(initial=-np.inf)) == m
+    token = int(np.argmax(text)) if pick_text else tsb + int(np.argmax(stamps))
+    return token, -log_total
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def _gumbel(seed: int, row: int, step: int, index: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """The kernels' Gumbel variates of (seed, row, step, index) (splitmix64 of the counter, 24-bit uniform)."""
+    counter = np.uint64((step << 36) | (row << 20)) | index.astype(np.uint64)
+    with np.errstate(over="ignore"):
+        z = np.uint64(seed) + (counter + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z ^= z >> np.uint64(31)
+    u = ((z >> np.uint64(40)).astype(np.float32) + np.float32(0.5)) * np.float32(2.0**-24)
+    result: np.ndarray[Any, Any] = -np.log(-np.log(u))
+    return result
+
+
+def _sample(values: np.ndarray[Any, Any], tsb: int, check: bool, eot: int, inv_temp: np.float32, seed: int, row: int,
+            step: int) -> tuple[int, float]:  # fmt: skip
+    """The kernel's sampled decision for one filtered row: the first maximum of v / T + Gumbel over the
+    eligible entries, and its log-probability at temperature 1."""
+    forced, m, log_total = _normalizer(values, tsb, check)
+    eligible = np.flatnonzero(values > -np.inf)
+    if forced:
+        eligible = eligible[eligible >= tsb]
+    if eligible.size == 0:
+        return eot, -np.inf
+    v = values[eligible].astype(np.float32)
+    keys = v * inv_temp + _gumbel(seed, row, step, eligible)
+    pick = int(np.argmax(keys))
+    return int(eligible[pick]), float(v[pick]) - m - log_total
