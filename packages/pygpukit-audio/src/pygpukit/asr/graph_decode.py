@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 import pygpukit.ops as ops
-from pygpukit.core.array import GPUArray, zeros
+from pygpukit.core.array import GPUArray, from_numpy, zeros
 from pygpukit.core.dtypes import float64, int32, uint8
 from pygpukit.core.errors import ArgumentError, PyGPUkitError, ShapeError
 from pygpukit.core.graph import CudaGraph
@@ -122,8 +122,6 @@ class GraphDecoder:
         self.v_cache = [self.cache.v(i) for i in range(c.decoder_layers)]
         self.workspace = self.window.workspace(heads, HEAD_DIM, self.max_len)
         self.embed_t = w["dec.embed"].T
-        self._row_cache: Any = None  # start() with different prompts per row: a one-row KV cache (made once)
-        self._row_scratch: dict[Any, Any] = {}  # and its DecoderState's workspaces
 
     # -- the captured step --------------------------------------------------------------------------
     def _linear(self, x: GPUArray, name: str, out: GPUArray, activation: str | None = None) -> None:
@@ -238,25 +236,26 @@ class GraphDecoder:
         return no_speech_probs
 
     def _start_rows(self, prompts: list[list[int]], sots: list[int]) -> tuple[GPUArray, GPUArray]:
-        """Different prompts per row: each row's prompt through WhisperModel.decode alone, with a one-row
-        KV cache whose positions [0, len) are then copied into the row's; returns the hidden states at each
-        row's <|startoftranscript|> (batch, 1, d) and at its last prompt token (batch, d)."""
-        model, c = self.model, self.model.config
-        if self._row_cache is None:
-            self._row_cache = ops.KVCache(c.decoder_layers, 1, c.decoder_heads, self.max_len, HEAD_DIM, model.dtype)
-            self._row_cache.reset(clear=True)  # positions past a prompt are masked, but never garbage
-        firsts, lasts = [], []
+        """Different prompts per row, in one batch: each prompt right-padded to the longest with
+        <|startoftranscript|>'s id (any token would do) and run through WhisperModel.decode into the KV cache
+        (causal attention: a row's positions before its padding see none of it; the cache entries of the
+        padding are past the row's length, never attended, and the step overwrites them in order); returns the
+        hidden states at each row's <|startoftranscript|> (batch, 1, d) and at its last prompt token (batch, d),
+        gathered on the device."""
+        model, b = self.model, self.batch
+        width = max(len(row_prompt) for row_prompt in prompts)
+        ids = np.empty((b, width), np.int64)
         for r, (row_prompt, sot) in enumerate(zip(prompts, sots, strict=True)):
-            cross = [(k[r : r + 1], v[r : r + 1]) for k, v in self.cross]
-            state = DecoderState(self._row_cache, cross, 0, self._row_scratch)
-            hidden = model.decode(np.asarray([row_prompt], np.int64), state)
-            n = len(row_prompt)
-            for i in range(c.decoder_layers):
-                self.cache.k(i)[r : r + 1, :, :n].copy_(self._row_cache.k(i)[:, :, :n])
-                self.cache.v(i)[r : r + 1, :, :n].copy_(self._row_cache.v(i)[:, :, :n])
-            firsts.append(hidden[:, sot : sot + 1])
-            lasts.append(hidden[:, n - 1])
-        return ops.concatenate(firsts, axis=0), ops.concatenate(lasts, axis=0)
+            ids[r, : len(row_prompt)] = row_prompt
+            ids[r, len(row_prompt) :] = row_prompt[sot]
+        self.window.length = 0
+        hidden = model.decode(ids, self.window)
+        flat = hidden.reshape(b * width, model.config.d_model)
+        starts = np.arange(b, dtype=np.int32) * width
+        firsts = starts + np.asarray(sots, np.int32)
+        lasts = starts + np.asarray([len(row_prompt) - 1 for row_prompt in prompts], np.int32)
+        gathered = ops.embedding(flat, from_numpy(np.concatenate([firsts, lasts])))
+        return gathered[:b].reshape(b, 1, -1), gathered[b:]
 
     def read(self) -> Array:
         """The tokens chosen by the last step (int32 (batch,), on the host: the step's one synchronization)."""
