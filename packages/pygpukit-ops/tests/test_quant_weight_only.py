@@ -224,3 +224,30 @@ def test_dynamic_scheme_is_checked(rng: np.random.Generator) -> None:
     views = cw.with_rows(cw.data[:8], cw.scale[:8])
     assert views.shape == (8, 32)
     assert views.activation_scheme is None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", KINDS)
+def test_gpu_repeated_decode_calls_take_the_checked_plan(rng: np.random.Generator, kind: str) -> None:
+    """A decode call shape seen before skips the checks (quant._linear's plan cache): the same values as the
+    first call for 3-D x with a bias and an activation, x at an address only 2-byte aligned (the scalar
+    kernel, chosen per call), and the checks still run for a call shape not seen before."""
+    from pygpukit.ops.quant import _linear
+
+    cw = quantize_per_channel(rng.standard_normal((96, 512)).astype(np.float32), kind)
+    x = upload(rng.standard_normal((1, 3, 512)).astype(np.float16))
+    bias = upload(rng.standard_normal(96).astype(np.float16))
+    first = gp.ops.linear(x, cw, bias, "silu").to_numpy()
+    assert len(_linear._DECODE._plans) > 0
+    again = gp.ops.linear(x, cw, bias, "silu")
+    assert again.shape == (1, 3, 96)
+    np.testing.assert_array_equal(again.to_numpy(), first)
+    values = rng.standard_normal(3 * 512 + 1).astype(np.float16)
+    shifted = upload(values)[1:].reshape(3, 512)  # contiguous, 2 bytes past a 16-byte boundary
+    assert shifted.is_contiguous
+    aligned = upload(values[1:].reshape(3, 512))
+    want = gp.ops.linear(aligned, cw).to_numpy()  # the call shape's plan made here
+    check(want, values[1:].reshape(3, 512), stored(cw), gp.float16)
+    check(gp.ops.linear(shifted, cw).to_numpy(), values[1:].reshape(3, 512), stored(cw), gp.float16)
+    with pytest.raises(ShapeError, match="K = 512"):
+        gp.ops.linear(upload(np.ones((3, 511), np.float16)), cw)

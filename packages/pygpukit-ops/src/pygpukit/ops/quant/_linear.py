@@ -46,6 +46,8 @@ GemvLaunch = tuple[JITKernel, tuple[Any, ...], int]
 """A GEMV launch: the kernel, its arguments and the grid (blocks of 256 threads)."""
 Gemv = Callable[[Any, GPUArray, GPUArray, "GPUArray | None"], GemvLaunch]
 Prefill = Callable[[Any, GPUArray, "GPUArray | None", "str | None", "Stream | None"], GPUArray]
+# linear_paths' decode calls already checked: (rows, N, result shape or None, activation code) per call shape
+_DECODE: PlanCache[tuple[int, int, tuple[int, ...] | None, int]] = PlanCache("ops.quant_weight_decode")
 
 
 class WeightOnlyTensor:
@@ -194,6 +196,24 @@ def linear_paths(x: Any, w: Any, kind: type[Any], noun: str, parts: Sequence[GPU
     writes straight into it (nothing allocated, so a decode step can be captured); the other paths
     copy theirs in.
     """
+    key = None
+    if out is None and type(x) is GPUArray and x._contiguous and (b is None or type(b) is GPUArray):
+        # A repeated decode call: the checks ran when its shape was first seen (the key holds everything they
+        # read); the GEMV is chosen per call (it looks at the addresses' alignment).
+        key = (kind, x._shape, x._dtype, x._buffer.device, w.shape, tuple(p._buffer.device for p in parts),
+               None if b is None else (b._shape, b._strides, b._dtype, b._buffer.device), activation)  # fmt: skip
+        plan = _DECODE.get(key)
+        if plan is not None:
+            rows, n, result_shape, code = plan
+            x2 = x if x._shape == (rows, w.shape[1]) else x.reshape(rows, w.shape[1])
+            result = empty((rows, n), x._dtype, stream=stream)
+            kernel, args, grid = gemv(w, x2, result, b)
+            launch_on(kernel, args, grid, stream)
+            if code:
+                from .gemv import _activate
+
+                _activate(result, code, stream)
+            return result if result_shape is None else result.reshape(result_shape)
     x2, lead, rows, n, code, bias = linear_prologue(x, w, kind, noun, parts, b, activation, stream)
     given = out
     if given is not None and not (
@@ -219,4 +239,6 @@ def linear_paths(x: Any, w: Any, kind: type[Any], noun: str, parts: Sequence[GPU
         from .gemv import _activate
 
         _activate(out, code, stream)
+    if key is not None:
+        _DECODE.put(key, (rows, n, None if (*lead, n) == (rows, n) else (*lead, n), code))
     return out.reshape((*lead, n)) if given is None else given
