@@ -145,6 +145,39 @@ def _run_case(native: Any, ops: dict[str, Any], m: int, n: int, k: int, order: s
     return row
 
 
+def _api_checks(rng: np.random.Generator) -> list[dict[str, Any]]:
+    """pygpukit.ops.scaled_matmul itself (its routes and fallbacks) per kind, with and without a bias, and the
+    per-channel W8A8 linear: the largest error over sum |a| |b| against the float64 product."""
+    import pygpukit as gp
+    from pygpukit.core.stream import thread_device
+    from pygpukit.ops.gemm import scaled
+    from pygpukit.ops.gemm.api import scaled_matmul
+
+    out: list[dict[str, Any]] = []
+    m, n, k = 40, 256, 384
+    for kind in ("channel", "block"):
+        ops = _operands(m, n, k, kind, rng)
+        for bias in (False, True):
+            for out_dtype in ("bfloat16", "float32"):
+                b_host = rng.standard_normal(n).astype(np.float32)
+                b = gp.from_numpy(b_host).astype(out_dtype) if bias else None
+                row: dict[str, Any] = {"kind": kind, "bias": bias, "out": out_dtype}
+                try:
+                    got = scaled_matmul(ops["q"], ops["w"].T, ops["sx"], ops["sw"], out_dtype=out_dtype,
+                                        bias=b).to_numpy().astype(np.float64)  # fmt: skip
+                    want = ops["x_val"] @ ops["w_val"].T + (b.to_numpy().astype(np.float64) if b is not None else 0)
+                    mag = np.abs(ops["x_val"]) @ np.abs(ops["w_val"]).T
+                    row["max_err_over_mag"] = float(np.max(np.abs(got - want) / (mag + 1e-30)))
+                    row["max_abs_err"] = float(np.max(np.abs(got - want)))
+                except Exception as exc:
+                    row["error"] = f"{type(exc).__name__}: {exc}"
+                device = thread_device()
+                row["refused"] = sorted(r for r, dev in scaled._REFUSED if dev == device)
+                out.append(row)
+                print("api", row, flush=True)
+    return out
+
+
 def _median_ms(fn: Any, repeats: int = 20) -> float:
     import pygpukit as gp
 
@@ -210,7 +243,12 @@ def main() -> None:
     import pygpukit as gp
 
     native = _native()
+    from pygpukit.core.cublaslt import is_cublaslt_available
+
+    if not is_cublaslt_available():  # loads the library (the native gemm needs it loaded)
+        sys.exit("cublaslt_scale_probe: cuBLASLt was not found")
     print(gp.get_device_capabilities(), flush=True)
+    api_rows = _api_checks(np.random.default_rng(1))
     rng = np.random.default_rng(0)
     rows: list[dict[str, Any]] = []
     m, n, k = 96, 384, 512
@@ -250,7 +288,7 @@ def main() -> None:
     if opts.json:
         clean = [{key: v for key, v in r.items() if key not in ("args", "ptrs", "_keep")} for r in rows]
         with open(opts.json, "w") as fh:
-            json.dump({"cases": clean, "timed": timed, "torch": peers}, fh, indent=1)
+            json.dump({"cases": clean, "timed": timed, "torch": peers, "api": api_rows}, fh, indent=1)
 
 
 if __name__ == "__main__":

@@ -195,9 +195,14 @@ def test_w8a8_prefill_of_dynamic_fp8_weights(rng: np.random.Generator, rows: int
     w8a16 = gp.ops.linear(xs, cw, bs).to_numpy().astype(np.float64)  # same weight, x unquantized
     host_x = xs.to_numpy().astype(np.float32)
     want = _w8a8_reference(host_x, cw, bs.to_numpy().astype(np.float64))
-    out_eps = 2.0**-8 if dtype == "bfloat16" else 2.0**-22  # fp32 accumulation, one output rounding
+    out_eps = 2.0**-8 if dtype == "bfloat16" else 2.0**-22  # one output rounding
+    # the accumulation: float32 on the CPU simulation; the fp8 tensor cores keep about 14 mantissa bits
+    # between cuBLASLt's promotions to float32 (test_scaled_matmul_scales._accumulation)
+    acc = 2.0**-13 if gp.backend_state().name == "cuda" else 1e-5
     mag = np.abs(host_x).astype(np.float64) @ np.abs(stored(cw)).T
-    assert np.all(np.abs(got - want) <= out_eps * np.abs(want) + 1e-5 * mag + 1e-6)
+    excess = np.abs(got - want) - (out_eps * np.abs(want) + acc * mag + 1e-6)
+    worst = np.unravel_index(np.argmax(excess), excess.shape)
+    assert excess.max() <= 0, f"excess {excess.max()} at {worst}: got {got[worst]}, want {want[worst]}"
     assert not np.array_equal(got, w8a16)
     silu = gp.ops.linear(xs, dyn, bs, "silu").to_numpy().astype(np.float64)
     ref = got / (1 + np.exp(-got))

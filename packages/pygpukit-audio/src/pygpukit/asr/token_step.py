@@ -301,7 +301,8 @@ __device__ void beam_topk(const void* logits, long long row_stride, const unsign
         float bv = NEG_INF;
         int bi = -1;
         visit_kept<KIND>(r, tid, vocab, logits, offset, suppress, blank, [&](float v, int i) {
-            if (!(forced && i < tsb) && after(v, i, lv, li)) better(bv, bi, v, i);
+            // -inf (and NaN) logits are not candidates: probability 0, as the host's kept entries
+            if (!(forced && i < tsb) && v > NEG_INF && after(v, i, lv, li)) better(bv, bi, v, i);
         });
         for (int delta = 16; delta > 0; delta >>= 1) {
             const float v2 = __shfl_down_sync(0xffffffffu, bv, delta);
