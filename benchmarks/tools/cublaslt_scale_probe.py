@@ -109,7 +109,7 @@ def _run_case(native: Any, ops: dict[str, Any], m: int, n: int, k: int, order: s
     a_scale, b_scale = (ops["sw"].device_ptr, ops["sx"].device_ptr) if order == "ours" else (
         ops["sx"].device_ptr, ops["sw"].device_ptr)  # fmt: skip
     try:
-        found = native.gemm_prepare(g, a_ptr, b_ptr, d.device_ptr)
+        found = native.gemm_prepare(g, a_ptr, b_ptr, d.device_ptr, a_scale, b_scale)
     except Exception as exc:
         row["prepare"] = f"{type(exc).__name__}: {exc}"
         return row

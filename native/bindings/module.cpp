@@ -479,6 +479,7 @@ PYBIND11_MODULE(PYGPUKIT_NATIVE_MODULE, m) {
       .def_readwrite("beta", &GemmArgs::beta)
       .def_property_readonly("prepared", [](const GemmArgs& g) { return static_cast<bool>(g.plan); });
   m.def("gemm_prepare", &gemm_prepare, py::arg("args"), py::arg("a"), py::arg("b"), py::arg("d"),
+        py::arg("a_scale") = 0, py::arg("b_scale") = 0,
         "Choose the cuBLASLt algorithm for args with the alignment of these pointers, without launching; "
         "False when cuBLASLt has none.");
   m.def("gemm", &gemm, py::arg("args"), py::arg("a"), py::arg("b"), py::arg("d"), py::arg("bias"),

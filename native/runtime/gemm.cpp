@@ -280,7 +280,8 @@ Layout make_layout(const Api& lt, int type, bool trans, std::int64_t rows, std::
 // The plan for these args on `device` with these pointer alignments, from the store or made now;
 // null when cuBLASLt has no algorithm for it.
 std::shared_ptr<GemmPlan> plan_for(const GemmArgs& g, const LtTypes& t, int device, Handle handle,
-                                   int align_a, int align_b, int align_d) {
+                                   int align_a, int align_b, int align_d, std::uint64_t a_scale,
+                                   std::uint64_t b_scale) {
   Key key{device,
           t.a,
           t.b,
@@ -325,7 +326,14 @@ std::shared_ptr<GemmPlan> plan_for(const GemmArgs& g, const LtTypes& t, int devi
   const std::uint32_t epilogue = static_cast<std::uint32_t>(t.epilogue);
   check_lt(lt, lt.desc_set(plan->desc, kDescEpilogue, &epilogue, sizeof(epilogue)),
            "cublasLtMatmulDescSetAttribute(EPILOGUE)");
-  if (g.scales && (g.scale_mode_a != kScaleScalar || g.scale_mode_b != kScaleScalar)) {
+  if (g.scales) {  // the heuristic sees scale pointers set, as a launch sets them (gemm.hpp)
+    check_lt(lt, lt.desc_set(plan->desc, kDescAScale, &a_scale, sizeof(a_scale)),
+             "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)");
+    check_lt(lt, lt.desc_set(plan->desc, kDescBScale, &b_scale, sizeof(b_scale)),
+             "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
+  }
+  const bool scale_modes = g.scales && (g.scale_mode_a != kScaleScalar || g.scale_mode_b != kScaleScalar);
+  if (scale_modes) {
     const std::int32_t mode_a = g.scale_mode_a, mode_b = g.scale_mode_b;
     Status s_a = lt.desc_set(plan->desc, kDescAScaleMode, &mode_a, sizeof(mode_a));
     Status s_b = lt.desc_set(plan->desc, kDescBScaleMode, &mode_b, sizeof(mode_b));
@@ -342,29 +350,40 @@ std::shared_ptr<GemmPlan> plan_for(const GemmArgs& g, const LtTypes& t, int devi
   plan->a = make_layout(lt, t.a, g.trans_a, g.m, g.k, g.lda, g.batch, g.stride_a);
   plan->b = make_layout(lt, t.b, g.trans_b, g.k, g.n, g.ldb, g.batch, g.stride_b);
   plan->d = make_layout(lt, t.d, false, g.m, g.n, g.ldd, g.batch, g.stride_d);
-  // An fp8 D takes a 16-bit C (cuBLASLt has no fp8 C); with beta 0 nothing reads it. Only D's layout
-  // is kept for other outputs.
-  if (t.d == kR8FE4M3 || t.d == kR8FE5M2) {
+  // An fp8 D takes a 16-bit C (cuBLASLt has no fp8 C; fp16, as torch's scaled matmul gives it); with
+  // beta 0 nothing reads it. Only D's layout is kept for other outputs.
+  const bool fp8_d = t.d == kR8FE4M3 || t.d == kR8FE5M2;
+  if (fp8_d) {
     if (g.beta != 0.0) throw RuntimeFailure("gemm: an fp8 D cannot also be read as C (beta must be 0)");
-    plan->c = make_layout(lt, kR16BF, false, g.m, g.n, g.ldd, g.batch, g.stride_d);
+    plan->c = make_layout(lt, kR16F, false, g.m, g.n, g.ldd, g.batch, g.stride_d);
   }
   Layout c_layout = plan->c ? plan->c : plan->d;
 
-  Preference pref = nullptr;
-  check_lt(lt, lt.pref_create(&pref), "cublasLtMatmulPreferenceCreate");
+  // The preferences: the workspace, split-K reductions in the compute type only, and the pointers'
+  // alignments. Where that finds nothing for scale modes or an fp8 D, the heuristic is asked again
+  // with the workspace and the reduction rule only (the preferences torch's scaled matmul gives).
   const std::uint64_t max_workspace = kWorkspaceBytes;
   const std::uint32_t aligns[4] = {static_cast<std::uint32_t>(align_a), static_cast<std::uint32_t>(align_b),
                                    static_cast<std::uint32_t>(align_d), static_cast<std::uint32_t>(align_d)};
-  lt.pref_set(pref, kPrefMaxWorkspace, &max_workspace, sizeof(max_workspace));
-  lt.pref_set(pref, kPrefReductionMask, &kReductionComputeType, sizeof(kReductionComputeType));
-  lt.pref_set(pref, kPrefAlignA, &aligns[0], sizeof(aligns[0]));
-  lt.pref_set(pref, kPrefAlignB, &aligns[1], sizeof(aligns[1]));
-  lt.pref_set(pref, kPrefAlignC, &aligns[2], sizeof(aligns[2]));
-  lt.pref_set(pref, kPrefAlignD, &aligns[3], sizeof(aligns[3]));
   HeuristicResult result{};
   int found = 0;
-  Status s = lt.heuristic(handle, plan->desc, plan->a, plan->b, c_layout, plan->d, pref, 1, &result, &found);
-  lt.pref_destroy(pref);
+  Status s = kStatusNotSupported;
+  for (int attempt = 0; attempt < ((scale_modes || fp8_d) ? 2 : 1); ++attempt) {
+    Preference pref = nullptr;
+    check_lt(lt, lt.pref_create(&pref), "cublasLtMatmulPreferenceCreate");
+    lt.pref_set(pref, kPrefMaxWorkspace, &max_workspace, sizeof(max_workspace));
+    lt.pref_set(pref, kPrefReductionMask, &kReductionComputeType, sizeof(kReductionComputeType));
+    if (attempt == 0) {
+      lt.pref_set(pref, kPrefAlignA, &aligns[0], sizeof(aligns[0]));
+      lt.pref_set(pref, kPrefAlignB, &aligns[1], sizeof(aligns[1]));
+      lt.pref_set(pref, kPrefAlignC, &aligns[2], sizeof(aligns[2]));
+      lt.pref_set(pref, kPrefAlignD, &aligns[3], sizeof(aligns[3]));
+    }
+    found = 0;
+    s = lt.heuristic(handle, plan->desc, plan->a, plan->b, c_layout, plan->d, pref, 1, &result, &found);
+    lt.pref_destroy(pref);
+    if (s == 0 && found > 0) break;
+  }
   // No algorithm: the heuristic says so with NOT_SUPPORTED, or INVALID_VALUE for a combination of
   // layouts, types and alignment that no kernel of this cuBLASLt takes (int8 outside its "TN" form).
   if (s == kStatusNotSupported || s == kStatusInvalidValue || (s == 0 && found == 0)) return nullptr;
@@ -392,7 +411,8 @@ std::string describe(const GemmArgs& g) {
 
 }  // namespace
 
-bool gemm_prepare(GemmArgs& g, std::uint64_t a, std::uint64_t b, std::uint64_t d) {
+bool gemm_prepare(GemmArgs& g, std::uint64_t a, std::uint64_t b, std::uint64_t d, std::uint64_t a_scale,
+                  std::uint64_t b_scale) {
   check_shape(g);
   const LtTypes t = lt_types(g);
   const int device = ensure_context();
@@ -402,7 +422,8 @@ bool gemm_prepare(GemmArgs& g, std::uint64_t a, std::uint64_t b, std::uint64_t d
     handle = handle_for(device);
   }
   const int align_a = alignment(a), align_b = alignment(b), align_d = alignment(d);
-  std::shared_ptr<GemmPlan> plan = plan_for(g, t, device, handle, align_a, align_b, align_d);
+  std::shared_ptr<GemmPlan> plan = plan_for(g, t, device, handle, align_a, align_b, align_d,
+                                            a_scale != 0 ? a_scale : a, b_scale != 0 ? b_scale : b);
   if (!plan) return false;
   g.plan = std::move(plan);
   g.plan_device = device;
@@ -428,7 +449,8 @@ void gemm(const GemmArgs& g, std::uint64_t a, std::uint64_t b, std::uint64_t d, 
   if (!plan || device != g.plan_device || align_a < g.plan_align_a || align_b < g.plan_align_b ||
       align_d < g.plan_align_d) {
     check_shape(g);
-    plan = plan_for(g, lt_types(g), device, handle, align_a, align_b, align_d);
+    plan = plan_for(g, lt_types(g), device, handle, align_a, align_b, align_d, a_scale != 0 ? a_scale : a,
+                    b_scale != 0 ? b_scale : b);
     if (!plan) {
       throw CublasLtFailure("CUBLAS_STATUS_NOT_SUPPORTED", "cublasLtMatmulAlgoGetHeuristic",
                             "no algorithm for " + describe(g) + " with pointers aligned to " +

@@ -101,7 +101,9 @@ class NativeModule(Protocol):
 
     # -- cuBLASLt -------------------------------------------------------------------------------------
     def GemmArgs(self) -> NativeGemmArgs: ...  # noqa: N802 - the native class, constructed without arguments
-    def gemm_prepare(self, args: NativeGemmArgs, a: int, b: int, d: int) -> bool: ...
+    def gemm_prepare(
+        self, args: NativeGemmArgs, a: int, b: int, d: int, a_scale: int = 0, b_scale: int = 0
+    ) -> bool: ...
     def gemm(
         self,
         args: NativeGemmArgs,

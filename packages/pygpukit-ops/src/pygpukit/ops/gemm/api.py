@@ -303,6 +303,7 @@ def scaled_matmul(
                 (a.dtype, b.dtype, out_dt), m, n, k, 1, (True, row_major_ld(a) or k, 0), (False, b._strides[1], 0),
                 (a.device_ptr, b.device_ptr, d.device_ptr), bias=None if bias is None else bias.dtype,
                 scale_modes=scaled.MODES[kind], d_scale=scale_out is not None,
+                scale_pointers=(scale_a.device_ptr, scale_b.device_ptr),
             )  # fmt: skip
         if plan is None and refusal is not None and bias is not None:  # maybe the bias epilogue: try without
             scaled.refuse(refusal + "+bias", device)

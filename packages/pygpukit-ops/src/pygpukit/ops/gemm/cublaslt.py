@@ -70,10 +70,12 @@ def cublaslt_launch(
     scales: bool = False,
     scale_modes: tuple[int, int] = (0, 0),
     d_scale: bool = False,
+    scale_pointers: tuple[int, int] = (0, 0),
 ) -> CublasLtLaunch | None:
     """The launch of ``d (count, m, n) row-major = act(a @ b + bias)`` for operands described as
     (row-major?, leading dimension, batch stride) in elements, column-major otherwise, prepared with
-    the alignment of ``pointers`` (a, b, d of the call being planned). None when cuBLASLt has no
+    the alignment of ``pointers`` (a, b, d of the call being planned) and, with scales, the scale
+    pointers of that call (a's, b's: cuBLASLt's heuristic wants them set). None when cuBLASLt has no
     algorithm for it."""
     native = backend_state().native
     assert native is not None  # the CUDA backend (the caller plans only there)
@@ -99,6 +101,6 @@ def cublaslt_launch(
         args.scale_mode_a, args.scale_mode_b = scale_modes[1], scale_modes[0]
         args.d_scale = d_scale
     a_ptr, b_ptr, d_ptr = pointers
-    if not native.gemm_prepare(args, b_ptr, a_ptr, d_ptr):
+    if not native.gemm_prepare(args, b_ptr, a_ptr, d_ptr, scale_pointers[1], scale_pointers[0]):
         return None
     return CublasLtLaunch(native, args)
