@@ -169,6 +169,26 @@ def test_graph_decode_equals_eager(small: WhisperModel, timestamps: bool) -> Non
     assert decoder.num_nodes > 10
 
 
+@pytest.mark.parametrize("timestamps", [False, True])
+def test_beam_graph_equals_eager(small: WhisperModel, timestamps: bool) -> None:
+    """Beam search through the captured step (cache reorder, decoder and candidates in one replay) against
+    the eager loop: the same hypotheses in the same order, scores within float32 rounding."""
+    rules = _rules(timestamps)
+    for seed in range(3):
+        enc = small.encode(np.random.default_rng(seed).standard_normal((80, 20)).astype(np.float32))
+        prompt = [SOT] if seed % 2 == 0 else [7, 9, SOT]
+        eager, graph = _both(small, lambda e=enc, p=prompt: decode_window(
+            small, e, p, rules, sot_index=len(p) - 1, no_speech=NO_SPEECH, beam_size=3))  # fmt: skip
+        assert [c[0] for c in graph.candidates] == [c[0] for c in eager.candidates]
+        np.testing.assert_allclose([c[1] for c in graph.candidates], [c[1] for c in eager.candidates], rtol=1e-5)
+        assert graph.tokens == eager.tokens
+        np.testing.assert_allclose(graph.sum_logprob, eager.sum_logprob, rtol=1e-5)
+        assert graph.no_speech_prob == pytest.approx(eager.no_speech_prob, rel=1e-6)
+    decoder = graph_decode.beam_graph_decoder(small, 3)
+    assert decoder is graph_decode.beam_graph_decoder(small, 3)
+    assert decoder.num_nodes > 10
+
+
 def test_graph_decode_batch_equals_eager(small: WhisperModel) -> None:
     rules = _rules(True)
     mel = np.random.default_rng(5).standard_normal((3, 80, 20)).astype(np.float32)

@@ -15,6 +15,7 @@ Whisper generation as faster-whisper calls it, so greedy decoding gives the same
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -134,6 +135,11 @@ def decode_window(model: Any, encoder_out: GPUArray, prompt: list[int], rules: T
     if max_new < 1:
         raise ArgumentError(f"the prompt of {len(prompt)} tokens leaves no room in the {ctx}-token context")
     sampling = temperature > 0
+    if beam_size > 1 and not sampling and use_graph(model):  # the captured beam step (graph_decode.py)
+        beamed = _beam_graphed(model, encoder_out, prompt, rules, sot_index, no_speech, beam_size, patience,
+                               length_penalty, max_new)  # fmt: skip
+        if beamed is not None:
+            return beamed
     graphed = None
     if beam_size == 1 and not sampling and use_graph(model):  # the captured decode step (graph_decode.py)
         graphed = greedy_graph_decode(model, encoder_out, prompt, rules, sot_index=sot_index, no_speech=no_speech,
@@ -241,25 +247,81 @@ def decode_batch(model: Any, encoder_out: GPUArray, prompt: list[int] | Sequence
 
 def _beam(model: Any, state: Any, logits: GPUArray, rules: TokenRules, beam: int, patience: float,
           length_penalty: float, max_new: int, no_speech_prob: float) -> DecodeResult:  # fmt: skip
-    """CTranslate2's beam search for one window (the state holds ``beam`` identical rows; ``logits`` are their
-    (beam, vocab) logits on the device). Each step the token rules, the log-softmax and each row's best
-    ``2 x beam`` candidates run on the device (:func:`~pygpukit.asr.token_step.beam_rules_topk`); the host
-    reads those candidates back, picks the best ``2 x beam`` of all rows (larger score first, ties by row
-    and token) and keeps the hypotheses' bookkeeping."""
+    """Beam search for one window through the eager decoder (the state holds ``beam`` identical rows;
+    ``logits`` are their (beam, vocab) logits on the device): :func:`_beam_search` with each step's
+    cache reorder, decode and candidates (:func:`~pygpukit.asr.token_step.beam_rules_topk`) run eagerly."""
+    suppress, blank, params = (from_numpy(a) for a in rules_arrays(rules))
+    k = min(2 * beam, logits.shape[1])
+
+    def candidates(rows_logits: GPUArray, states: Array, scores: Array) -> tuple[Array, Array]:
+        idx, val = beam_rules_topk(rows_logits, from_numpy(states), from_numpy(scores), suppress, blank, params, k)
+        return idx.to_numpy(), val.to_numpy()
+
+    def advance(parents: Array, tokens: Array, states: Array, scores: Array) -> tuple[Array, Array]:
+        model.reorder(state, parents)
+        hidden = model.decode(np.asarray(tokens, np.int64).reshape(-1, 1), state)
+        return candidates(model.logits(hidden[:, -1]), states, scores)
+
+    return _beam_search(lambda states, scores: candidates(logits[:1], states, scores), advance, rules, beam,
+                        patience, length_penalty, max_new, no_speech_prob, logits.shape[1])  # fmt: skip
+
+
+def _beam_graphed(model: Any, encoder_out: GPUArray, prompt: list[int], rules: TokenRules, sot_index: int,
+                  no_speech: int, beam: int, patience: float, length_penalty: float,
+                  max_new: int) -> DecodeResult | None:  # fmt: skip
+    """Beam search for one window through the captured step (:class:`~pygpukit.asr.graph_decode.
+    BeamGraphDecoder`: cache reorder, decoder and candidates in one replay per step). None where the step
+    cannot be captured and ``model.graph_decode`` is None (a warning says why; the caller decodes eagerly)."""
+    from pygpukit.core.errors import PyGPUkitError
+    from pygpukit.ops import concatenate
+
+    from .graph_decode import beam_graph_decoder
+
+    vocab = model.config.n_vocab
+    if 2 * beam > vocab:
+        return None
+    try:
+        decoder = beam_graph_decoder(model, beam)
+    except PyGPUkitError as exc:
+        if getattr(model, "graph_decode", None) is not None:
+            raise
+        warnings.warn(f"beam search through a CUDA graph is unavailable ({exc}); the eager loop decodes instead "
+                      "(model.graph_decode set to False)", RuntimeWarning, stacklevel=3)  # fmt: skip
+        model.graph_decode = False
+        return None
+    no_speech_probs = decoder.start(concatenate([encoder_out] * beam, axis=0), prompt, rules, sot_index, no_speech)
+
+    def first(states: Array, scores: Array) -> tuple[Array, Array]:
+        idx, val = beam_rules_topk(decoder.start_logits[:1], from_numpy(states), from_numpy(scores), decoder.suppress,
+                                   decoder.blank, decoder.params, 2 * beam)  # fmt: skip
+        return idx.to_numpy(), val.to_numpy()
+
+    return _beam_search(first, decoder.step_beams, rules, beam, patience, length_penalty, max_new,
+                        float(no_speech_probs[0]), vocab)  # fmt: skip
+
+
+def _beam_search(first: Any, advance: Any, rules: TokenRules, beam: int, patience: float, length_penalty: float,
+                 max_new: int, no_speech_prob: float, vocab: int) -> DecodeResult:  # fmt: skip
+    """CTranslate2's beam search for one window. ``first(states, scores)`` gives the first step's candidates
+    (from the prompt's last logits, one row) and ``advance(parents, tokens, states, scores)`` those of the
+    next step after the beams continue ``parents`` with ``tokens``: each row's best candidates as indices
+    and scores (rows, k) on the host (:func:`~pygpukit.asr.token_step.beam_rules_topk`). The host picks the
+    best ``2 x beam`` of all rows (larger score first, ties by row and token) and keeps the hypotheses'
+    bookkeeping."""
     candidates_n = 2 * beam
     wanted = max(1, round(beam * patience))
     seqs: list[list[int]] = [[]]
     scores = np.zeros(1)
     finished: list[tuple[list[int], float, float]] = []  # tokens, cumulative log-probability, normalized score
-    vocab = logits.shape[1]
-    suppress, blank, params = (from_numpy(a) for a in rules_arrays(rules))
+
+    def states_of(rows: list[list[int]]) -> Array:
+        return np.array([row_state(seq, rules.timestamp_begin) for seq in rows], np.int32)
+
+    idx2, val2 = first(states_of(seqs), np.asarray(scores, np.float64))
     for step in range(max_new):
         rows = len(seqs)
-        states = from_numpy(np.array([row_state(seq, rules.timestamp_begin) for seq in seqs], np.int32))
-        idx_dev, val_dev = beam_rules_topk(logits[:rows], states, from_numpy(np.asarray(scores, np.float64)), suppress,
-                                           blank, params, min(candidates_n, vocab))  # fmt: skip
-        idx, val = idx_dev.to_numpy().reshape(-1), val_dev.to_numpy().reshape(-1)
-        flat = np.repeat(np.arange(rows, dtype=np.int64), idx_dev.shape[1]) * vocab + idx
+        idx, val = np.asarray(idx2)[:rows].reshape(-1), np.asarray(val2)[:rows].reshape(-1)
+        flat = np.repeat(np.arange(rows, dtype=np.int64), np.asarray(idx2).shape[1]) * vocab + idx
         valid = np.flatnonzero(idx >= 0)
         order = valid[np.lexsort((flat[valid], -val[valid]))][:candidates_n]
         cand_beam, cand_tok, cand_score = flat[order] // vocab, flat[order] % vocab, val[order]
@@ -283,9 +345,7 @@ def _beam(model: Any, state: Any, logits: GPUArray, rules: TokenRules, beam: int
         parents = cand_beam[keep]
         seqs = [seqs[p] + [int(cand_tok[c])] for p, c in zip(parents, keep, strict=True)]
         scores = cand_score[keep]
-        model.reorder(state, parents if step else np.zeros(beam, dtype=np.int64))
-        hidden = model.decode(np.array([[s[-1]] for s in seqs]), state)
-        logits = model.logits(hidden[:, -1])
+        idx2, val2 = advance(parents, np.array([s[-1] for s in seqs]), states_of(seqs), np.asarray(scores, np.float64))
     if not finished:
         finished = [
             (s, float(v), float(v) / max(len(s), 1) ** length_penalty) for s, v in zip(seqs, scores, strict=True)

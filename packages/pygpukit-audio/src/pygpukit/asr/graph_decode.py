@@ -39,10 +39,18 @@ from pygpukit.core.graph import CudaGraph
 from pygpukit.core.stream import Stream, current_stream
 
 from .model import DecoderState
-from .token_step import STATE_FIELDS, greedy_rules_step, rules_arrays
+from .token_step import STATE_FIELDS, beam_rules_topk, greedy_rules_step, rules_arrays
 from .weights import HEAD_DIM
 
-__all__ = ["GraphDecoder", "graph_decoder", "greedy_graph_decode", "per_row_prompts", "use_graph"]
+__all__ = [
+    "BeamGraphDecoder",
+    "GraphDecoder",
+    "beam_graph_decoder",
+    "graph_decoder",
+    "greedy_graph_decode",
+    "per_row_prompts",
+    "use_graph",
+]
 
 # The CPU backend's CudaGraph records calls into pygpukit made from outside pygpukit; this module opts in
 # (as pygpukit.llm.decode does), so the ops it calls inside a capture are recorded (pygpukit.core._recording).
@@ -137,6 +145,11 @@ class GraphDecoder:
 
     def _step(self) -> None:
         """One decode step, device work only: what DecodeM1-style graphs capture."""
+        self._decode_step()
+        greedy_rules_step(self.logits, self.tokens, self.state, self.sum_lp, self.suppress, self.blank, self.params)
+
+    def _decode_step(self) -> None:
+        """The decoder on each row's last token at its position, to the logits."""
         c, w, b = self.model.config, self.model.w, self.batch
         lengths = self.lengths
         ops.add(lengths, 1, out=lengths)  # now counts the token being decoded
@@ -166,7 +179,6 @@ class GraphDecoder:
             ops.add(self.x, self.proj, out=self.x)
         self._ln("dec.ln")
         ops.matmul(self.h.reshape(b, c.d_model), self.embed_t, out=self.logits)
-        greedy_rules_step(self.logits, self.tokens, self.state, self.sum_lp, self.suppress, self.blank, self.params)
 
     def _capture(self) -> None:
         # As DecodeM1Graph: one eager warm-up on the capture stream (plans, kernels, per-stream state),
@@ -231,8 +243,9 @@ class GraphDecoder:
         self.state.copy_(initial)
         self.sum_lp.copy_(np.zeros(b, np.float64))
         self.lengths.copy_(np.array([len(row_prompt) for row_prompt in prompts], np.int32))
-        greedy_rules_step(model.logits(last_hidden), self.tokens, self.state, self.sum_lp, self.suppress,
-                          self.blank, self.params)  # fmt: skip
+        self.start_logits = model.logits(last_hidden)  # the first step's (beam search reads them)
+        greedy_rules_step(self.start_logits, self.tokens, self.state, self.sum_lp, self.suppress, self.blank,
+                          self.params)  # fmt: skip
         return no_speech_probs
 
     def _start_rows(self, prompts: list[list[int]], sots: list[int]) -> tuple[GPUArray, GPUArray]:
@@ -265,6 +278,61 @@ class GraphDecoder:
         """Decode one token per row (a finished row is fed <|endoftext|>) and return the new ones."""
         self.graph.replay(current_stream())  # launched on the stream of start() and read(): no events needed
         return self.read()
+
+
+class BeamGraphDecoder(GraphDecoder):
+    """Beam search's step captured for ``beam`` rows (the beams of one window): each replay first
+    reorders the self-attention KV cache rows by ``parents`` (the beam each row continues), then runs the
+    decoder on ``tokens`` at the device positions and the token rules with each row's 2 x beam best
+    candidates (:func:`~pygpukit.asr.token_step.beam_rules_topk` into ``cand_idx`` / ``cand_val``, from
+    ``state`` and ``scores``). The host writes parents, tokens, state and scores before a replay and reads
+    the candidates after it."""
+
+    def __init__(self, model: Any, beam: int) -> None:
+        self.candidates = 2 * beam
+        super().__init__(model, beam)
+
+    def _allocate(self) -> None:
+        super()._allocate()
+        b = self.batch
+        self.parents = zeros(b, int32)
+        self.scores = zeros(b, float64)
+        self.cand_idx = zeros((b, self.candidates), int32)
+        self.cand_val = zeros((b, self.candidates), float64)
+        self.row_tmp = zeros((b, int(np.prod(self.k_cache[0].shape[1:]))), self.model.dtype)
+
+    def _step(self) -> None:
+        for cache in (*self.k_cache, *self.v_cache):
+            rows = cache.reshape(self.batch, -1)
+            ops.embedding(rows, self.parents, out=self.row_tmp)
+            rows.copy_(self.row_tmp)
+        self._decode_step()
+        beam_rules_topk(self.logits, self.state, self.scores, self.suppress, self.blank, self.params, self.candidates,
+                        out_idx=self.cand_idx, out_val=self.cand_val)  # fmt: skip
+
+    def step_beams(self, parents: Array, tokens: Array, states: Array, scores: Array) -> tuple[Array, Array]:
+        """One replay: the beams continue ``parents`` with ``tokens`` (their state and scores after them);
+        returns the candidates (indices (beam, 2 beam) int32, scores float64) on the host."""
+        self.parents.copy_(np.asarray(parents, np.int32))
+        self.tokens.copy_(np.asarray(tokens, np.int32))
+        self.state.copy_(np.asarray(states, np.int32))
+        self.scores.copy_(np.asarray(scores, np.float64))
+        self.graph.replay(current_stream())
+        return self.cand_idx.to_numpy(), self.cand_val.to_numpy()
+
+
+def beam_graph_decoder(model: Any, beam: int) -> BeamGraphDecoder:
+    """The model's :class:`BeamGraphDecoder` for ``beam`` rows, made (and captured) on first use."""
+    decoders: dict[int, BeamGraphDecoder] | None = getattr(model, "_beam_graph_decoders", None)
+    if decoders is None:
+        decoders = {}
+        model._beam_graph_decoders = decoders
+    found = decoders.get(beam)
+    if found is None:
+        while len(decoders) >= _MAX_DECODERS:
+            decoders.pop(next(iter(decoders)))
+        found = decoders[beam] = BeamGraphDecoder(model, beam)
+    return found
 
 
 def graph_decoder(model: Any, batch: int) -> GraphDecoder:

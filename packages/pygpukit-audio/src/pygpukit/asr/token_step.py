@@ -540,13 +540,15 @@ def row_state(seq: list[int], timestamp_begin: int) -> list[int]:
 
 
 def beam_rules_topk(logits: GPUArray, state: GPUArray, scores: GPUArray, suppress: GPUArray, blank: GPUArray,
-                    params: GPUArray, k: int) -> tuple[GPUArray, GPUArray]:  # fmt: skip
+                    params: GPUArray, k: int, *, out_idx: GPUArray | None = None,
+                    out_val: GPUArray | None = None) -> tuple[GPUArray, GPUArray]:  # fmt: skip
     """One beam-search step of the token rules on the device: for each row of ``logits`` (rows, vocab), the
     ``k`` tokens the rules keep with the highest log-probabilities (filtered log-softmax in float64; ties:
     lower token first) as int32 indices (rows, k) and ``scores[row]`` + their log-probabilities as float64
     (rows, k), -1 and -inf past the tokens kept. ``state`` (rows, 5) int32 describes each row's tokens
     (:func:`row_state`), ``scores`` (rows,) float64 the rows' cumulative log-probabilities. The host reads
-    back 2 x rows x k values per step instead of the rows' logits."""
+    back 2 x rows x k values per step instead of the rows' logits. ``out_idx`` / ``out_val`` receive the
+    results when given (nothing allocated: a captured step)."""
     rows, vocab = _check(logits, {"state": (state, (-1, len(STATE_FIELDS)), int32), "scores": (scores, (-1,), float64),
                                   "suppress": (suppress, (-2,), uint8), "blank": (blank, (-2,), uint8),
                                   "params": (params, (5,), int32)}, "beam_rules_topk")  # fmt: skip
@@ -554,7 +556,12 @@ def beam_rules_topk(logits: GPUArray, state: GPUArray, scores: GPUArray, suppres
         raise ShapeError(f"beam_rules_topk: k must be an int in [1, {vocab}], got {k!r}")
     from pygpukit.core.array import empty
 
-    out_idx, out_val = empty((rows, int(k)), int32), empty((rows, int(k)), float64)
+    for name, given, dtype in (("out_idx", out_idx, int32), ("out_val", out_val, float64)):
+        if given is not None and (not isinstance(given, GPUArray) or given.shape != (rows, int(k))
+                                  or given.dtype != dtype or not given.is_contiguous):  # fmt: skip
+            raise ShapeError(f"beam_rules_topk: {name} must be a contiguous {dtype.name} ({rows}, {k}) GPUArray")
+    out_idx = empty((rows, int(k)), int32) if out_idx is None else out_idx
+    out_val = empty((rows, int(k)), float64) if out_val is None else out_val
     if _is_cuda():
         _beam_kernel(_SUFFIX[logits.dtype.name])(
             logits.device_ptr, logits._strides[0], suppress.device_ptr, blank.device_ptr, state.device_ptr,
