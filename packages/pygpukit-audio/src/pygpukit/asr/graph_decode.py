@@ -323,30 +323,29 @@ class BeamGraphDecoder(GraphDecoder):
 
 def beam_graph_decoder(model: Any, beam: int) -> BeamGraphDecoder:
     """The model's :class:`BeamGraphDecoder` for ``beam`` rows, made (and captured) on first use."""
-    decoders: dict[int, BeamGraphDecoder] | None = getattr(model, "_beam_graph_decoders", None)
-    if decoders is None:
-        decoders = {}
-        model._beam_graph_decoders = decoders
-    found = decoders.get(beam)
-    if found is None:
-        while len(decoders) >= _MAX_DECODERS:
-            decoders.pop(next(iter(decoders)))
-        found = decoders[beam] = BeamGraphDecoder(model, beam)
+    found: BeamGraphDecoder = _kept(model, "_beam_graph_decoders", beam, BeamGraphDecoder)
     return found
 
 
 def graph_decoder(model: Any, batch: int) -> GraphDecoder:
     """The model's :class:`GraphDecoder` for ``batch`` rows, made (and captured) on first use; a few are
     kept per model, the least recently made dropped first."""
-    decoders: dict[int, GraphDecoder] | None = getattr(model, "_graph_decoders", None)
+    found: GraphDecoder = _kept(model, "_graph_decoders", batch, GraphDecoder)
+    return found
+
+
+def _kept(model: Any, attribute: str, rows: int, kind: Any) -> Any:
+    """``kind(model, rows)`` kept in the model's dict ``attribute`` (at most _MAX_DECODERS, the least
+    recently made dropped first), made on first use."""
+    decoders: dict[int, Any] | None = getattr(model, attribute, None)
     if decoders is None:
         decoders = {}
-        model._graph_decoders = decoders
-    found = decoders.get(batch)
+        setattr(model, attribute, decoders)
+    found = decoders.get(rows)
     if found is None:
         while len(decoders) >= _MAX_DECODERS:
             decoders.pop(next(iter(decoders)))
-        found = decoders[batch] = GraphDecoder(model, batch)
+        found = decoders[rows] = kind(model, rows)
     return found
 
 

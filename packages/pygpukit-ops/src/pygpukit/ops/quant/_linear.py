@@ -179,6 +179,33 @@ def dequantized_prefill(w: Any, x2: GPUArray, bias: GPUArray | None, activation:
     return linear(x2, w.dequantize(x2.dtype, stream=stream), bias, activation, stream=stream)
 
 
+def w8a8_prefill(w: Any, x2: GPUArray, bias: GPUArray | None, activation: str | None, stream: Stream | None, *,
+                 supported: bool, granularity: str, weight_scale: Callable[[], GPUArray]) -> GPUArray:  # fmt: skip
+    """The W8A8 ``prefill`` of the FP8 weight types with activation_scheme "dynamic": x quantized on the
+    device (:func:`~pygpukit.ops.quant.quantize_fp8` at ``granularity``), one fp8 GEMM with its scales and
+    ``weight_scale()`` and the bias (:func:`pygpukit.ops.scaled_matmul`), then the activation; where the
+    GEMM cannot run (not ``supported``) W8A16: the float64 product on the CPU simulation, else
+    :func:`dequantized_prefill`."""
+    from ..gemm._base import check_activation
+
+    if not supported:
+        if not is_cuda():
+            out = empty((x2.shape[0], w.shape[0]), x2.dtype)
+            host_product(out, x2, w.host_values(), bias, check_activation(activation, "linear"))
+            return out
+        return dequantized_prefill(w, x2, bias, activation, stream)
+    from ..gemm.api import scaled_matmul
+    from .fp8_act import quantize_fp8
+
+    q, sx = quantize_fp8(x2, granularity, stream=stream)
+    y = scaled_matmul(q, w.data.T, sx, weight_scale(), out_dtype=x2.dtype, bias=bias, stream=stream)
+    if activation is not None:
+        from .gemv import _activate
+
+        _activate(y, check_activation(activation, "linear"), stream)
+    return y
+
+
 def linear_paths(x: Any, w: Any, kind: type[Any], noun: str, parts: Sequence[GPUArray], b: GPUArray | None,
                  activation: str | None, stream: Stream | None, *, host_values: Callable[[Any], Any], prefill: Prefill,
                  gemv: Gemv, host_prefill: bool = False, out: GPUArray | None = None) -> GPUArray:  # fmt: skip

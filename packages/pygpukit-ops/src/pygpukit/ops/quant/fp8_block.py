@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from pygpukit.core.array import GPUArray, empty, from_numpy
+from pygpukit.core.array import GPUArray, from_numpy
 from pygpukit.core.dtypes import DType, float8_e4m3fn, float32
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel
@@ -40,7 +40,7 @@ from pygpukit.core.stream import Stream
 from .. import _cpu
 from .._kernels import NAMESPACE, Groups, c_param, code_param, group, pointer, register_enumerator, size_param
 from .._layout import is_cuda
-from ..gemm._base import check_activation, row_major_ld
+from ..gemm._base import row_major_ld
 from . import _linear
 
 __all__ = ["FP8_BLOCK", "BlockFP8Tensor", "block_fp8_linear", "concat_rows", "quantize_block_fp8", "w8a8_supported"]
@@ -207,25 +207,16 @@ def w8a8_supported(w: BlockFP8Tensor, x: GPUArray) -> bool:
 def _w8a8_prefill(w: BlockFP8Tensor, x2: GPUArray, bias: GPUArray | None, activation: str | None,
                   stream: Stream | None) -> GPUArray:  # fmt: skip
     """W8A8 prefill: x quantized per 1x128 group, one block-scaled cuBLASLt GEMM (W8A16 where it cannot)."""
-    if not w8a8_supported(w, x2):
-        if not is_cuda():
-            out = empty((x2.shape[0], w.shape[0]), x2.dtype)
-            _linear.host_product(out, x2, w.host_values(), bias, check_activation(activation, "linear"))
-            return out
-        return _linear.dequantized_prefill(w, x2, bias, activation, stream)
-    from ..gemm.api import scaled_matmul
-    from ..gemm.scaled import block_weight_scale
-    from .fp8_act import quantize_fp8
 
-    if w._scale_t is None:
-        w._scale_t = block_weight_scale(w.scale)
-    q, sx = quantize_fp8(x2, "block", stream=stream)
-    y = scaled_matmul(q, w.data.T, sx, w._scale_t, out_dtype=x2.dtype, bias=bias, stream=stream)
-    if activation is not None:
-        from .gemv import _activate
+    def weight_scale() -> GPUArray:
+        from ..gemm.scaled import block_weight_scale
 
-        _activate(y, check_activation(activation, "linear"), stream)
-    return y
+        if w._scale_t is None:
+            w._scale_t = block_weight_scale(w.scale)
+        return w._scale_t
+
+    return _linear.w8a8_prefill(w, x2, bias, activation, stream, supported=w8a8_supported(w, x2),
+                                granularity="block", weight_scale=weight_scale)  # fmt: skip
 
 
 def _enumerate() -> Groups:

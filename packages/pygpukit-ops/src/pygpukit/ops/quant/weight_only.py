@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from pygpukit.core.array import GPUArray, empty, from_numpy
+from pygpukit.core.array import GPUArray, from_numpy
 from pygpukit.core.dtypes import DType, as_dtype, bfloat16, float16, float32
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel
@@ -37,7 +37,7 @@ from pygpukit.core.stream import Stream
 from .. import _cpu
 from .._kernels import NAMESPACE, Groups, c_param, code_param, group, pointer, register_enumerator, size_param
 from .._layout import is_cuda
-from ..gemm._base import check_activation, row_major_ld
+from ..gemm._base import row_major_ld
 from . import _linear
 
 __all__ = [
@@ -230,22 +230,8 @@ def _w8a8_prefill(w: ChannelQuantizedTensor, x2: GPUArray, bias: GPUArray | None
     """W8A8 prefill: x quantized per row to e4m3, one fp8 GEMM with the per-row and per-channel scales and
     the bias (scaled_matmul's "channel" kind: cuBLASLt's outer-vector scaling, or its device fallback where
     this cuBLASLt lacks it); W8A16 where the GEMM cannot run."""
-    if not w8a8_supported(w, x2):
-        if not is_cuda():
-            out = empty((x2.shape[0], w.shape[0]), x2.dtype)
-            _linear.host_product(out, x2, w.host_values(), bias, check_activation(activation, "linear"))
-            return out
-        return _linear.dequantized_prefill(w, x2, bias, activation, stream)
-    from ..gemm.api import scaled_matmul
-    from .fp8_act import quantize_fp8
-
-    q, sx = quantize_fp8(x2, "row", stream=stream)
-    y = scaled_matmul(q, w.data.T, sx, w.scale, out_dtype=x2.dtype, bias=bias, stream=stream)
-    if activation is not None:
-        from .gemv import _activate
-
-        _activate(y, check_activation(activation, "linear"), stream)
-    return y
+    return _linear.w8a8_prefill(w, x2, bias, activation, stream, supported=w8a8_supported(w, x2), granularity="row",
+                                weight_scale=lambda: w.scale)  # fmt: skip
 
 
 def _enumerate() -> Groups:
