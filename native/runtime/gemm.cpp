@@ -326,14 +326,14 @@ std::shared_ptr<GemmPlan> plan_for(const GemmArgs& g, const LtTypes& t, int devi
   const std::uint32_t epilogue = static_cast<std::uint32_t>(t.epilogue);
   check_lt(lt, lt.desc_set(plan->desc, kDescEpilogue, &epilogue, sizeof(epilogue)),
            "cublasLtMatmulDescSetAttribute(EPILOGUE)");
-  if (g.scales) {  // the heuristic sees scale pointers set, as a launch sets them (gemm.hpp)
+  if (g.scales) {  // the heuristic sees scale pointers set, as a launch sets them and as torch asks
+                   // (gemm.hpp)
     check_lt(lt, lt.desc_set(plan->desc, kDescAScale, &a_scale, sizeof(a_scale)),
              "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)");
     check_lt(lt, lt.desc_set(plan->desc, kDescBScale, &b_scale, sizeof(b_scale)),
              "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
   }
-  const bool scale_modes = g.scales && (g.scale_mode_a != kScaleScalar || g.scale_mode_b != kScaleScalar);
-  if (scale_modes) {
+  if (g.scales && (g.scale_mode_a != kScaleScalar || g.scale_mode_b != kScaleScalar)) {
     const std::int32_t mode_a = g.scale_mode_a, mode_b = g.scale_mode_b;
     Status s_a = lt.desc_set(plan->desc, kDescAScaleMode, &mode_a, sizeof(mode_a));
     Status s_b = lt.desc_set(plan->desc, kDescBScaleMode, &mode_b, sizeof(mode_b));
@@ -352,38 +352,27 @@ std::shared_ptr<GemmPlan> plan_for(const GemmArgs& g, const LtTypes& t, int devi
   plan->d = make_layout(lt, t.d, false, g.m, g.n, g.ldd, g.batch, g.stride_d);
   // An fp8 D takes a 16-bit C (cuBLASLt has no fp8 C; fp16, as torch's scaled matmul gives it); with
   // beta 0 nothing reads it. Only D's layout is kept for other outputs.
-  const bool fp8_d = t.d == kR8FE4M3 || t.d == kR8FE5M2;
-  if (fp8_d) {
+  if (t.d == kR8FE4M3 || t.d == kR8FE5M2) {
     if (g.beta != 0.0) throw RuntimeFailure("gemm: an fp8 D cannot also be read as C (beta must be 0)");
     plan->c = make_layout(lt, kR16F, false, g.m, g.n, g.ldd, g.batch, g.stride_d);
   }
   Layout c_layout = plan->c ? plan->c : plan->d;
 
-  // The preferences: the workspace, split-K reductions in the compute type only, and the pointers'
-  // alignments. Where that finds nothing for scale modes or an fp8 D, the heuristic is asked again
-  // with the workspace and the reduction rule only (the preferences torch's scaled matmul gives).
+  Preference pref = nullptr;
+  check_lt(lt, lt.pref_create(&pref), "cublasLtMatmulPreferenceCreate");
   const std::uint64_t max_workspace = kWorkspaceBytes;
   const std::uint32_t aligns[4] = {static_cast<std::uint32_t>(align_a), static_cast<std::uint32_t>(align_b),
                                    static_cast<std::uint32_t>(align_d), static_cast<std::uint32_t>(align_d)};
+  lt.pref_set(pref, kPrefMaxWorkspace, &max_workspace, sizeof(max_workspace));
+  lt.pref_set(pref, kPrefReductionMask, &kReductionComputeType, sizeof(kReductionComputeType));
+  lt.pref_set(pref, kPrefAlignA, &aligns[0], sizeof(aligns[0]));
+  lt.pref_set(pref, kPrefAlignB, &aligns[1], sizeof(aligns[1]));
+  lt.pref_set(pref, kPrefAlignC, &aligns[2], sizeof(aligns[2]));
+  lt.pref_set(pref, kPrefAlignD, &aligns[3], sizeof(aligns[3]));
   HeuristicResult result{};
   int found = 0;
-  Status s = kStatusNotSupported;
-  for (int attempt = 0; attempt < ((scale_modes || fp8_d) ? 2 : 1); ++attempt) {
-    Preference pref = nullptr;
-    check_lt(lt, lt.pref_create(&pref), "cublasLtMatmulPreferenceCreate");
-    lt.pref_set(pref, kPrefMaxWorkspace, &max_workspace, sizeof(max_workspace));
-    lt.pref_set(pref, kPrefReductionMask, &kReductionComputeType, sizeof(kReductionComputeType));
-    if (attempt == 0) {
-      lt.pref_set(pref, kPrefAlignA, &aligns[0], sizeof(aligns[0]));
-      lt.pref_set(pref, kPrefAlignB, &aligns[1], sizeof(aligns[1]));
-      lt.pref_set(pref, kPrefAlignC, &aligns[2], sizeof(aligns[2]));
-      lt.pref_set(pref, kPrefAlignD, &aligns[3], sizeof(aligns[3]));
-    }
-    found = 0;
-    s = lt.heuristic(handle, plan->desc, plan->a, plan->b, c_layout, plan->d, pref, 1, &result, &found);
-    lt.pref_destroy(pref);
-    if (s == 0 && found > 0) break;
-  }
+  Status s = lt.heuristic(handle, plan->desc, plan->a, plan->b, c_layout, plan->d, pref, 1, &result, &found);
+  lt.pref_destroy(pref);
   // No algorithm: the heuristic says so with NOT_SUPPORTED, or INVALID_VALUE for a combination of
   // layouts, types and alignment that no kernel of this cuBLASLt takes (int8 outside its "TN" form).
   if (s == kStatusNotSupported || s == kStatusInvalidValue || (s == 0 && found == 0)) return nullptr;

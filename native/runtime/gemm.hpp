@@ -47,10 +47,10 @@ struct GemmArgs {
 // Checks the fields and runs cuBLASLt's heuristic for these args with the alignment of these
 // pointers, without launching anything; keeps the plan in args and returns true. Returns false when
 // cuBLASLt has no algorithm for the problem (int8 with sizes or layouts it does not take, say).
-// With `scales` the heuristic sees A's and B's scale pointers set, as a launch sets them (cuBLASLt
-// finds no algorithm for vector or block scale modes without them): a_scale / b_scale when given,
-// else a and b as stand-ins (never read by the heuristic). Other failures throw CublasLtFailure
-// (cuBLASLt) or RuntimeFailure (invalid fields).
+// With `scales` the heuristic sees A's and B's scale pointers set, as a launch sets them and as torch's
+// scaled matmul asks (whether cuBLASLt needs them for vector or block scale modes is not yet known):
+// a_scale / b_scale when given, else a and b as stand-ins (never read by the heuristic). Other failures throw
+// CublasLtFailure (cuBLASLt) or RuntimeFailure (invalid fields).
 bool gemm_prepare(GemmArgs& args, std::uint64_t a, std::uint64_t b, std::uint64_t d,
                   std::uint64_t a_scale = 0, std::uint64_t b_scale = 0);
 

@@ -1,5 +1,6 @@
 """Decoding one 30 s window: greedy, sampling (temperature > 0, best of N) and beam search (size, patience),
-with Whisper's token rules applied to the logits of each step (host side, float64):
+with Whisper's token rules applied to the logits of each step on the device (:mod:`pygpukit.asr.token_step`:
+float64 sums; :meth:`TokenRules.apply` is their host statement, the tests' reference):
 
 - the suppressed tokens (non-speech symbols and the task/start tokens) at every step, and a leading blank
   or <|endoftext|> at the first step (``suppress_blank``);

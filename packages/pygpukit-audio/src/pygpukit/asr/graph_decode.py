@@ -20,7 +20,9 @@ so it is captured once in a :class:`pygpukit.CudaGraph` and replayed at every po
 
 The step computes what :meth:`WhisperModel.decode` computes for one token, through the ops' ``out=``
 forms (``linear`` with the same fused bias and GELU epilogues as ``decode``), so nothing is allocated
-inside the capture. Beam search and sampling keep the eager loop of :mod:`pygpukit.asr.decoding`.
+inside the capture. :class:`BeamGraphDecoder` captures beam search's step the same way (with the KV cache
+rows reordered by the beams' parents first and the candidate kernel last); sampling keeps the eager loop
+of :mod:`pygpukit.asr.decoding`.
 """
 
 from __future__ import annotations
