@@ -258,6 +258,10 @@ void bind_runtime(py::module_& m) {
   });
   m.def("function_set_max_dynamic_shared", &function_set_max_dynamic_shared, py::arg("function"),
         py::arg("bytes"));
+  m.def("function_set_programmatic", &function_set_programmatic, py::arg("function"), py::arg("on"),
+        "Launch the function with programmatic stream serialization (it waits with griddepcontrol.wait)");
+  m.def("function_programmatic", &function_programmatic, py::arg("function"));
+  m.def("programmatic_launch_available", [] { return driver().cuLaunchKernelEx != nullptr; });
   m.def("capture_begin", &capture_begin, py::arg("stream"), py::arg("mode") = 0);
   m.def("release_hold", &release_hold, py::arg("hold"), py::arg("device") = -1);
   m.def("capture_end", &capture_end, py::arg("stream"));

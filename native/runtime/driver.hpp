@@ -61,6 +61,7 @@ namespace pygpukit {
   X(cuFuncGetAttribute)                \
   X(cuFuncSetAttribute)                \
   X(cuLaunchKernel)                    \
+  X(cuLaunchKernelEx)                  \
   X(cuStreamBeginCapture)              \
   X(cuStreamEndCapture)                \
   X(cuThreadExchangeStreamCaptureMode) \

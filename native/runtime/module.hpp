@@ -24,6 +24,14 @@ std::uint64_t module_function(std::uint64_t module, const std::string& name);
 FunctionAttributes function_attributes(std::uint64_t function);
 void function_set_max_dynamic_shared(std::uint64_t function, int bytes);
 
+// Programmatic dependent launch (SM90 and newer): a function marked here is launched with
+// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, so the driver may start it while the kernel
+// before it in the stream is still running. Only kernels that execute `griddepcontrol.wait` before they
+// touch memory the earlier kernel writes (native/kernels/common/overlap.cuh) may be marked. Thread-safe;
+// launches read the set without a lock.
+void function_set_programmatic(std::uint64_t function, bool on);
+bool function_programmatic(std::uint64_t function);
+
 // Launches `function` with `params[i]` pointing at the value of kernel parameter i (cuLaunchKernel's
 // form; the Python binding and the C API both build that array).
 void launch_raw(std::uint64_t function, const unsigned int grid[3], const unsigned int block[3],

@@ -28,6 +28,7 @@
 //
 // Paged caches (PAGED): key j of sequence b lives in block block_table[b][j / block_size], row
 // j % block_size.
+#include "../common/overlap.cuh"
 #include "attention_common.cuh"
 
 namespace pygpukit {
@@ -50,6 +51,7 @@ __device__ __forceinline__ DecodeSplit decode_split(int live, int splits, int mi
 
 template <typename T, int HD, int WARPS, int STAGES, bool PAGED>
 __global__ void __launch_bounds__(WARPS * 32) flash_decode(AttentionArgs a) {
+  overlap_wait();  // programmatic launch: q, the cache and the lengths come from the kernels before
   constexpr int kThreads = WARPS * 32;
   constexpr int KT = 16 * WARPS;  // keys per tile
   constexpr int kPad = (HD + 63) / 64 * 64;

@@ -29,7 +29,11 @@
 // vector != 0 promises that x and W rows start on 16-byte boundaries (aligned base pointers and
 // leading dimensions that are multiples of 16 bytes); otherwise every element is loaded singly.
 // A K (nk) or N (kn) tail that does not fill a chunk is handled element by element.
+//
+// Every kernel here is launched programmatically on SM90+ (common/overlap.cuh): it waits for the kernel
+// before it with overlap_wait() before touching memory; the nk kernels first ask L2 for their rows of W.
 #include "../common/completion.cuh"
+#include "../common/overlap.cuh"
 #include "../gemm/matmul_common.cuh"
 
 namespace pygpukit {
@@ -38,6 +42,16 @@ namespace gemv {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
+
+// Before overlap_wait(): L2 prefetch of elements [begin, end) of W row `row` (nothing for rows past n or
+// without the 16-byte promise of `vector`).
+template <typename T>
+__device__ __forceinline__ void prefetch_row(const T* w, long long ldw, int row, int n, int begin, int end,
+                                             int vector) {
+  if (vector == 0 || row >= n) return;
+  const unsigned bytes = static_cast<unsigned>(max(end - begin, 0) * static_cast<int>(sizeof(T))) & ~15u;
+  if (bytes != 0) prefetch_l2(w + static_cast<long long>(row) * ldw + begin, bytes);
+}
 
 // 16 bytes of elements, unpacked to float.
 template <typename T>
@@ -168,6 +182,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int row0 = (static_cast<int>(blockIdx.x) * kWarps + warp) * R;
   const int split = static_cast<int>(blockIdx.y);
+  if (lane < R) {
+    const int per = ((k / E + splits - 1) / splits) * E;
+    prefetch_row(w, ldw, row0 + lane, n, split * per, min(k, (split + 1) * per), vector);
+  }
+  overlap_wait();
 
   // Rows past n read row n - 1 (in bounds, results discarded) so the loops stay branch-free.
   const T* rows[R];
@@ -387,6 +406,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             float* partial, unsigned* counters, int vector) {
   constexpr int kCols = KnShape<T, L>::kCols;
   __shared__ float sums[MT][kCols];
+  overlap_wait();
   kn_block_sums<T, MT, U, L>(x, w, m, n, k, ldx, ldw, splits, vector, sums);
   const int block_col = static_cast<int>(blockIdx.x) * kCols;
   for (int idx = static_cast<int>(threadIdx.x); idx < m * kCols; idx += kThreads) {
@@ -449,6 +469,7 @@ __global__ void __launch_bounds__(kThreads, 1) PYGPUKIT_KN_CLUSTER_DIMS(C)
   (void)partial;
   (void)counters;
   __shared__ float sums[MT][kCols];
+  overlap_wait();
   kn_block_sums<T, MT, U, L>(x, w, m, n, k, ldx, ldw, C, vector, sums);
   cluster_barrier<true>();
   const unsigned rank = blockIdx.y;  // == %cluster_ctarank: the cluster spans all of grid.y
@@ -553,6 +574,11 @@ __global__ void __launch_bounds__(kThreads)
   const int per_split = (steps + splits - 1) / splits;
   const int step_begin = static_cast<int>(blockIdx.y) * per_split;
   const int step_end = min(steps, step_begin + per_split);
+  if (threadIdx.x < 16) {
+    prefetch_row(w, ldw, n0 + static_cast<int>(threadIdx.x), n, step_begin * kStep, min(k, step_end * kStep),
+                 vector);
+  }
+  overlap_wait();
 
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   auto consume = [&](const uint4(&lo)[2], const uint4(&hi)[2], const uint4(&xs)[2]) {
@@ -633,6 +659,7 @@ __global__ void __launch_bounds__(kThreads)
   const int per_split = (steps + splits - 1) / splits;
   const int step_begin = static_cast<int>(blockIdx.y) * per_split;
   const int step_end = min(steps, step_begin + per_split);
+  overlap_wait();
 
   float acc[4][4];
 #pragma unroll

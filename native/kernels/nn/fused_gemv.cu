@@ -17,6 +17,7 @@
 //   reduction. The host launches it only for 16-byte aligned rows (K a multiple of 16 / sizeof(T),
 //   aligned bases and row stride) and K * sizeof(T) within the dynamic shared memory it asks for.
 #include "../common/layout.cuh"
+#include "../common/overlap.cuh"
 
 namespace pygpukit {
 namespace ops {
@@ -58,6 +59,16 @@ __global__ void __launch_bounds__(kFusedGemvThreads) fused_gemv(FusedGemvArgs a)
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32;
   const int lane = tid % 32;
+  const int n = a.n;
+  const int row0 = (static_cast<int>(blockIdx.x) * kFusedGemvWarps + warp) * R;
+  const T* w = static_cast<const T*>(a.w);
+
+  // Launched programmatically (SM90+), the warp's rows of W head for L2 while the kernel before this
+  // one finishes; x and the residual are read only after it has.
+  if (lane < R && row0 + lane < n) {
+    prefetch_l2(w + static_cast<long long>(row0 + lane) * a.ldw, static_cast<unsigned>(k * sizeof(T)));
+  }
+  overlap_wait();
 
   // The prologue: p into shared memory, rounded to T.
   float scale = 1.0f;
@@ -91,10 +102,7 @@ __global__ void __launch_bounds__(kFusedGemvThreads) fused_gemv(FusedGemvArgs a)
   }
   __syncthreads();
 
-  const int n = a.n;
-  const int row0 = (static_cast<int>(blockIdx.x) * kFusedGemvWarps + warp) * R;
   if (row0 >= n) return;
-  const T* w = static_cast<const T*>(a.w);
   const T* rows[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) rows[r] = w + static_cast<long long>(min(row0 + r, n - 1)) * a.ldw;

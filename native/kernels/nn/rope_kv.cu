@@ -17,6 +17,7 @@
 //       each half (NeoX) or two neighbouring packs (GPT-J)) or one of its (head_dim - 2 half) / W
 //       tail packs; heads are q's, then k's, then v's. W is 16 / sizeof(T) when every row start is
 //       aligned and half and head_dim - 2 half are multiples of it, else 1.
+#include "../common/overlap.cuh"
 #include "rope_common.cuh"
 
 namespace pygpukit {
@@ -45,6 +46,7 @@ __global__ void rope_kv_append(const T* q, T* q_out, const T* __restrict__ k, co
                                T* __restrict__ k_cache, T* __restrict__ v_cache,
                                const C* __restrict__ cos_table, const C* __restrict__ sin_table,
                                const int* __restrict__ positions, index_t units, RopeKVShape shape) {
+  overlap_wait();  // programmatic launch: q, k, v and the positions come from the kernels before
   const bool small = units <= kSmallSpace;
   const int heads = shape.q_heads + 2 * shape.kv_heads;
   const int pairs = shape.half / W;

@@ -19,6 +19,7 @@ hot path reads them inline.)
 
 from __future__ import annotations
 
+import os
 import re
 import struct
 import threading
@@ -352,8 +353,13 @@ class JITKernel:
         include_dirs: Sequence[str] = (),
         cache_salt: str = "",
         params: Sequence[Param] | None = None,
+        programmatic: bool = False,
     ) -> None:
         self.source = source
+        # Launched with programmatic stream serialization on SM90+ (set_programmatic_launch): the kernel
+        # executes griddepcontrol.wait (common/overlap.cuh) before it touches memory that the kernel
+        # before it may write, so it may start while that kernel finishes.
+        self.programmatic = bool(programmatic)
         self.name = name
         self.options = tuple(_strings(options, "options"))  # a single str is one option
         self.name_expressions = tuple(name_expressions)
@@ -430,6 +436,8 @@ class JITKernel:
                     module = _modules[module_key] = int(native.module_load(program.binary))
             function = int(native.module_function(module, self._entry_name(program)))
             attributes = dict(native.function_attributes(function))
+            if self.programmatic and _programmatic_launch and int(arch) >= 90:
+                native.function_set_programmatic(function, True)
             loaded = (module, function, attributes)
             self._loaded[device] = loaded
             return loaded
@@ -727,6 +735,35 @@ def _array_size(value: Any) -> int | None:
             count *= int(dim)
         return count
     return None
+
+
+_programmatic_launch = os.environ.get("PYGPUKIT_PROGRAMMATIC_LAUNCH", "1") != "0"
+
+
+def programmatic_launch() -> bool:
+    """Whether kernels declared ``programmatic=True`` are launched with programmatic stream
+    serialization on SM90 and newer devices (the default; ``PYGPUKIT_PROGRAMMATIC_LAUNCH=0`` turns it
+    off at import)."""
+    return _programmatic_launch
+
+
+def set_programmatic_launch(enabled: bool) -> bool:
+    """Turn programmatic dependent launch of the kernels that allow it on or off for the launches and
+    graph captures that follow (a captured graph keeps what it was captured with); returns the previous
+    setting. With it, such a kernel may start (and prefetch its weights) while the kernel before it in
+    the stream finishes, and waits for it with ``griddepcontrol.wait`` before reading its results."""
+    global _programmatic_launch
+    previous, _programmatic_launch = _programmatic_launch, bool(enabled)
+    state = _backend._state
+    if state is None or state.name != "cuda" or state.native is None:
+        return previous
+    for kernel in list(_kernels):
+        if not kernel.programmatic:
+            continue
+        for device, (_, function, _) in list(kernel._loaded.items()):
+            on = _programmatic_launch and int(_device_arch(state.native, device)) >= 90
+            state.native.function_set_programmatic(function, on)
+    return previous
 
 
 def forget_device(device: int) -> int:

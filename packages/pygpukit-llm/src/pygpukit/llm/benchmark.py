@@ -318,6 +318,17 @@ def parser() -> argparse.ArgumentParser:
         help="keep the linear weights packed in this GGUF format (random blocks), e.g. q4_k, "
         "or a llama.cpp mix: q4_k_m, q5_k_m",
     )
+    p.add_argument(
+        "--fuse",
+        choices=("true", "false", "all"),
+        default="true",
+        help="the decode step's fusions (DecodeM1's fuse: true is the default, all adds the fused GEMVs)",
+    )
+    p.add_argument(
+        "--no-programmatic",
+        action="store_true",
+        help="launch every kernel the ordinary way (no programmatic dependent launch on SM90+)",
+    )
     p.add_argument("--json", type=Path, help="write every row here")
     p.add_argument("--profile", type=Path, metavar="DIR",
                    help="also profile one eager decode per shape: a kernel table, a chrome trace in DIR")  # fmt: skip
@@ -335,7 +346,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("--repeats must be >= 1 and --tokens >= 2", file=sys.stderr)
         return 2
     import pygpukit as gp
+    from pygpukit.core.jit import set_programmatic_launch
 
+    from .decode import DecodeM1
+
+    fuse_levels: dict[str, bool | str] = {"true": True, "false": False, "all": "all"}
+    DecodeM1.fuse_default = fuse_levels[args.fuse]
+    set_programmatic_launch(not args.no_programmatic)
+    print(f"decode fusions: {args.fuse}; programmatic launch: {'off' if args.no_programmatic else 'on'}", flush=True)
     peers = [] if args.peers == "none" else [p.strip() for p in args.peers.split(",") if p.strip()]
     copy_gbps = None
     if gp.backend_state().name == "cuda":
@@ -354,7 +372,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                               num_layers=args.num_layers, copy_gbps=copy_gbps, quant=args.quant,
                               profile=args.profile, log=lambda text: print(text, flush=True)))  # fmt: skip
         if args.json:  # after every shape, so a run cut short keeps what it measured
-            args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "rows": rows}, indent=1) + "\n")
+            args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "fuse": args.fuse,
+                                              "programmatic": not args.no_programmatic, "rows": rows},
+                                             indent=1) + "\n")  # fmt: skip
     print(report(rows))
     return 0
 

@@ -113,7 +113,7 @@ class KernelGroup:
         self.expressions = tuple(expressions)
         self._kernels: dict[str, JITKernel] = {}
 
-    def _make(self, expression: str, params: Sequence[Param]) -> JITKernel:
+    def _make(self, expression: str, params: Sequence[Param], programmatic: bool = False) -> JITKernel:
         # Same source, options and expression list: one cache entry and one module for the group.
         return JITKernel(
             SOURCES.source(self.file),
@@ -122,12 +122,15 @@ class KernelGroup:
             include_dirs=SOURCES.include_dirs(self.file),
             cache_salt=SOURCES.headers_digest(),
             params=params,
+            programmatic=programmatic,
         )
 
-    def kernel(self, expression: str, params: Sequence[Param]) -> JITKernel:
+    def kernel(self, expression: str, params: Sequence[Param], programmatic: bool = False) -> JITKernel:
+        """The launchable kernel of ``expression``; ``programmatic``: it waits for the kernel before it
+        with ``overlap_wait()`` (common/overlap.cuh), so it may be launched before that one finishes."""
         kernel = self._kernels.get(expression)
         if kernel is None:
-            kernel = self._kernels[expression] = self._make(expression, params)
+            kernel = self._kernels[expression] = self._make(expression, params, programmatic)
         return kernel
 
     def compile(self, arch: str | int | tuple[int, int]) -> None:

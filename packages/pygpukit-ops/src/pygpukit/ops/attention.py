@@ -155,8 +155,9 @@ def _device_limits(device: int) -> tuple[int, int, int]:
 
 def _kernel(file: str, expressions: Sequence[str], expression: str, shared: int) -> JITKernel:
     """The kernel, allowed ``shared`` bytes of dynamic shared memory on the current device (called when
-    a launch plan is made: once per call shape and device)."""
-    kernel = group(file, expressions).kernel(expression, _PARAMS)
+    a launch plan is made: once per call shape and device). The decode kernels wait for the kernel
+    before them with overlap_wait(), so they are launched programmatically."""
+    kernel = group(file, expressions).kernel(expression, _PARAMS, programmatic=file == _DECODE_FILE)
     if shared > 48 * 1024:
         kernel.set_max_dynamic_shared_memory(shared)
     return kernel

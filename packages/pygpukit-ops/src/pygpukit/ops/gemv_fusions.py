@@ -58,7 +58,7 @@ def _kernel(dtype: DType, prologue: int) -> JITKernel:
     kernel = _kernels.get(key)
     if kernel is None:
         expression = f"{NAMESPACE}fused_gemv<{dtype.ctype}, {prologue}, {_ROWS}>"
-        kernel = _kernels.put(key, group(_FILE, _expressions(dtype)).kernel(expression, _PARAMS))
+        kernel = _kernels.put(key, group(_FILE, _expressions(dtype)).kernel(expression, _PARAMS, programmatic=True))
     return kernel
 
 

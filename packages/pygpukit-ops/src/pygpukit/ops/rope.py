@@ -207,10 +207,11 @@ def rope_cos_sin(
 class RopeKernels:
     """The JIT kernels of one RoPE kernel template ``<T, C, kGptj, W>`` (``rope_apply`` here,
     ``rope_kv_append`` in rope_kv.py), compiled as one group per (dtype, table dtype): both styles
-    and both pack widths."""
+    and both pack widths. ``programmatic``: the template waits with overlap_wait() (common/overlap.cuh)."""
 
-    def __init__(self, file: str, template: str, params: Any, cache: str) -> None:
+    def __init__(self, file: str, template: str, params: Any, cache: str, programmatic: bool = False) -> None:
         self._file, self._template, self._params = file, template, params
+        self._programmatic = programmatic
         self._kernels: PlanCache[JITKernel] = PlanCache(cache)
 
     def expression(self, dtype: DType, table: DType, gptj: int, width: int) -> str:
@@ -226,7 +227,7 @@ class RopeKernels:
         if kernel is None:
             expression = self.expression(dtype, table, gptj, width)
             group_ = group(self._file, self.expressions(dtype, table))
-            kernel = self._kernels.put(key, group_.kernel(expression, self._params))
+            kernel = self._kernels.put(key, group_.kernel(expression, self._params, self._programmatic))
         return kernel
 
 

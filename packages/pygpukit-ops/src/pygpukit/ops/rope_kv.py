@@ -44,7 +44,7 @@ _NAME = "rope_kv_append"
 Array = np.ndarray[Any, Any]
 
 
-_KERNELS = RopeKernels(_FILE, "rope_kv_append", _PARAMS, "ops.rope_kv.kernels")
+_KERNELS = RopeKernels(_FILE, "rope_kv_append", _PARAMS, "ops.rope_kv.kernels", programmatic=True)
 
 
 def _activation(name: str, x: Any, dtype: str | None) -> GPUArray:

@@ -47,7 +47,7 @@ _PARAMS = [
 def _kernel(expression: str) -> JITKernel:
     """Each instantiation is its own compilation (a group of one): the first call of a shape compiles
     only what it launches."""
-    return _kernels.group(_FILE, (expression,)).kernel(expression, _PARAMS)
+    return _kernels.group(_FILE, (expression,)).kernel(expression, _PARAMS, programmatic=True)
 
 
 @dataclass(frozen=True)
