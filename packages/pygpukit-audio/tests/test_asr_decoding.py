@@ -152,8 +152,8 @@ def test_beam_rules_topk_equals_the_host_rules(rows: int, step: int, k: int, see
 def test_sample_rules_step_draws_from_the_filtered_softmax(temperature: float) -> None:
     """The device sampling step: over 3000 identical rows the tokens' frequencies follow softmax(v / T) of the
     entries the rules keep (a chi-square bound), each sum gets the token's log-probability at temperature 1,
-    finished rows emit <|endoftext|>, and a (seed, step) pair gives the same tokens again."""
-    from pygpukit.asr.token_step import rules_arrays, sample_rules_step
+    finished rows emit <|endoftext|>, and a seed gives the same tokens again."""
+    from pygpukit.asr.token_step import rules_arrays, sample_rules_step, sampling_array
     from pygpukit.core.array import from_numpy
 
     rows = 3000
@@ -167,7 +167,8 @@ def test_sample_rules_step_draws_from_the_filtered_softmax(temperature: float) -
 
     def draw(seed: int) -> tuple[np.ndarray, np.ndarray]:
         tokens, sums = from_numpy(np.zeros(rows, np.int32)), from_numpy(np.zeros(rows, np.float64))
-        sample_rules_step(logits, tokens, from_numpy(state), sums, *arrays, temperature, seed, 3)
+        sampling = from_numpy(sampling_array(temperature, seed))
+        sample_rules_step(logits, tokens, from_numpy(state), sums, *arrays, sampling)
         return tokens.to_numpy(), sums.to_numpy()
 
     tokens, sums = draw(11)

@@ -189,6 +189,28 @@ def test_beam_graph_equals_eager(small: WhisperModel, timestamps: bool) -> None:
     assert decoder.num_nodes > 10
 
 
+@pytest.mark.parametrize("temperature", [0.4, 1.0])
+def test_sampled_graph_equals_eager(small: WhisperModel, temperature: float) -> None:
+    """The temperature fallback's sampling through the captured step (best_of rows of one window, T and
+    the seed in device memory) against the eager loop with the same generator: the same samples, sums
+    within float32 rounding; one captured step serves both temperatures."""
+    rules = _rules(True)
+    for seed in range(2):
+        enc = small.encode(np.random.default_rng(seed + 10).standard_normal((80, 20)).astype(np.float32))
+        eager, graph = _both(small, lambda e=enc, s=seed: decode_window(
+            small, e, [SOT], rules, sot_index=0, no_speech=NO_SPEECH, temperature=temperature, best_of=4,
+            rng=np.random.default_rng(s)))  # fmt: skip
+        assert [c[0] for c in graph.candidates] == [c[0] for c in eager.candidates]
+        np.testing.assert_allclose([c[1] for c in graph.candidates], [c[1] for c in eager.candidates], rtol=1e-5)
+        assert graph.tokens == eager.tokens
+        assert graph.temperature == eager.temperature == temperature
+        assert graph.no_speech_prob == pytest.approx(eager.no_speech_prob, rel=1e-6)
+        assert len({tuple(c[0]) for c in eager.candidates}) > 1, "the rows draw different samples"
+    decoder = graph_decode.sample_graph_decoder(small, 4)
+    assert decoder is graph_decode.sample_graph_decoder(small, 4)
+    assert decoder.num_nodes > 10
+
+
 def test_graph_decode_batch_equals_eager(small: WhisperModel) -> None:
     rules = _rules(True)
     mel = np.random.default_rng(5).standard_normal((3, 80, 20)).astype(np.float32)

@@ -28,8 +28,8 @@ from pygpukit.core.dtypes import float64
 from pygpukit.core.errors import ArgumentError
 from pygpukit.ops import log_softmax, stack
 
-from .graph_decode import greedy_graph_decode, per_row_prompts, use_graph
-from .token_step import beam_rules_topk, greedy_rules_step, row_state, rules_arrays, sample_rules_step
+from .graph_decode import greedy_graph_decode, per_row_prompts, sampled_graph_decode, use_graph
+from .token_step import beam_rules_topk, greedy_rules_step, row_state, rules_arrays, sample_rules_step, sampling_array
 
 __all__ = ["DecodeResult", "TokenRules", "decode_batch", "decode_window"]
 
@@ -141,25 +141,33 @@ def decode_window(model: Any, encoder_out: GPUArray, prompt: list[int], rules: T
                                length_penalty, max_new)  # fmt: skip
         if beamed is not None:
             return beamed
+    rows = best_of if sampling else beam_size
+    # The seed of this window's samples is drawn before either path runs, so both draw the same tokens.
+    generator = rng if rng is not None else np.random.default_rng(0)
+    seed = int(generator.integers(0, 2**63)) if sampling else 0
     graphed = None
     if beam_size == 1 and not sampling and use_graph(model):  # the captured decode step (graph_decode.py)
         graphed = greedy_graph_decode(model, encoder_out, prompt, rules, sot_index=sot_index, no_speech=no_speech,
                                       max_new=max_new)  # fmt: skip
+    elif sampling and use_graph(model):  # the captured sampled step, best_of rows of this window
+        graphed = sampled_graph_decode(model, encoder_out, prompt, rules, sot_index=sot_index, no_speech=no_speech,
+                                       max_new=max_new, rows=rows, temperature=temperature, seed=seed)  # fmt: skip
     if graphed is not None:
         seqs, sums, ns_probs = graphed
-        score = float(sums[0]) / max(len(seqs[0]), 1) ** length_penalty
-        return DecodeResult(seqs[0], float(sums[0]), float(sums[0] / (len(seqs[0]) + 1)), float(ns_probs[0]),
-                            float(temperature), [(seqs[0], score)])  # fmt: skip
-    rows = best_of if sampling else beam_size
+        return _best(seqs, np.asarray(sums, np.float64), float(ns_probs[0]), temperature, length_penalty)
     state = model.new_state(encoder_out, repeat=rows, max_len=min(ctx, len(prompt) + max_new))
     hidden = model.decode(np.tile(np.asarray(prompt, np.int64), (rows, 1)), state)
     no_speech_prob = float(_no_speech_probs(model, hidden[:1], sot_index, no_speech)[0])
     if beam_size > 1 and not sampling:
         return _beam(model, state, model.logits(hidden[:, -1]), rules, beam_size, patience, length_penalty, max_new,
                      no_speech_prob)  # fmt: skip
-    generator = rng if rng is not None else np.random.default_rng(0)
-    seed = int(generator.integers(0, 2**63)) if sampling else 0
     seqs, sums = _sample_rows(model, state, model.logits(hidden[:, -1]), rules, temperature, max_new, seed)
+    return _best(seqs, sums, no_speech_prob, temperature, length_penalty)
+
+
+def _best(seqs: list[list[int]], sums: Array, no_speech_prob: float, temperature: float,
+          length_penalty: float) -> DecodeResult:  # fmt: skip
+    """The decode result of the row with the best length-penalized score (the first of equal ones)."""
     lengths = np.array([max(len(s), 1) for s in seqs], dtype=np.float64)
     scores = sums / lengths**length_penalty
     best = int(np.argmax(scores))
@@ -180,10 +188,11 @@ def _sample_rows(model: Any, state: Any, logits: GPUArray, rules: TokenRules, te
     tokens_dev = from_numpy(np.zeros(rows, np.int32))
     states = from_numpy(np.tile(np.array([0, -1, -1, -1, 0], np.int32), (rows, 1)))
     sums_dev = from_numpy(np.zeros(rows, np.float64))
+    sampling = from_numpy(sampling_array(temperature, seed)) if temperature > 0 else None
     done = np.zeros(rows, bool)
     for step in range(max_new):
-        if temperature > 0:
-            sample_rules_step(logits, tokens_dev, states, sums_dev, suppress, blank, params, temperature, seed, step)
+        if sampling is not None:
+            sample_rules_step(logits, tokens_dev, states, sums_dev, suppress, blank, params, sampling)
         else:
             greedy_rules_step(logits, tokens_dev, states, sums_dev, suppress, blank, params)
         tokens = tokens_dev.to_numpy()

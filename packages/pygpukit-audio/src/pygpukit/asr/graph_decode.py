@@ -21,8 +21,9 @@ so it is captured once in a :class:`pygpukit.CudaGraph` and replayed at every po
 The step computes what :meth:`WhisperModel.decode` computes for one token, through the ops' ``out=``
 forms (``linear`` with the same fused bias and GELU epilogues as ``decode``), so nothing is allocated
 inside the capture. :class:`BeamGraphDecoder` captures beam search's step the same way (with the KV cache
-rows reordered by the beams' parents first and the candidate kernel last); sampling keeps the eager loop
-of :mod:`pygpukit.asr.decoding`.
+rows reordered by the beams' parents first and the candidate kernel last), and :class:`SampleGraphDecoder`
+the sampled step of the temperature fallback (best_of rows of one window, the temperature and the seed read
+from device memory by :func:`~pygpukit.asr.token_step.sample_rules_step`).
 """
 
 from __future__ import annotations
@@ -35,22 +36,32 @@ import numpy as np
 
 import pygpukit.ops as ops
 from pygpukit.core.array import GPUArray, from_numpy, zeros
-from pygpukit.core.dtypes import float64, int32, uint8
+from pygpukit.core.dtypes import float64, int32, uint8, uint64
 from pygpukit.core.errors import ArgumentError, PyGPUkitError, ShapeError
 from pygpukit.core.graph import CudaGraph
 from pygpukit.core.stream import Stream, current_stream
 
 from .model import DecoderState
-from .token_step import STATE_FIELDS, beam_rules_topk, greedy_rules_step, rules_arrays
+from .token_step import (
+    STATE_FIELDS,
+    beam_rules_topk,
+    greedy_rules_step,
+    rules_arrays,
+    sample_rules_step,
+    sampling_array,
+)
 from .weights import HEAD_DIM
 
 __all__ = [
     "BeamGraphDecoder",
     "GraphDecoder",
+    "SampleGraphDecoder",
     "beam_graph_decoder",
     "graph_decoder",
     "greedy_graph_decode",
     "per_row_prompts",
+    "sample_graph_decoder",
+    "sampled_graph_decode",
     "use_graph",
 ]
 
@@ -148,7 +159,11 @@ class GraphDecoder:
     def _step(self) -> None:
         """One decode step, device work only: what DecodeM1-style graphs capture."""
         self._decode_step()
-        greedy_rules_step(self.logits, self.tokens, self.state, self.sum_lp, self.suppress, self.blank, self.params)
+        self._choose(self.logits)
+
+    def _choose(self, logits: GPUArray) -> None:
+        """Each row's next token from ``logits`` by the token rules (greedy here), into ``tokens``."""
+        greedy_rules_step(logits, self.tokens, self.state, self.sum_lp, self.suppress, self.blank, self.params)
 
     def _decode_step(self) -> None:
         """The decoder on each row's last token at its position, to the logits."""
@@ -204,16 +219,17 @@ class GraphDecoder:
     # -- driving ------------------------------------------------------------------------------------
     def start(self, encoder_out: GPUArray, prompt: list[int] | Sequence[list[int]], rules: Any,
               sot_index: int | Sequence[int], no_speech: int) -> Array:  # fmt: skip
-        """Prepare a window: cross keys/values of ``encoder_out`` (batch, n_audio_ctx, d), the ``prompt``
-        in the KV cache, the first token of each row chosen (read back with :meth:`read`). Returns the
-        no-speech probability of each row (float64 (batch,)). ``prompt`` and ``sot_index`` may be given
-        per row (a list of prompts, of any lengths, and their <|startoftranscript|> positions): each row
-        then runs its own prompt, and the step continues every row at its own position."""
+        """Prepare a window: cross keys/values of ``encoder_out`` ((batch, n_audio_ctx, d), or (1,
+        n_audio_ctx, d) for every row), the ``prompt`` in the KV cache, the first token of each row chosen
+        (read back with :meth:`read`). Returns the no-speech probability of each row (float64 (batch,)).
+        ``prompt`` and ``sot_index`` may be given per row (a list of prompts, of any lengths, and their
+        <|startoftranscript|> positions): each row then runs its own prompt, and the step continues every
+        row at its own position."""
         model, b = self.model, self.batch
         c = model.config
-        if tuple(encoder_out.shape) != (b, c.n_audio_ctx, c.d_model):
-            raise ShapeError(f"GraphDecoder.start: encoder output must be ({b}, {c.n_audio_ctx}, {c.d_model}), got "
-                             f"{encoder_out.shape}")  # fmt: skip
+        if tuple(encoder_out.shape) not in ((b, c.n_audio_ctx, c.d_model), (1, c.n_audio_ctx, c.d_model)):
+            raise ShapeError(f"GraphDecoder.start: encoder output must be ({b} or 1, {c.n_audio_ctx}, {c.d_model}), "
+                             f"got {encoder_out.shape}")  # fmt: skip
         prompts, sots = per_row_prompts(prompt, sot_index, b, "GraphDecoder.start")
         for row_prompt in prompts:
             if not 1 <= len(row_prompt) < self.max_len:
@@ -229,7 +245,12 @@ class GraphDecoder:
             self.params.copy_(params)
             self._rules = rules
         for i in range(c.decoder_layers):
-            self.cross_kv[i].copy_(model._linear(encoder_out, f"dec.{i}.cross_kv"))
+            kv = model._linear(encoder_out, f"dec.{i}.cross_kv")
+            if encoder_out.shape[0] == b:
+                self.cross_kv[i].copy_(kv)
+            else:  # one window for every row (best_of samples)
+                for r in range(b):
+                    self.cross_kv[i][r].copy_(kv[0])
         if all(row_prompt == prompts[0] for row_prompt in prompts) and len(set(sots)) == 1:
             self.window.length = 0
             hidden = model.decode(np.tile(np.asarray(prompts[0], np.int64), (b, 1)), self.window)
@@ -246,8 +267,7 @@ class GraphDecoder:
         self.sum_lp.copy_(np.zeros(b, np.float64))
         self.lengths.copy_(np.array([len(row_prompt) for row_prompt in prompts], np.int32))
         self.start_logits = model.logits(last_hidden)  # the first step's (beam search reads them)
-        greedy_rules_step(self.start_logits, self.tokens, self.state, self.sum_lp, self.suppress, self.blank,
-                          self.params)  # fmt: skip
+        self._choose(self.start_logits)
         return no_speech_probs
 
     def _start_rows(self, prompts: list[list[int]], sots: list[int]) -> tuple[GPUArray, GPUArray]:
@@ -323,6 +343,32 @@ class BeamGraphDecoder(GraphDecoder):
         return self.cand_idx.to_numpy(), self.cand_val.to_numpy()
 
 
+class SampleGraphDecoder(GraphDecoder):
+    """The greedy step with each row's token sampled instead (:func:`~pygpukit.asr.token_step.
+    sample_rules_step`): the temperature and the seed are device memory (``sampling``, set by
+    :meth:`set_sampling` before :meth:`start`), so one captured step serves every temperature of the
+    fallback and every window. Each row draws its own tokens (the counter of the Gumbel keys includes the
+    row), so ``best_of`` rows of one window are ``best_of`` samples."""
+
+    def _allocate(self) -> None:
+        super()._allocate()
+        self.sampling = zeros(2, uint64)
+
+    def _choose(self, logits: GPUArray) -> None:
+        sample_rules_step(logits, self.tokens, self.state, self.sum_lp, self.suppress, self.blank, self.params,
+                          self.sampling)  # fmt: skip
+
+    def set_sampling(self, temperature: float, seed: int) -> None:
+        """Sample at ``temperature`` (> 0) with ``seed`` from the next :meth:`start` on."""
+        self.sampling.copy_(sampling_array(temperature, seed))
+
+
+def sample_graph_decoder(model: Any, rows: int) -> SampleGraphDecoder:
+    """The model's :class:`SampleGraphDecoder` for ``rows`` rows, made (and captured) on first use."""
+    found: SampleGraphDecoder = _kept(model, "_sample_graph_decoders", rows, SampleGraphDecoder)
+    return found
+
+
 def beam_graph_decoder(model: Any, beam: int) -> BeamGraphDecoder:
     """The model's :class:`BeamGraphDecoder` for ``beam`` rows, made (and captured) on first use."""
     found: BeamGraphDecoder = _kept(model, "_beam_graph_decoders", beam, BeamGraphDecoder)
@@ -377,23 +423,44 @@ def greedy_graph_decode(model: Any, encoder_out: GPUArray, prompt: list[int] | S
     the step cannot be captured and ``model.graph_decode`` is None (automatic): a warning says why, the
     flag becomes False and the caller decodes eagerly."""
     rows = int(encoder_out.shape[0])
-    prompts, sots = per_row_prompts(prompt, sot_index, rows, "greedy_graph_decode")
+    return _graph_rows(model, encoder_out, prompt, rules, sot_index, no_speech, max_new, rows, None,
+                       "greedy_graph_decode")  # fmt: skip
+
+
+def sampled_graph_decode(model: Any, encoder_out: GPUArray, prompt: list[int], rules: Any, *, sot_index: int,
+                         no_speech: int, max_new: int, rows: int, temperature: float,
+                         seed: int) -> tuple[list[list[int]], Array, Array] | None:  # fmt: skip
+    """``rows`` samples at ``temperature`` of the one window ``encoder_out`` (batch 1) through
+    :class:`SampleGraphDecoder`, as :func:`greedy_graph_decode` returns them (the eager loop of
+    :mod:`pygpukit.asr.decoding` with the same ``seed`` draws the same tokens)."""
+    return _graph_rows(model, encoder_out, prompt, rules, sot_index, no_speech, max_new, rows, (temperature, seed),
+                       "sampled_graph_decode")  # fmt: skip
+
+
+def _graph_rows(model: Any, encoder_out: GPUArray, prompt: list[int] | Sequence[list[int]], rules: Any,
+                sot_index: int | Sequence[int], no_speech: int, max_new: int | Sequence[int], rows: int,
+                sampling: tuple[float, int] | None,
+                what: str) -> tuple[list[list[int]], Array, Array] | None:  # fmt: skip
+    prompts, sots = per_row_prompts(prompt, sot_index, rows, what)
     caps = [int(max_new)] * rows if isinstance(max_new, (int, np.integer)) else [int(v) for v in max_new]
     if len(caps) != rows:
-        raise ArgumentError(f"greedy_graph_decode: {len(caps)} token limits for {rows} rows")
+        raise ArgumentError(f"{what}: {len(caps)} token limits for {rows} rows")
     for row_prompt, cap in zip(prompts, caps, strict=True):
         if cap < 1 or len(row_prompt) + cap > model.config.n_text_ctx + 1:
-            raise ArgumentError(f"greedy_graph_decode: {cap} new tokens after a prompt of {len(row_prompt)} do not "
-                                f"fit the {model.config.n_text_ctx}-token context")  # fmt: skip
+            raise ArgumentError(f"{what}: {cap} new tokens after a prompt of {len(row_prompt)} do not fit the "
+                                f"{model.config.n_text_ctx}-token context")  # fmt: skip
     try:
-        decoder = graph_decoder(model, rows)
+        decoder = graph_decoder(model, rows) if sampling is None else sample_graph_decoder(model, rows)
     except PyGPUkitError as exc:
         if getattr(model, "graph_decode", None) is not None:
             raise  # asked for explicitly: the failure is the answer
-        warnings.warn(f"greedy decoding through a CUDA graph is unavailable ({exc}); the eager loop decodes "
-                      "instead (model.graph_decode set to False)", RuntimeWarning, stacklevel=3)  # fmt: skip
+        kind = "greedy decoding" if sampling is None else "sampling"
+        warnings.warn(f"{kind} through a CUDA graph is unavailable ({exc}); the eager loop decodes instead "
+                      "(model.graph_decode set to False)", RuntimeWarning, stacklevel=3)  # fmt: skip
         model.graph_decode = False
         return None
+    if isinstance(decoder, SampleGraphDecoder) and sampling is not None:
+        decoder.set_sampling(*sampling)
     no_speech_probs = decoder.start(encoder_out, prompts, rules, sots, no_speech)
     eot = int(rules.eot)
     seqs: list[list[int]] = [[] for _ in range(rows)]

@@ -36,11 +36,11 @@ from typing import Any
 import numpy as np
 
 from pygpukit.core.array import GPUArray
-from pygpukit.core.dtypes import DType, float64, int32, uint8
-from pygpukit.core.errors import DTypeError, ShapeError
+from pygpukit.core.dtypes import DType, float64, int32, uint8, uint64
+from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel
 
-__all__ = ["STATE_FIELDS", "beam_rules_topk", "greedy_rules_step", "row_state", "sample_rules_step"]
+__all__ = ["STATE_FIELDS", "beam_rules_topk", "greedy_rules_step", "row_state", "sample_rules_step", "sampling_array"]
 
 STATE_FIELDS = ("count", "last", "penultimate", "last_timestamp", "done")
 _BLOCK = 1024
@@ -202,7 +202,7 @@ template <int KIND>
 __device__ void choose_step(const void* logits, long long row_stride, const unsigned char* suppress,
                             const unsigned char* blank, int* tokens, int* state, double* sum_lp, int eot,
                             int no_ts, int tsb, int max_init, int timestamps, int vocab, float inv_temp,
-                            unsigned long long seed, int step) {
+                            unsigned long long seed) {
     __shared__ float s_val[2][BLOCK];
     __shared__ int s_idx[2][BLOCK];
     __shared__ double s_sum[2][BLOCK];
@@ -222,7 +222,7 @@ __device__ void choose_step(const void* logits, long long row_stride, const unsi
         int bi = -1;
         visit_kept<KIND>(r, tid, vocab, logits, offset, suppress, blank, [&](float v, int i) {
             if ((forced && i < tsb) || !(v > NEG_INF)) return;
-            better(bk, bi, v * inv_temp + gumbel(seed, row, step, i), i);
+            better(bk, bi, v * inv_temp + gumbel(seed, row, r.count, i), i);
         });
         s_val[0][tid] = bk; s_idx[0][tid] = bi;
         __syncthreads();
@@ -339,14 +339,15 @@ extern "C" __global__ void __launch_bounds__(BLOCK) whisper_greedy_step_##SUFFIX
         const void* logits, long long row_stride, const unsigned char* suppress, const unsigned char* blank, \
         int* tokens, int* state, double* sum_lp, const int* params, int vocab) {                            \
     choose_step<KIND_##SUFFIX>(logits, row_stride, suppress, blank, tokens, state, sum_lp, params[0],       \
-                               params[1], params[2], params[3], params[4], vocab, 0.0f, 0ull, 0);            \
+                               params[1], params[2], params[3], params[4], vocab, 0.0f, 0ull);               \
 }                                                                                                            \
 extern "C" __global__ void __launch_bounds__(BLOCK) whisper_sample_step_##SUFFIX(                             \
         const void* logits, long long row_stride, const unsigned char* suppress, const unsigned char* blank, \
-        int* tokens, int* state, double* sum_lp, const int* params, int vocab, float inv_temp,              \
-        unsigned long long seed, int step) {                                                                 \
+        int* tokens, int* state, double* sum_lp, const int* params, int vocab,                              \
+        const unsigned long long* sampling) {                                                                \
     choose_step<KIND_##SUFFIX>(logits, row_stride, suppress, blank, tokens, state, sum_lp, params[0],       \
-                               params[1], params[2], params[3], params[4], vocab, inv_temp, seed, step);     \
+                               params[1], params[2], params[3], params[4], vocab,                            \
+                               __uint_as_float((unsigned)sampling[1]), sampling[0]);                        \
 }
 ENTRY(f32)
 ENTRY(f16)
@@ -388,9 +389,7 @@ def _sample_kernel(suffix: str) -> JITKernel:
         Param("row_stride", "long long", "scalar", "q"),
         *[Param(n, "void*", "pointer", "Q") for n in ("suppress", "blank", "tokens", "state", "sum_lp", "params")],
         Param("vocab", "int", "scalar", "i"),
-        Param("inv_temp", "float", "scalar", "f"),
-        Param("seed", "unsigned long long", "scalar", "Q"),
-        Param("step", "int", "scalar", "i"),
+        Param("sampling", "void*", "pointer", "Q"),
     ]
     return JITKernel(_SOURCE, f"whisper_sample_step_{suffix}", params=params)
 
@@ -453,44 +452,56 @@ def greedy_rules_step(logits: GPUArray, tokens: GPUArray, state: GPUArray, sum_l
     """Apply the token rules to ``logits`` (rows, vocab), pick each row's token into ``tokens`` (rows,)
     int32 and update ``state`` (rows, 5) int32 and ``sum_lp`` (rows,) float64 in place; ``suppress``,
     ``blank`` and ``params`` are the device copies of :func:`rules_arrays`."""
-    _rules_step("greedy_rules_step", logits, tokens, state, sum_lp, suppress, blank, params, 0.0, 0, 0)
+    _rules_step("greedy_rules_step", logits, tokens, state, sum_lp, suppress, blank, params, None)
+
+
+def sampling_array(temperature: float, seed: int) -> np.ndarray[Any, Any]:
+    """The host value of :func:`sample_rules_step`'s ``sampling``: uint64 [seed, bits of float32 1 / T]."""
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 < temperature < np.inf:
+        raise ArgumentError(f"sampling_array: temperature must be a finite number > 0, got {temperature!r}")
+    inv_temp = np.float32(1.0 / float(temperature))
+    return np.array([int(seed) & (2**64 - 1), int(inv_temp.view(np.uint32))], np.uint64)
 
 
 def sample_rules_step(logits: GPUArray, tokens: GPUArray, state: GPUArray, sum_lp: GPUArray, suppress: GPUArray,
-                      blank: GPUArray, params: GPUArray, temperature: float, seed: int, step: int) -> None:  # fmt: skip
+                      blank: GPUArray, params: GPUArray, sampling: GPUArray) -> None:  # fmt: skip
     """:func:`greedy_rules_step` with each row's token sampled from the softmax of the kept logits divided by
-    ``temperature`` (> 0) instead of the maximum: Gumbel-max keys ``v / T - log(-log(u))`` with ``u`` a
-    counter-based uniform of (``seed``, row, ``step``, token), so a (seed, step) pair gives the same tokens on
-    every run. The log-probability added to ``sum_lp`` is the token's in the filtered distribution at
-    temperature 1, as the host path scores samples."""
-    if not temperature > 0:
-        raise ShapeError(f"sample_rules_step: temperature must be > 0, got {temperature!r}")
-    _rules_step("sample_rules_step", logits, tokens, state, sum_lp, suppress, blank, params, float(temperature),
-                int(seed) & (2**64 - 1), int(step))  # fmt: skip
+    a temperature instead of the maximum. ``sampling`` is the device copy of :func:`sampling_array` (T and a
+    seed: device memory, so a captured step samples at whatever they are set to). Gumbel-max keys
+    ``v / T - log(-log(u))`` with ``u`` a counter-based uniform of (seed, row, the row's token count,
+    token), so a seed gives the same tokens on every run. The log-probability added to ``sum_lp`` is the
+    token's in the filtered distribution at temperature 1, as the host path scores samples."""
+    _rules_step("sample_rules_step", logits, tokens, state, sum_lp, suppress, blank, params, sampling)
 
 
 def _rules_step(name: str, logits: GPUArray, tokens: GPUArray, state: GPUArray, sum_lp: GPUArray, suppress: GPUArray,
-                blank: GPUArray, params: GPUArray, temperature: float, seed: int, step: int) -> None:  # fmt: skip
-    rows, vocab = _check(logits, {"tokens": (tokens, (-1,), int32), "state": (state, (-1, len(STATE_FIELDS)), int32),
-                                  "sum_lp": (sum_lp, (-1,), float64), "suppress": (suppress, (-2,), uint8),
-                                  "blank": (blank, (-2,), uint8), "params": (params, (5,), int32)}, name)  # fmt: skip
-    inv_temp = np.float32(1.0 / temperature) if temperature > 0 else np.float32(0)
+                blank: GPUArray, params: GPUArray, sampling: GPUArray | None) -> None:  # fmt: skip
+    arrays = {"tokens": (tokens, (-1,), int32), "state": (state, (-1, len(STATE_FIELDS)), int32),
+              "sum_lp": (sum_lp, (-1,), float64), "suppress": (suppress, (-2,), uint8),
+              "blank": (blank, (-2,), uint8), "params": (params, (5,), int32)}  # fmt: skip
+    if sampling is not None:
+        arrays["sampling"] = (sampling, (2,), uint64)
+    rows, vocab = _check(logits, arrays, name)
     if _is_cuda():
         args = (logits.device_ptr, logits._strides[0], suppress.device_ptr, blank.device_ptr, tokens.device_ptr,
                 state.device_ptr, sum_lp.device_ptr, params.device_ptr, vocab)  # fmt: skip
-        if temperature > 0:
-            _sample_kernel(_SUFFIX[logits.dtype.name])(*args, float(inv_temp), seed, step, grid=rows, block=_BLOCK)
+        if sampling is not None:
+            _sample_kernel(_SUFFIX[logits.dtype.name])(*args, sampling.device_ptr, grid=rows, block=_BLOCK)
         else:
             _kernel(_SUFFIX[logits.dtype.name])(*args, grid=rows, block=_BLOCK)
         return
     x = logits._host_view()
     eot, _, tsb, _, _ = (int(v) for v in params._host_view())
     st, out, sums = state._host_view(), tokens._host_view(), sum_lp._host_view()
+    seed, inv_temp = 0, np.float32(0)
+    if sampling is not None:
+        seed_word, temp_word = (int(v) for v in sampling._host_view())
+        seed, inv_temp = seed_word, np.uint32(temp_word).view(np.float32)
     for row in range(rows):
         count, last, _, last_ts, done = (int(v) for v in st[row])
         values, check = _filtered(x[row], st[row], suppress, blank, params)
-        if temperature > 0:
-            token, lp = _sample(values, tsb, check, eot, inv_temp, seed, row, step)
+        if sampling is not None:
+            token, lp = _sample(values, tsb, check, eot, inv_temp, seed, row, count)
         else:
             token, lp = _choose(values, tsb, check, eot)
         if done:
