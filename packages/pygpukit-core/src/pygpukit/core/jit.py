@@ -789,15 +789,20 @@ def jit(
     func: str,
     options: Sequence[str] | None = None,
     name_expressions: Sequence[str] | None = None,
+    *,
+    programmatic: bool = False,
 ) -> JITKernel:
     """Compile ``func`` from CUDA C++ ``source`` with NVRTC; returns a launchable :class:`JITKernel`.
 
     On the CUDA backend it compiles and loads now, so source errors raise :class:`NvrtcError` here.
     ``name_expressions`` instantiates templates (``["scale<float>"]``; ``func`` may name one of them).
+    ``programmatic=True`` promises that every thread of the kernel executes ``griddepcontrol.wait``
+    before it reads what an earlier kernel writes and before it writes anything: on SM90 and newer it
+    is then launched with programmatic stream serialization (:func:`set_programmatic_launch`).
     """
     if not isinstance(source, str) or not source.strip():
         raise PyGPUkitError("jit needs CUDA C++ source text")
-    kernel = JITKernel(source, func, options or (), name_expressions or ())
+    kernel = JITKernel(source, func, options or (), name_expressions or (), programmatic=programmatic)
     if backend_state().name == "cuda":
         kernel.load()
     return kernel
