@@ -190,7 +190,7 @@ from pygpukit.llm.benchmark import main; sys.exit(main(sys.argv[1:]))" --shapes 
       for fuse in true all; do
         for mode in on off; do
           flag=()
-          [[ $mode == off ]] && flag=(--no-programmatic)
+          [[ $mode == on ]] && flag=(--programmatic)
           run "pdl-$fuse-$mode" 120 python3 -m pygpukit.llm.benchmark --shapes "${LLM_SHAPES:-smollm2-135m,qwen2.5-0.5b}" \
             --batches 1 --prompts 128 --repeats 3 --peers none --fuse "$fuse" "${flag[@]}" --json "$OUT/pdl_${fuse}_${mode}.json"
         done

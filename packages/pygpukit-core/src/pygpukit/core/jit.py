@@ -737,13 +737,14 @@ def _array_size(value: Any) -> int | None:
     return None
 
 
-_programmatic_launch = os.environ.get("PYGPUKIT_PROGRAMMATIC_LAUNCH", "1") != "0"
+# Off by default until it has been measured on a GPU (written 2026-12-08 without one).
+_programmatic_launch = os.environ.get("PYGPUKIT_PROGRAMMATIC_LAUNCH", "0") == "1"
 
 
 def programmatic_launch() -> bool:
     """Whether kernels declared ``programmatic=True`` are launched with programmatic stream
-    serialization on SM90 and newer devices (the default; ``PYGPUKIT_PROGRAMMATIC_LAUNCH=0`` turns it
-    off at import)."""
+    serialization on SM90 and newer devices (off unless ``PYGPUKIT_PROGRAMMATIC_LAUNCH=1`` at import or
+    :func:`set_programmatic_launch`)."""
     return _programmatic_launch
 
 

@@ -325,9 +325,9 @@ def parser() -> argparse.ArgumentParser:
         help="the decode step's fusions (DecodeM1's fuse: true is the default, all adds the fused GEMVs)",
     )
     p.add_argument(
-        "--no-programmatic",
+        "--programmatic",
         action="store_true",
-        help="launch every kernel the ordinary way (no programmatic dependent launch on SM90+)",
+        help="launch the kernels that allow it with programmatic dependent launch (SM90+; off by default)",
     )
     p.add_argument("--json", type=Path, help="write every row here")
     p.add_argument("--profile", type=Path, metavar="DIR",
@@ -352,8 +352,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     fuse_levels: dict[str, bool | str] = {"true": True, "false": False, "all": "all"}
     DecodeM1.fuse_default = fuse_levels[args.fuse]
-    set_programmatic_launch(not args.no_programmatic)
-    print(f"decode fusions: {args.fuse}; programmatic launch: {'off' if args.no_programmatic else 'on'}", flush=True)
+    set_programmatic_launch(args.programmatic)
+    print(f"decode fusions: {args.fuse}; programmatic launch: {'on' if args.programmatic else 'off'}", flush=True)
     peers = [] if args.peers == "none" else [p.strip() for p in args.peers.split(",") if p.strip()]
     copy_gbps = None
     if gp.backend_state().name == "cuda":
@@ -373,7 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                               profile=args.profile, log=lambda text: print(text, flush=True)))  # fmt: skip
         if args.json:  # after every shape, so a run cut short keeps what it measured
             args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "fuse": args.fuse,
-                                              "programmatic": not args.no_programmatic, "rows": rows},
+                                              "programmatic": args.programmatic, "rows": rows},
                                              indent=1) + "\n")  # fmt: skip
     print(report(rows))
     return 0
