@@ -15,6 +15,7 @@
 //   position_ids<I>(out, start, start_value, start_stride, batch, seq, out_b, out_s)
 //       out[b, s] = (start ? start[b * start_stride] : start_value) + s, int32.
 #include "../common/layout.cuh"
+#include "../common/overlap.cuh"
 
 namespace pygpukit {
 namespace ops {
@@ -41,6 +42,7 @@ struct GatherArgs {
 
 template <typename E, typename I>
 __global__ void gather_rows(GatherArgs a) {
+  overlap_wait();  // programmatic launch: the ids come from the kernels before
   const int lanes = a.lanes;
   const int lane = static_cast<int>(threadIdx.x) % lanes;
   const index_t groups = (static_cast<index_t>(gridDim.x) * blockDim.x) / lanes;

@@ -14,6 +14,7 @@
 //       when `aligned` (cols a multiple of the pack, every row start 16-byte aligned), else one element.
 #include "../common/codes.cuh"
 #include "../common/layout.cuh"
+#include "../common/overlap.cuh"
 
 namespace pygpukit {
 namespace ops {
@@ -47,6 +48,7 @@ __device__ __forceinline__ float gated_value(float g, float u, int mode) {
 
 template <typename T>
 __global__ void gated_rows(GatedArgs a) {
+  overlap_wait();  // programmatic launch: gate and up come from the kernels before
   constexpr int V = 16 / sizeof(T);
   const T* gate = static_cast<const T*>(a.gate);
   const T* up = static_cast<const T*>(a.up);

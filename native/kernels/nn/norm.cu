@@ -29,6 +29,7 @@
 // weight are 16-byte aligned, and for group_norm the spatial size is a multiple of the pack) selects
 // 16-byte vector accesses; otherwise the same slots are read element by element.
 #include "../common/codes.cuh"
+#include "../common/overlap.cuh"
 #include "../reduction/reducers.cuh"
 
 namespace pygpukit {
@@ -430,6 +431,7 @@ __device__ __forceinline__ void norm_emit_group(const NormArgs& a, index_t row, 
 
 template <typename T, typename W, int P, bool Full>
 __global__ void __launch_bounds__(kNormMaxThreads, 1) norm_rows(NormArgs a) {
+  overlap_wait();  // programmatic launch: the rows come from the kernels before
   constexpr int V = 16 / sizeof(T);
   __shared__ float scratch[2][kNormMaxThreads / 32];
   // lanes <= 32: a power of two, blockDim.x / lanes rows a block; lanes > 32: one row a block.

@@ -110,7 +110,7 @@ def _gather(name: str, src: GPUArray, out: GPUArray, count: int, hidden: int, sr
     chunks = hidden * itemsize // 16 if vector else hidden
     lanes = pow2_at_least(chunks, 1, BLOCK)
     expression = _gather_expression(itemsize, ids.dtype if ids is not None else int32)
-    kernel = group(_FILE, _expressions()).kernel(expression, _GATHER_PARAMS)
+    kernel = group(_FILE, _expressions()).kernel(expression, _GATHER_PARAMS, programmatic=True)
     ndim, shape, strides = _ids_layout(name, ids)
     fields = (count, hidden, src_outer, src_row, out_row, limit, fixed, shift, lanes, int(vector), ndim, *shape,
               *strides)  # fmt: skip

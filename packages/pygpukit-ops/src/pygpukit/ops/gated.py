@@ -116,7 +116,7 @@ def _gated(name: str, mode: int, gate: Any, up: Any, out: Any) -> GPUArray:
     width = 16 // gate.itemsize
     vector = cols % width == 0 and all(aligned(a, s, count_rows, width) for a, s in operands)
     expression = _expression(gate.dtype)
-    kernel = group(_FILE, [expression]).kernel(expression, _PARAMS)
+    kernel = group(_FILE, [expression]).kernel(expression, _PARAMS, programmatic=True)
     fields = (count_rows, cols, gate_stride, up_stride, out_stride, mode, int(vector))
     args = GATED_ARGS.pack_flat(gate.device_ptr, up.device_ptr if up is not None else 0, result.device_ptr, *fields)
     work = count_rows * cols // width if vector else count_rows * cols

@@ -158,7 +158,7 @@ def _norm_launch(mode: int, x: GPUArray, out: GPUArray, weight: GPUArray | None,
     full = per_thread > 0 and vector and per_thread * lanes == packs
     rows_per_block = BLOCK // lanes if lanes <= 32 else 1  # norm_rows: a group of whole warps is the block
     expression = _expression(dtype, weight_dtype, per_thread, full)
-    kernel = group(_FILE, [expression]).kernel(expression, _PARAMS)
+    kernel = group(_FILE, [expression]).kernel(expression, _PARAMS, programmatic=True)
     tail = (count_rows, count, strides[0], strides[1], strides[2], strides[3], spatial, channels_per_group, groups,
             mode, lanes, int(vector))  # fmt: skip
     plan = _NormPlan(kernel, -(-count_rows // rows_per_block), rows_per_block * lanes, tail, vector, out.nbytes)
