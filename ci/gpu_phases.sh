@@ -43,9 +43,10 @@
 #                   dense, grouped and quantized grouped GEMMs share)
 #   linear-tests    test_matmul.py's linear tests on the GPU (out=, epilogues; not the every-route sweep)
 #   llm-profile     the kernel table and chrome trace of one eager decode on $LLM_SHAPES ($LLM_ARGS: e.g. --quant q4_k_m)
-#   pdl-tests       programmatic dependent launch: test_programmatic_launch.py (on against off, bitwise) and the
-#                   tests of the kernels that use it (fused_gemv, GEMV, rope_kv_append, decode attention, decode
-#                   strategies)
+#   pdl-tests       programmatic dependent launch: test_programmatic_launch.py (on against off, bitwise), then with
+#                   it on (PYGPUKIT_PROGRAMMATIC_LAUNCH=1) the tests of the kernels that use it (fused_gemv, the GEMVs,
+#                   rope_kv_append, kv_write, decode attention, elementwise, norms, gated, embedding) and of the
+#                   decode strategies and Whisper's graph decoders
 #   pdl-bench       pygpukit.llm.benchmark at batch 1 on $LLM_SHAPES (default smollm2-135m,qwen2.5-0.5b) with fuse
 #                   true and all, programmatic launch on and off (random weights, no peers)
 #   llm-tests       the LLM package's gpu-marked tests (random-weight models; the real-model ones skip)
@@ -182,10 +183,13 @@ from pygpukit.llm.benchmark import main; sys.exit(main(sys.argv[1:]))" --shapes 
     llm-profile)
       run llm-profile "${LLM_LIMIT:-300}" python3 -m pygpukit.llm.benchmark --shapes "${LLM_SHAPES:-qwen2.5-0.5b}" \
         ${LLM_ARGS:-} --batches 1 --prompts 8 --repeats 1 --peers none --profile "$OUT/profile" ;;
-    pdl-tests) run pdl-tests 300 "${pytest_q[@]}" packages/pygpukit-llm/tests/test_programmatic_launch.py \
-      packages/pygpukit-ops/tests/test_gemv_fusions.py packages/pygpukit-ops/tests/test_rope_kv.py \
-      packages/pygpukit-llm/tests/test_decode_strategies.py packages/pygpukit-ops/tests/test_attention.py \
-      packages/pygpukit-ops/tests/test_builtin_gemm.py -k "not prefill or decode or gemv" ;;
+    pdl-tests)
+      run pdl-tests 300 "${pytest_q[@]}" packages/pygpukit-llm/tests/test_programmatic_launch.py
+      PYGPUKIT_PROGRAMMATIC_LAUNCH=1 run pdl-kernel-tests 420 "${pytest_q[@]}" packages/pygpukit-ops/tests/test_gemv_fusions.py \
+        packages/pygpukit-ops/tests/test_rope_kv.py packages/pygpukit-ops/tests/test_kv_cache.py \
+        packages/pygpukit-ops/tests/test_elementwise.py packages/pygpukit-ops/tests/test_nn.py \
+        packages/pygpukit-llm/tests/test_decode_strategies.py packages/pygpukit-ops/tests/test_attention.py \
+        packages/pygpukit-ops/tests/test_builtin_gemm.py packages/pygpukit-audio/tests/test_asr_graph_decode.py ;;
     pdl-bench)
       for fuse in true all; do
         for mode in on off; do

@@ -18,6 +18,7 @@
 // The copies move W elements at a time: W = 16 / sizeof(T) when head_dim and every stride are
 // multiples of it and the bases are aligned, else 1.
 #include "../common/layout.cuh"
+#include "../common/overlap.cuh"
 
 namespace pygpukit {
 namespace ops {
@@ -68,6 +69,7 @@ template <typename T, int W>
 __global__ void kv_write(T* __restrict__ k_cache, T* __restrict__ v_cache, const T* __restrict__ k,
                          const T* __restrict__ v, const int* __restrict__ positions, index_t units,
                          KVWriteShape shape) {
+  overlap_wait();  // programmatic launch (common/overlap.cuh)
   const bool small = units <= kSmallSpace;
   const int packs = shape.head_dim / W;
   for (index_t u = global_thread(); u < units; u += grid_threads()) {

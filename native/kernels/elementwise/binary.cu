@@ -15,6 +15,7 @@
 // any, and the loop over tiles of blockDim.x * kUnroll packs is grid-stride.
 #include "../common/codes.cuh"
 #include "../common/layout.cuh"
+#include "../common/overlap.cuh"
 #include "functors.cuh"
 
 namespace pygpukit {
@@ -23,6 +24,7 @@ namespace ops {
 template <typename F, typename T, typename O>
 __global__ void binary_contig(const T* __restrict__ a, const T* __restrict__ b, typename F::compute s,
                               O* __restrict__ out, index_t n, int mode, int op) {
+  overlap_wait();  // programmatic launch (common/overlap.cuh)
   using C = typename F::compute;
   using R = typename F::result;
   constexpr int V = pack_width<T, O>();
@@ -87,6 +89,7 @@ template <typename F, typename O>
 __global__ void binary_strided(O* __restrict__ out, const void* __restrict__ a, int a_code,
                                const void* __restrict__ b, int b_code, typename F::compute s, index_t n,
                                Layout layout, int op) {
+  overlap_wait();  // programmatic launch (common/overlap.cuh)
   using C = typename F::compute;
   using R = typename F::result;
   const bool small = n <= kSmallSpace;

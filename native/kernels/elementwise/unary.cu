@@ -12,6 +12,7 @@
 // Results of 16 bits or fewer take cheaper forms of some math functions (kNarrowResult).
 #include "../common/codes.cuh"
 #include "../common/layout.cuh"
+#include "../common/overlap.cuh"
 #include "functors.cuh"
 
 namespace pygpukit {
@@ -23,6 +24,7 @@ constexpr bool kNarrowResult = Traits<O>::kind == Kind::kNarrow;
 
 template <typename F, typename T, typename O>
 __global__ void unary_contig(const T* __restrict__ x, O* __restrict__ out, index_t n, int op) {
+  overlap_wait();  // programmatic launch (common/overlap.cuh)
   using C = typename F::compute;
   using R = typename F::result;
   constexpr int V = pack_width<T, O>();
@@ -70,6 +72,7 @@ __global__ void unary_contig(const T* __restrict__ x, O* __restrict__ out, index
 template <typename F, typename O>
 __global__ void unary_strided(O* __restrict__ out, const void* __restrict__ x, int x_code, index_t n,
                               Layout layout, int op) {
+  overlap_wait();  // programmatic launch (common/overlap.cuh)
   using C = typename F::compute;
   using R = typename F::result;
   const bool small = n <= kSmallSpace;

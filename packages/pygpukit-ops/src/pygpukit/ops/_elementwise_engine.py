@@ -199,7 +199,7 @@ class Plan:
                           code_param("mode"), code_param("op")]  # fmt: skip
             else:
                 params = [pointer("x"), pointer("out"), size_param("n"), code_param("op")]
-            self._contig = self.group.kernel(self.contig_expr, params)
+            self._contig = self.group.kernel(self.contig_expr, params, programmatic=True)
         return self._contig
 
     def strided(self) -> JITKernel:
@@ -211,7 +211,7 @@ class Plan:
             else:
                 params = [pointer("out"), pointer("x"), code_param("x_code"), size_param("n"), _LAYOUT_PARAM,
                           code_param("op")]  # fmt: skip
-            kernel = self._strided = self.group.kernel(self.strided_expr, params)
+            kernel = self._strided = self.group.kernel(self.strided_expr, params, programmatic=True)
         return kernel
 
 

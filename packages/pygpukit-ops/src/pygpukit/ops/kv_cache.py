@@ -155,8 +155,9 @@ def _write_plan(kernel_name: str, params: Any, dtype: DType, width: int, k: GPUA
     if plan is None:
         batch, seq, heads, head_dim = k.shape
         units = 2 * batch * seq * heads * (head_dim // width)
+        # kv_write waits with overlap_wait() (programmatic launch); paged_kv_write does not yet
         kernel = group(_FILE, _write_expressions(dtype)).kernel(f"{NAMESPACE}{kernel_name}<{dtype.ctype}, {width}>",
-                                                                params)  # fmt: skip
+                                                                params, kernel_name == "kv_write")  # fmt: skip
         shape = _SHAPE.pack((*k._strides[:3], *v._strides[:3]), pos_stride, batch, seq, heads, head_dim, max_seq, start,
                             slot, max_blocks, num_blocks, 0)  # fmt: skip
         plan = _PLANS.put(key, (kernel, shape, units, max(1, min(-(-units // BLOCK), 1 << 20))))
