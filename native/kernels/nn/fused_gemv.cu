@@ -1,6 +1,6 @@
 // One-row GEMV with the decode step's neighbours fused in (pygpukit/ops/fused_gemv.py):
 //
-//   fused_gemv<T, P, R>(args)
+//   fused_gemv<T, P, R, N>(args)
 //       y[n] = [residual[n] +] [round(] round(sum_k p[k] * W[n, k]) [+ bias[n])]   for n < N, W row-major N x
 //       K p = the prologue of x, computed by every block into shared memory and rounded to T (as the separate
 //       op would store it):
@@ -13,7 +13,8 @@
 //       add of a transformer layer, as add_rmsnorm rounds it); y may be residual itself (each output
 //       is read and written by one thread).
 //   Each warp owns R consecutive rows of W and walks their K extent, lanes striding over 16-byte
-//   chunks (several loads in flight), x from shared memory; the dot products end with a warp-shuffle
+//   chunks (several loads in flight, or, with N > 0, all of a short row's chunks loaded into registers
+//   before the prologue), x from shared memory; the dot products end with a warp-shuffle
 //   reduction. The host launches it only for 16-byte aligned rows (K a multiple of 16 / sizeof(T),
 //   aligned bases and row stride) and K * sizeof(T) within the dynamic shared memory it asks for.
 #include "../common/layout.cuh"
@@ -48,7 +49,21 @@ __device__ __forceinline__ uint4 fused_gemv_load(const void* p) {
   return v;
 }
 
-template <typename T, int P, int R>
+// One 16-byte chunk of x (from shared memory) against chunk `raw` of a row of W, into acc.
+template <typename T, int E>
+__device__ __forceinline__ void fused_gemv_dot(const T* xs, int c, const uint4& raw, float& acc) {
+  const Pack<T, E> xp = *reinterpret_cast<const Pack<T, E>*>(xs + c * E);
+  const Pack<T, E> wp = *reinterpret_cast<const Pack<T, E>*>(&raw);
+#pragma unroll
+  for (int e = 0; e < E; ++e) acc = fmaf(convert<float>(xp.v[e]), convert<float>(wp.v[e]), acc);
+}
+
+// N = 0: the warp streams its rows of W after the prologue, U chunks per lane and row in flight. N > 0
+// (rows of at most 32 N chunks: the host's choice): every chunk of the warp's rows is loaded into
+// registers first, then the prologue runs while they arrive, so a short row costs one memory round
+// trip instead of the prologue's and the loop's in turn. Each lane adds its chunks in the same order
+// either way (ascending), so both give the same bits.
+template <typename T, int P, int R, int N>
 __global__ void __launch_bounds__(kFusedGemvThreads) fused_gemv(FusedGemvArgs a) {
   constexpr int E = 16 / static_cast<int>(sizeof(T));
   extern __shared__ uint4 fused_gemv_smem[];
@@ -69,6 +84,23 @@ __global__ void __launch_bounds__(kFusedGemvThreads) fused_gemv(FusedGemvArgs a)
     prefetch_l2(w + static_cast<long long>(row0 + lane) * a.ldw, static_cast<unsigned>(k * sizeof(T)));
   }
   overlap_wait();
+
+  const int chunks = k / E;
+  const T* rows[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) rows[r] = w + static_cast<long long>(min(row0 + r, n - 1)) * a.ldw;
+  uint4 held[N > 0 ? N : 1][R];
+  if (N > 0 && row0 < n) {
+#pragma unroll
+    for (int u = 0; u < N; ++u) {
+      const int c = lane + 32 * u;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        held[u][r] = c < chunks ? fused_gemv_load(rows[r] + static_cast<long long>(c) * E)
+                                : make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+  }
 
   // The prologue: p into shared memory, rounded to T.
   float scale = 1.0f;
@@ -103,15 +135,21 @@ __global__ void __launch_bounds__(kFusedGemvThreads) fused_gemv(FusedGemvArgs a)
   __syncthreads();
 
   if (row0 >= n) return;
-  const T* rows[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) rows[r] = w + static_cast<long long>(min(row0 + r, n - 1)) * a.ldw;
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-  const int chunks = k / E;
-  constexpr int U = 4;  // chunks in flight per lane and row
-  int c = lane;
+  if (N > 0) {
+#pragma unroll
+    for (int u = 0; u < N; ++u) {
+      const int c = lane + 32 * u;
+      if (c < chunks) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) fused_gemv_dot<T, E>(xs, c, held[u][r], acc[r]);
+      }
+    }
+  }
+  constexpr int U = 4;            // chunks in flight per lane and row
+  int c = N > 0 ? chunks : lane;  // N > 0: done above
   for (; c + (U - 1) * 32 < chunks; c += U * 32) {
     uint4 wv[U][R];
 #pragma unroll
@@ -122,13 +160,8 @@ __global__ void __launch_bounds__(kFusedGemvThreads) fused_gemv(FusedGemvArgs a)
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const Pack<T, E> xp = *reinterpret_cast<const Pack<T, E>*>(xs + (c + u * 32) * E);
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const Pack<T, E> wp = *reinterpret_cast<const Pack<T, E>*>(&wv[u][r]);
-#pragma unroll
-        for (int e = 0; e < E; ++e) acc[r] = fmaf(convert<float>(xp.v[e]), convert<float>(wp.v[e]), acc[r]);
-      }
+      for (int r = 0; r < R; ++r) fused_gemv_dot<T, E>(xs, c + u * 32, wv[u][r], acc[r]);
     }
   }
   if (c + 32 < chunks) {  // two more chunks per row in flight (short rows: K of a few hundred)
@@ -141,24 +174,15 @@ __global__ void __launch_bounds__(kFusedGemvThreads) fused_gemv(FusedGemvArgs a)
     }
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
-      const Pack<T, E> xp = *reinterpret_cast<const Pack<T, E>*>(xs + (c + u * 32) * E);
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const Pack<T, E> wp = *reinterpret_cast<const Pack<T, E>*>(&wv[u][r]);
-#pragma unroll
-        for (int e = 0; e < E; ++e) acc[r] = fmaf(convert<float>(xp.v[e]), convert<float>(wp.v[e]), acc[r]);
-      }
+      for (int r = 0; r < R; ++r) fused_gemv_dot<T, E>(xs, c + u * 32, wv[u][r], acc[r]);
     }
     c += 64;
   }
   for (; c < chunks; c += 32) {
-    const Pack<T, E> xp = *reinterpret_cast<const Pack<T, E>*>(xs + c * E);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const uint4 raw = fused_gemv_load(rows[r] + static_cast<long long>(c) * E);
-      const Pack<T, E> wp = *reinterpret_cast<const Pack<T, E>*>(&raw);
-#pragma unroll
-      for (int e = 0; e < E; ++e) acc[r] = fmaf(convert<float>(xp.v[e]), convert<float>(wp.v[e]), acc[r]);
+      fused_gemv_dot<T, E>(xs, c, fused_gemv_load(rows[r] + static_cast<long long>(c) * E), acc[r]);
     }
   }
 #pragma unroll

@@ -161,11 +161,38 @@ def test_gpu_7b_shapes_and_graph_replay(rng: np.random.Generator, n: int, k: int
     assert (err <= TOLERANCE["bfloat16"] * (1.0 + np.abs(want))).all(), err.max()
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("k", [576, 1024, 1536])
+@pytest.mark.parametrize("prologue", [None, "rmsnorm", "swiglu"])
+def test_gpu_rows_held_in_registers_give_the_streamed_bits(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch,
+                                                         k: int, prologue: str | None) -> None:  # fmt: skip
+    """The kernel's N: a short row's chunks loaded into registers before the prologue (N = 4, 8) against
+    the streamed loop (N = 0), bitwise, every lane adding its chunks in the same order."""
+    from pygpukit.ops import gemv_fusions
+
+    dtype, n = gp.bfloat16, 333
+    hw = _values(rng, (n, k), dtype, 1 / np.sqrt(k))
+    hx = _values(rng, 2 * k if prologue == "swiglu" else k, dtype)
+    hn = (_values(rng, k, dtype, 0.2).astype(np.float32) + 1).astype(dtype.numpy)
+    w, x, norm = gp.from_numpy(hw), gp.from_numpy(hx), gp.from_numpy(hn)
+    bias, residual = gp.from_numpy(_values(rng, n, dtype)), gp.from_numpy(_values(rng, n, dtype))
+    results = {}
+    for held in (0, 4, 8):
+        if k * dtype.itemsize // 16 > 32 * held > 0:
+            continue  # the row does not fit N's registers
+        monkeypatch.setattr(gemv_fusions, "_held", lambda k, itemsize, blocks, held=held: held)
+        out = ops.fused_gemv(x, w, prologue=prologue, norm_weight=norm if prologue == "rmsnorm" else None,
+                             bias=bias, residual=residual)  # fmt: skip
+        results[held] = out.to_numpy().tobytes()
+    assert len(results) >= 2
+    assert len(set(results.values())) == 1
+
+
 @pytest.mark.nvrtc
 def test_every_fused_gemv_kernel_compiles() -> None:
     from pygpukit.ops._kernels import all_groups, group
 
     groups = all_groups()["nn/fused_gemv.cu"]
-    assert len({e for g in groups for e in g}) == 9
+    assert len({e for g in groups for e in g}) == 27  # 3 dtypes x 3 prologues x N in (0, 4, 8)
     for expressions in groups:
         group("nn/fused_gemv.cu", expressions).compile("80")

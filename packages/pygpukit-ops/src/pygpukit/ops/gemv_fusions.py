@@ -22,10 +22,12 @@ from pygpukit.core.dtypes import DType, bfloat16, float16, float32
 from pygpukit.core.errors import ArgumentError, DTypeError, ShapeError
 from pygpukit.core.jit import JITKernel
 from pygpukit.core.plans import PlanCache
+from pygpukit.core.stream import thread_device
 
 from . import _cpu
 from ._kernels import NAMESPACE, Groups, group, register_enumerator
 from ._layout import check_devices, is_cuda
+from .gemm._base import device_props
 
 __all__ = ["FUSED_GEMV_MAX_K", "fused_gemv", "fused_gemv_supported"]
 
@@ -46,18 +48,37 @@ FUSED_GEMV_MAX_K = 40 * 1024  # bytes of the prologue's row in shared memory (K 
 _NAME = "fused_gemv"
 
 
+_HELD = (4, 8)  # N of the kernel: rows of at most 32 N 16-byte chunks are loaded into registers up front
+
+
+def _held(k: int, itemsize: int, blocks: int) -> int:
+    """The kernel's N for rows of ``k`` elements: the smallest of _HELD that holds a row, else 0 (streamed).
+    N = 8 takes about 160 registers a thread (sm_90: one block of 256 threads an SM), so only grids of
+    ``blocks`` that fit the device at once take it."""
+    chunks = k * itemsize // 16
+    if chunks <= 32 * 4:
+        return 4
+    if chunks <= 32 * 8 and blocks <= device_props(thread_device()).sms:
+        return 8
+    return 0
+
+
+def _expression(dtype: DType, prologue: int, held: int) -> str:
+    return f"{NAMESPACE}fused_gemv<{dtype.ctype}, {prologue}, {_ROWS}, {held}>"
+
+
 def _expressions(dtype: DType) -> tuple[str, ...]:
-    return tuple(f"{NAMESPACE}fused_gemv<{dtype.ctype}, {p}, {_ROWS}>" for p in (0, 1, 2))
+    return tuple(_expression(dtype, p, n) for p in (0, 1, 2) for n in (0, *_HELD))
 
 
 _kernels: PlanCache[JITKernel] = PlanCache("ops.fused_gemv.kernels")
 
 
-def _kernel(dtype: DType, prologue: int) -> JITKernel:
-    key = (dtype.name, prologue)
+def _kernel(dtype: DType, prologue: int, held: int = 0) -> JITKernel:
+    key = (dtype.name, prologue, held)
     kernel = _kernels.get(key)
     if kernel is None:
-        expression = f"{NAMESPACE}fused_gemv<{dtype.ctype}, {prologue}, {_ROWS}>"
+        expression = _expression(dtype, prologue, held)
         kernel = _kernels.put(key, group(_FILE, _expressions(dtype)).kernel(expression, _PARAMS, programmatic=True))
     return kernel
 
@@ -139,11 +160,11 @@ def fused_gemv(
     if not is_cuda():
         _cpu_fused_gemv(x, weight, prologue, norm_weight, float(eps), bias, residual, y)
         return y
-    kernel = _kernel(weight.dtype, _PROLOGUES[prologue])
+    grid = -(-n // _ROWS_PER_BLOCK)
+    kernel = _kernel(weight.dtype, _PROLOGUES[prologue], _held(k, weight.itemsize, grid))
     args = _ARGS.pack(x.device_ptr, 0 if norm_weight is None else norm_weight.device_ptr, weight.device_ptr,
                       0 if bias is None else bias.device_ptr, 0 if residual is None else residual.device_ptr,
                       y.device_ptr, weight._strides[0], n, k, float(eps), 0)  # fmt: skip
-    grid = -(-n // _ROWS_PER_BLOCK)
     kernel(args, grid=grid, block=_THREADS, shared_mem=k * weight.itemsize)
     return y
 
