@@ -235,20 +235,36 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    for (; c < c_end; c += 32) {
-      float wf[R][E];
+    // At most U - 1 chunks are left to a lane: their loads go out together (a short row, K of a few
+    // hundred, would otherwise wait for each in turn), then they are added in the same order.
+    constexpr int kLeft = U > 1 ? U - 1 : 1;
+    if (c < c_end) {
+      uint4 wv[kLeft][R];
 #pragma unroll
-      for (int r = 0; r < R; ++r)
-        Pack<T>::unpack(load_weights(rows[r] + static_cast<long long>(c) * E), wf[r]);
+      for (int u = 0; u < kLeft; ++u) {
 #pragma unroll
-      for (int i = 0; i < MT; ++i) {
-        if (i < m) {
-          float xf[E];
-          Pack<T>::unpack(load_activations(x + i * ldx + static_cast<long long>(c) * E), xf);
+        for (int r = 0; r < R; ++r) {
+          wv[u][r] = c + u * 32 < c_end ? load_weights(rows[r] + static_cast<long long>(c + u * 32) * E)
+                                        : make_uint4(0u, 0u, 0u, 0u);
+        }
+      }
+      await_loads<kLeft * R>(&wv[0][0]);
 #pragma unroll
-          for (int r = 0; r < R; ++r) {
+      for (int u = 0; u < kLeft; ++u) {
+        if (c + u * 32 >= c_end) continue;
+        float wf[R][E];
 #pragma unroll
-            for (int e = 0; e < E; ++e) acc[i][r] = fmaf(xf[e], wf[r][e], acc[i][r]);
+        for (int r = 0; r < R; ++r) Pack<T>::unpack(wv[u][r], wf[r]);
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          if (i < m) {
+            float xf[E];
+            Pack<T>::unpack(load_activations(x + i * ldx + static_cast<long long>(c + u * 32) * E), xf);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+#pragma unroll
+              for (int e = 0; e < E; ++e) acc[i][r] = fmaf(xf[e], wf[r][e], acc[i][r]);
+            }
           }
         }
       }
