@@ -276,6 +276,99 @@ def test_gguf_and_safetensors_give_the_same_logits(tmp_path: Path) -> None:
     assert np.array_equal(gguf_model.forward(ids).to_numpy(), st_model.forward(ids).to_numpy())
 
 
+def _gpt2_checkpoint(tmp_path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray[Any, Any]], Path]:
+    """A random GPT-2 (HF names, Conv1D weights stored (in, out)) saved as safetensors."""
+    rng = np.random.default_rng(12)
+    hidden, layers, heads, positions = 128, 2, 2, 32
+
+    def w(*shape: int, scale: float = 0.1) -> np.ndarray[Any, Any]:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    weights = {"transformer.wte.weight": w(VOCAB, hidden, scale=1.0), "transformer.wpe.weight": w(positions, hidden),
+               "transformer.ln_f.weight": w(hidden) + 1, "transformer.ln_f.bias": w(hidden)}  # fmt: skip
+    for i in range(layers):
+        p = f"transformer.h.{i}."
+        weights |= {p + "ln_1.weight": w(hidden) + 1, p + "ln_1.bias": w(hidden), p + "ln_2.weight": w(hidden) + 1,
+                    p + "ln_2.bias": w(hidden), p + "attn.c_attn.weight": w(hidden, 3 * hidden),
+                    p + "attn.c_attn.bias": w(3 * hidden), p + "attn.c_proj.weight": w(hidden, hidden),
+                    p + "attn.c_proj.bias": w(hidden), p + "mlp.c_fc.weight": w(hidden, 4 * hidden),
+                    p + "mlp.c_fc.bias": w(4 * hidden), p + "mlp.c_proj.weight": w(4 * hidden, hidden),
+                    p + "mlp.c_proj.bias": w(hidden)}  # fmt: skip
+    config = {"model_type": "gpt2", "vocab_size": VOCAB, "n_embd": hidden, "n_layer": layers, "n_head": heads,
+              "n_positions": positions, "layer_norm_epsilon": 1e-5}  # fmt: skip
+    return config, weights, _save(tmp_path / "st", config, weights)
+
+
+def _gpt2_gguf(path: Path, config: dict[str, Any], weights: dict[str, np.ndarray[Any, Any]], qtype: Any) -> Path:
+    """The same GPT-2 in llama.cpp's GGUF layout (its converter's names; Conv1D weights transposed to (out,
+    in) rows; the output head tied, so no output.weight); ``qtype`` for the linear weights."""
+    gguf = pytest.importorskip("gguf")
+    from gguf.quants import quantize
+
+    writer = gguf.GGUFWriter(str(path), "gpt2")
+    writer.add_block_count(config["n_layer"])
+    writer.add_context_length(config["n_positions"])
+    writer.add_embedding_length(config["n_embd"])
+    writer.add_feed_forward_length(4 * config["n_embd"])
+    writer.add_head_count(config["n_head"])
+    writer.add_layer_norm_eps(config["layer_norm_epsilon"])
+    writer.add_vocab_size(VOCAB)
+    names = {"transformer.wte.weight": "token_embd.weight", "transformer.wpe.weight": "position_embd.weight",
+             "transformer.ln_f.weight": "output_norm.weight", "transformer.ln_f.bias": "output_norm.bias"}  # fmt: skip
+    per_layer = {"ln_1": "attn_norm", "ln_2": "ffn_norm", "attn.c_attn": "attn_qkv", "attn.c_proj": "attn_output",
+                 "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down"}  # fmt: skip
+    for i in range(config["n_layer"]):
+        for hf, gg in per_layer.items():
+            for kind in ("weight", "bias"):
+                names[f"transformer.h.{i}.{hf}.{kind}"] = f"blk.{i}.{gg}.{kind}"
+    for hf, gg in names.items():
+        tensor = weights[hf]
+        if tensor.ndim == 2 and gg.startswith("blk."):
+            tensor = np.ascontiguousarray(tensor.T)  # Conv1D (in, out) -> (out, in)
+            if qtype != gguf.GGMLQuantizationType.F32:
+                writer.add_tensor(gg, quantize(tensor, qtype), raw_dtype=qtype)
+                continue
+        writer.add_tensor(gg, np.ascontiguousarray(tensor))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_gguf_gpt2_gives_the_safetensors_logits(tmp_path: Path) -> None:
+    """GPT-2 from llama.cpp's GGUF layout (fused attn_qkv split into Q, K, V; learned positions; LayerNorm
+    biases; tied head): F32 equal to the safetensors checkpoint; Q8_0 linear weights kept in their blocks
+    equal to the same file dequantized, and within Q8_0's error of the float model."""
+    gguf = pytest.importorskip("gguf")
+    config, weights, st_path = _gpt2_checkpoint(tmp_path)
+    st_model = llm.load(st_path, progress=False)
+    ids = [5, 17, 33, 2, 90, 41, 7]
+    want = st_model.forward(ids).to_numpy()
+    f32 = llm.load(_gpt2_gguf(tmp_path / "f32.gguf", config, weights, gguf.GGMLQuantizationType.F32), progress=False)
+    assert f32.spec.name == "gpt2"
+    assert f32.config.max_position_embeddings == config["n_positions"]
+    np.testing.assert_allclose(f32.forward(ids).to_numpy(), want, rtol=1e-5, atol=1e-5)
+    q_path = _gpt2_gguf(tmp_path / "q8.gguf", config, weights, gguf.GGMLQuantizationType.Q8_0)
+    packed = llm.load(q_path, progress=False)
+    assert type(packed.weights.layers[0].wq).__name__ == "QuantizedTensor"
+    assert tuple(packed.weights.layers[0].wv.shape) == (128, 128)
+    dense = llm.load(q_path, progress=False, keep_quantized=False)
+    got, ref = packed.forward(ids).to_numpy(), dense.forward(ids).to_numpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    assert np.abs(ref - want).max() < 0.05 * np.abs(want).max()
+    assert packed.generate(ids, max_new_tokens=4, temperature=0) == dense.generate(ids, max_new_tokens=4, temperature=0)
+
+
+def test_gguf_gpt2_refuses_a_wrong_qkv_shape(tmp_path: Path) -> None:
+    gguf = pytest.importorskip("gguf")
+    config, weights, _ = _gpt2_checkpoint(tmp_path)
+    weights["transformer.h.0.attn.c_attn.weight"] = weights["transformer.h.0.attn.c_attn.weight"][:, :256]
+    path = _gpt2_gguf(tmp_path / "bad.gguf", config, weights, gguf.GGMLQuantizationType.F32)
+    with pytest.raises(llm.ModelConfigError, match="attn_qkv"):
+        llm.load(path, progress=False)
+
+
 def test_detect_model_spec_and_configs() -> None:
     assert llm.detect_model_spec(["model.layers.0.self_attn.q_proj.weight"]) is llm.LLAMA_SPEC
     assert llm.detect_model_spec(["model.layers.0.self_attn.q_proj.bias"] * 1 +

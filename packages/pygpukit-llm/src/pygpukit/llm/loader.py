@@ -8,7 +8,7 @@ llama.cpp's Q/K row permutation); nothing is dequantized or transposed on the ho
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -490,9 +490,7 @@ def load_gguf(
     dequantized on the device. A tied output head (no ``output.weight``) then runs on the embedding's
     blocks while the token lookup uses its dequantized copy. MoE experts whose gate and up share such a
     format (down in any of them) stay packed as :class:`pygpukit.ops.quant.QuantizedExperts`."""
-    from .chat import ChatTemplate
     from .gguf import GGUFFile
-    from .tokenizer import Tokenizer
 
     path = Path(path)
     f = GGUFFile(path)
@@ -509,8 +507,6 @@ def load_gguf(
     c = config
     with _progress(len(names), f"loading {path.name}", progress) as bar:
         src = _Source(names, fetch, model_dtype, bar)
-        if c.spec is GPT2_SPEC:
-            raise ModelConfigError(f"{path}: GGUF GPT-2 files are not supported yet; use the safetensors checkpoint")
         permute = arch in ("llama", "mistral")
 
         def linear(names: Sequence[str], heads: int | None = None) -> Any:
@@ -525,6 +521,11 @@ def load_gguf(
                 arrays = [_unpermute_rows(a, heads) for a in arrays]
             return arrays[0] if len(arrays) == 1 else _stack_rows(arrays)
 
+        if c.spec is GPT2_SPEC:
+            weights = _gguf_gpt2_weights(src, c, linear)
+            if keep_quantized and not src.has("output.weight"):  # the tied head on the embedding's blocks
+                weights.lm_head = _gguf_quantized(f, ["token_embd.weight"]) or weights.lm_head
+            return _gguf_model(config, weights, model_dtype, metadata)
         layers = []
         for i in range(c.num_layers):
             p = f"blk.{i}."
@@ -564,12 +565,59 @@ def load_gguf(
         weights = ModelWeights(embed=embed, layers=layers, final_norm=src.get("output_norm.weight"), lm_head=lm_head)
     if config.spec.moe and config.spec is not MIXTRAL_SPEC:
         config = config.with_(norm_topk_prob=bool(metadata.get(f"{arch}.expert_weights_norm", True)))
+    return _gguf_model(config, weights, model_dtype, metadata)
+
+
+def _gguf_model(config: TransformerConfig, weights: ModelWeights, model_dtype: DType,
+                metadata: Mapping[str, Any]) -> CausalTransformerModel:  # fmt: skip
+    """The model with the tokenizer and chat template of the GGUF metadata (where it has them)."""
+    from .chat import ChatTemplate
+    from .tokenizer import Tokenizer
+
     tokenizer = Tokenizer.from_gguf_metadata(metadata) if "tokenizer.ggml.tokens" in metadata else None
     chat = None
     template = metadata.get("tokenizer.chat_template")
     if isinstance(template, str) and template:
         chat = ChatTemplate.from_tokenizer(tokenizer, template) if tokenizer else ChatTemplate(template)
     return CausalTransformerModel(config, weights, model_dtype, tokenizer, chat)
+
+
+def _gguf_gpt2_weights(src: _Source, config: TransformerConfig, linear: Any) -> ModelWeights:
+    """GPT-2 in llama.cpp's names (convert_hf_to_gguf's GPT2Model: the Conv1D weights stored transposed,
+    as linear (out, in) rows; Q, K and V as one ``attn_qkv``; a norm bias next to every norm weight).
+    The fused QKV rows are split into Q, K and V views: row ranges of the same blocks when they stay
+    quantized, copies when dense."""
+    h = config.hidden_size
+
+    def split(qkv: Any) -> tuple[Any, Any, Any]:
+        if isinstance(qkv, GPUArray):
+            _check_shape("attn_qkv", qkv, (3 * h, h))
+            return qkv[:h].contiguous(), qkv[h : 2 * h].contiguous(), qkv[2 * h :].contiguous()
+        if tuple(qkv.shape) != (3 * h, h):
+            raise ModelConfigError(f"weight attn_qkv: shape {tuple(qkv.shape)} does not match the config's "
+                                   f"{(3 * h, h)}")  # fmt: skip
+        return qkv.rows(0, h), qkv.rows(h, 2 * h), qkv.rows(2 * h, 3 * h)
+
+    layers = []
+    for i in range(config.num_layers):
+        p = f"blk.{i}."
+        wq, wk, wv = split(linear([p + "attn_qkv.weight"]))
+        qkv_b = _check_shape(p + "attn_qkv.bias", src.get(p + "attn_qkv.bias"), (3 * h,))
+        layers.append(LayerWeights(
+            attn_norm=src.get(p + "attn_norm.weight"), attn_norm_bias=src.get(p + "attn_norm.bias"),
+            wq=wq, wk=wk, wv=wv,
+            bq=qkv_b[:h].contiguous(), bk=qkv_b[h : 2 * h].contiguous(), bv=qkv_b[2 * h :].contiguous(),
+            wo=linear([p + "attn_output.weight"]), bo=src.get(p + "attn_output.bias"),
+            mlp_norm=src.get(p + "ffn_norm.weight"), mlp_norm_bias=src.get(p + "ffn_norm.bias"),
+            w_gate_up=linear([p + "ffn_up.weight"]), b_gate_up=src.get(p + "ffn_up.bias"),
+            w_down=linear([p + "ffn_down.weight"]), b_down=src.get(p + "ffn_down.bias"),
+        ))  # fmt: skip
+    embed = _check_shape("token_embd", src.get("token_embd.weight"), (config.vocab_size, h))
+    lm_head = linear(["output.weight"]) if src.has("output.weight") else embed
+    positions = _check_shape("position_embd", src.get("position_embd.weight"), (config.max_position_embeddings, h))
+    return ModelWeights(embed=embed, layers=layers, final_norm=src.get("output_norm.weight"),
+                        final_norm_bias=src.get("output_norm.bias"), lm_head=lm_head,
+                        position_embed=positions)  # fmt: skip
 
 
 LOAD_QUANTIZE = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "fp8", "int8",
