@@ -26,6 +26,8 @@ UNCALLED_BINDINGS: dict[str, str] = {
     "driver_status": "diagnostics: the driver load's outcome without loading it (tests check it is idempotent)",
     "staging_config": "diagnostics: the effective staging thresholds read from the environment (transfer tests)",
     "gemm_plan_count": "diagnostics: cuBLASLt plans in the native cache (matmul tests check plans are reused)",
+    "function_programmatic": "diagnostics: whether a function is launched programmatically (the tests of "
+    "set_programmatic_launch read it)",
 }
 
 

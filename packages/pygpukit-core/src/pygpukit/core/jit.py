@@ -436,7 +436,9 @@ class JITKernel:
                     module = _modules[module_key] = int(native.module_load(program.binary))
             function = int(native.module_function(module, self._entry_name(program)))
             attributes = dict(native.function_attributes(function))
-            if self.programmatic and _programmatic_launch and int(arch) >= 90:
+            # cuLaunchKernelEx (programmatic_launch_available) is in drivers of CUDA 12.0 and newer
+            on = self.programmatic and _programmatic_launch and int(arch) >= 90
+            if on and native.programmatic_launch_available():
                 native.function_set_programmatic(function, True)
             loaded = (module, function, attributes)
             self._loaded[device] = loaded
@@ -758,11 +760,12 @@ def set_programmatic_launch(enabled: bool) -> bool:
     state = _backend._state
     if state is None or state.name != "cuda" or state.native is None:
         return previous
+    available = state.native.programmatic_launch_available()  # cuLaunchKernelEx (CUDA 12.0 drivers on)
     for kernel in list(_kernels):
         if not kernel.programmatic:
             continue
         for device, (_, function, _) in list(kernel._loaded.items()):
-            on = _programmatic_launch and int(_device_arch(state.native, device)) >= 90
+            on = _programmatic_launch and available and int(_device_arch(state.native, device)) >= 90
             state.native.function_set_programmatic(function, on)
     return previous
 
