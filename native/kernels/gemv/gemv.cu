@@ -207,6 +207,24 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int per_split = (chunks + splits - 1) / splits;
     const int c_begin = split * per_split;
     const int c_end = min(chunks, c_begin + per_split);
+    // Chunk cc of the rows (their loaded words wu) against every row of x, into acc.
+    auto add_chunk = [&](int cc, const uint4(&wu)[R]) {
+      float wf[R][E];
+#pragma unroll
+      for (int r = 0; r < R; ++r) Pack<T>::unpack(wu[r], wf[r]);
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        if (i == 0 || i < m) {
+          float xf[E];
+          Pack<T>::unpack(load_activations(x + i * ldx + static_cast<long long>(cc) * E), xf);
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+#pragma unroll
+            for (int e = 0; e < E; ++e) acc[i][r] = fmaf(xf[e], wf[r][e], acc[i][r]);
+          }
+        }
+      }
+    };
     int c = c_begin + lane;
     for (; c + (U - 1) * 32 < c_end; c += U * 32) {
       uint4 wv[U][R];
@@ -217,23 +235,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       await_loads<U * R>(&wv[0][0]);
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        float wf[R][E];
-#pragma unroll
-        for (int r = 0; r < R; ++r) Pack<T>::unpack(wv[u][r], wf[r]);
-#pragma unroll
-        for (int i = 0; i < MT; ++i) {
-          if (i == 0 || i < m) {
-            float xf[E];
-            Pack<T>::unpack(load_activations(x + i * ldx + static_cast<long long>(c + u * 32) * E), xf);
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-#pragma unroll
-              for (int e = 0; e < E; ++e) acc[i][r] = fmaf(xf[e], wf[r][e], acc[i][r]);
-            }
-          }
-        }
-      }
+      for (int u = 0; u < U; ++u) add_chunk(c + u * 32, wv[u]);
     }
     // At most U - 1 chunks are left to a lane: their loads go out together (a short row, K of a few
     // hundred, would otherwise wait for each in turn), then they are added in the same order.
@@ -251,22 +253,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       await_loads<kLeft * R>(&wv[0][0]);
 #pragma unroll
       for (int u = 0; u < kLeft; ++u) {
-        if (c + u * 32 >= c_end) continue;
-        float wf[R][E];
-#pragma unroll
-        for (int r = 0; r < R; ++r) Pack<T>::unpack(wv[u][r], wf[r]);
-#pragma unroll
-        for (int i = 0; i < MT; ++i) {
-          if (i < m) {
-            float xf[E];
-            Pack<T>::unpack(load_activations(x + i * ldx + static_cast<long long>(c + u * 32) * E), xf);
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-#pragma unroll
-              for (int e = 0; e < E; ++e) acc[i][r] = fmaf(xf[e], wf[r][e], acc[i][r]);
-            }
-          }
-        }
+        if (c + u * 32 < c_end) add_chunk(c + u * 32, wv[u]);
       }
     }
     tail_begin = chunks * E;

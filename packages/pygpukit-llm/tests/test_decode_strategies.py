@@ -65,24 +65,7 @@ def test_m1_equals_the_eager_decode_step(model_type: str, tmp_path: Path) -> Non
 
 def _gpt2(tmp_path: Path) -> Any:
     """A random GPT-2 (learned positions, LayerNorm, biases everywhere, GELU tanh)."""
-    rng = np.random.default_rng(8)
-    hidden, vocab = 128, _tm.VOCAB
-
-    def w(*shape: int, scale: float = 0.08) -> np.ndarray[Any, Any]:
-        return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-    weights = {"transformer.wte.weight": w(vocab, hidden, scale=1.0), "transformer.wpe.weight": w(64, hidden),
-               "transformer.ln_f.weight": w(hidden) + 1, "transformer.ln_f.bias": w(hidden)}  # fmt: skip
-    for i in range(2):
-        p = f"transformer.h.{i}."
-        weights |= {p + "ln_1.weight": w(hidden) + 1, p + "ln_1.bias": w(hidden), p + "ln_2.weight": w(hidden) + 1,
-                    p + "ln_2.bias": w(hidden), p + "attn.c_attn.weight": w(hidden, 3 * hidden),
-                    p + "attn.c_attn.bias": w(3 * hidden), p + "attn.c_proj.weight": w(hidden, hidden),
-                    p + "attn.c_proj.bias": w(hidden), p + "mlp.c_fc.weight": w(hidden, 4 * hidden),
-                    p + "mlp.c_fc.bias": w(4 * hidden), p + "mlp.c_proj.weight": w(4 * hidden, hidden),
-                    p + "mlp.c_proj.bias": w(hidden)}  # fmt: skip
-    config = {"model_type": "gpt2", "vocab_size": vocab, "n_embd": hidden, "n_layer": 2, "n_head": 2,
-              "n_positions": 64, "layer_norm_epsilon": 1e-5}  # fmt: skip
+    config, weights = _tm._gpt2_config_weights()
     return llm.load(_save(tmp_path, config, weights), progress=False)
 
 

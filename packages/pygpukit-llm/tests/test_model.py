@@ -276,17 +276,18 @@ def test_gguf_and_safetensors_give_the_same_logits(tmp_path: Path) -> None:
     assert np.array_equal(gguf_model.forward(ids).to_numpy(), st_model.forward(ids).to_numpy())
 
 
-def _gpt2_checkpoint(tmp_path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray[Any, Any]], Path]:
-    """A random GPT-2 (HF names, Conv1D weights stored (in, out)) saved as safetensors."""
-    rng = np.random.default_rng(12)
-    hidden, layers, heads, positions = 128, 2, 2, 32
+def _gpt2_config_weights() -> tuple[dict[str, Any], dict[str, np.ndarray[Any, Any]]]:
+    """A random GPT-2 config and its weights in HF names (Conv1D weights stored (in, out)): hidden 128 in
+    2 heads, LAYERS layers, 64 positions, biases everywhere."""
+    rng = np.random.default_rng(8)
+    heads, hidden, positions = 2, 128, 64
 
-    def w(*shape: int, scale: float = 0.1) -> np.ndarray[Any, Any]:
+    def w(*shape: int, scale: float = 0.08) -> np.ndarray[Any, Any]:
         return (rng.standard_normal(shape) * scale).astype(np.float32)
 
     weights = {"transformer.wte.weight": w(VOCAB, hidden, scale=1.0), "transformer.wpe.weight": w(positions, hidden),
                "transformer.ln_f.weight": w(hidden) + 1, "transformer.ln_f.bias": w(hidden)}  # fmt: skip
-    for i in range(layers):
+    for i in range(LAYERS):
         p = f"transformer.h.{i}."
         weights |= {p + "ln_1.weight": w(hidden) + 1, p + "ln_1.bias": w(hidden), p + "ln_2.weight": w(hidden) + 1,
                     p + "ln_2.bias": w(hidden), p + "attn.c_attn.weight": w(hidden, 3 * hidden),
@@ -294,8 +295,14 @@ def _gpt2_checkpoint(tmp_path: Path) -> tuple[dict[str, Any], dict[str, np.ndarr
                     p + "attn.c_proj.bias": w(hidden), p + "mlp.c_fc.weight": w(hidden, 4 * hidden),
                     p + "mlp.c_fc.bias": w(4 * hidden), p + "mlp.c_proj.weight": w(4 * hidden, hidden),
                     p + "mlp.c_proj.bias": w(hidden)}  # fmt: skip
-    config = {"model_type": "gpt2", "vocab_size": VOCAB, "n_embd": hidden, "n_layer": layers, "n_head": heads,
+    config = {"model_type": "gpt2", "vocab_size": VOCAB, "n_embd": hidden, "n_layer": LAYERS, "n_head": heads,
               "n_positions": positions, "layer_norm_epsilon": 1e-5}  # fmt: skip
+    return config, weights
+
+
+def _gpt2_checkpoint(tmp_path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray[Any, Any]], Path]:
+    """:func:`_gpt2_config_weights` saved as safetensors."""
+    config, weights = _gpt2_config_weights()
     return config, weights, _save(tmp_path / "st", config, weights)
 
 
@@ -403,24 +410,8 @@ def test_missing_tensor_is_named(tmp_path: Path) -> None:
 def test_gpt2_matches_a_float64_reference(tmp_path: Path) -> None:
     """GPT-2: learned positions, LayerNorm with bias, Conv1D weights stored (in, out), fused QKV,
     GELU (tanh form), tied head."""
-    rng = np.random.default_rng(8)
-    heads, hidden, positions = 2, 128, 64
-
-    def w(*shape: int, scale: float = 0.08) -> np.ndarray[Any, Any]:
-        return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-    weights = {"transformer.wte.weight": w(VOCAB, hidden, scale=1.0), "transformer.wpe.weight": w(positions, hidden),
-               "transformer.ln_f.weight": w(hidden) + 1, "transformer.ln_f.bias": w(hidden)}  # fmt: skip
-    for i in range(LAYERS):
-        p = f"transformer.h.{i}."
-        weights |= {p + "ln_1.weight": w(hidden) + 1, p + "ln_1.bias": w(hidden), p + "ln_2.weight": w(hidden) + 1,
-                    p + "ln_2.bias": w(hidden), p + "attn.c_attn.weight": w(hidden, 3 * hidden),
-                    p + "attn.c_attn.bias": w(3 * hidden), p + "attn.c_proj.weight": w(hidden, hidden),
-                    p + "attn.c_proj.bias": w(hidden), p + "mlp.c_fc.weight": w(hidden, 4 * hidden),
-                    p + "mlp.c_fc.bias": w(4 * hidden), p + "mlp.c_proj.weight": w(4 * hidden, hidden),
-                    p + "mlp.c_proj.bias": w(hidden)}  # fmt: skip
-    config = {"model_type": "gpt2", "vocab_size": VOCAB, "n_embd": hidden, "n_layer": LAYERS, "n_head": heads,
-              "n_positions": positions, "layer_norm_epsilon": 1e-5}  # fmt: skip
+    config, weights = _gpt2_config_weights()
+    heads, hidden = config["n_head"], config["n_embd"]
     model = llm.load(_save(tmp_path, config, weights), progress=False)
     assert model.spec is llm.GPT2_SPEC
     ids = [3, 50, 7, 7, 91, 0, 12]
