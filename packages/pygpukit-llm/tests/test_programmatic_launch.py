@@ -117,3 +117,19 @@ def test_decode_graph_tokens_and_logits_do_not_change(fuse: bool | str, tmp_path
     for tokens, logits in results[1:]:
         assert np.array_equal(tokens, first_tokens)
         assert np.array_equal(logits, first_logits)
+
+
+def test_a_forgotten_device_leaves_no_marked_handle() -> None:
+    """A device reset forgets the loaded modules; their function handles are unmarked, so a function
+    loaded later at the same handle value is never launched programmatically by mistake."""
+    from pygpukit.core import jit
+    from pygpukit.core.stream import thread_device
+    from pygpukit.ops.gemv_fusions import _kernel
+
+    set_programmatic_launch(True)
+    kernel = _kernel(gp.bfloat16, 2)
+    function = kernel.load()[1]
+    assert native_module().function_programmatic(function) == _sm90()
+    jit.forget_device(thread_device())
+    assert not native_module().function_programmatic(function)
+    assert native_module().function_programmatic(kernel.load()[1]) == _sm90()  # loaded and marked again

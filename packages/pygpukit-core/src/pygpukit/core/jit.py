@@ -779,9 +779,14 @@ def forget_device(device: int) -> int:
         stale = [key for key in _modules if key[2] == device]
         for key in stale:
             del _modules[key]
+    state = _backend._state
+    native = state.native if state is not None and state.name == "cuda" else None
     for kernel in list(_kernels):
         with kernel._lock:
-            kernel._loaded.pop(device, None)
+            loaded = kernel._loaded.pop(device, None)
+            if loaded is not None and kernel.programmatic and native is not None:
+                # the handle dies with the context; a function loaded later may get the same value
+                native.function_set_programmatic(loaded[1], False)
             kernel._launch_info = None
             kernel._fast = None
             kernel._fast_state = None
